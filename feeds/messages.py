@@ -1,0 +1,125 @@
+"""Wire messages: msgspec Structs in one tagged union, MessagePack-encoded.
+
+Every struct is frozen, array_like (encoded as a MessagePack array, tag first) and gc=False.
+Timestamps `ts` are integer nanoseconds since the epoch, UTC. Prices and sizes are floats in
+the instrument's units. `seq` is the publisher's sequence number on its stream, starting at 1
+and rising by exactly 1 per message.
+
+ZeroMQ frames are `[topic, payload]` with topic = kind tag and symbol, e.g. `b"T.BAC"`, so a
+SUB socket filters by prefix (`b"T."` = every trade, `b"T.BAC"` = BAC trades).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import msgspec
+
+
+class Side(IntEnum):
+    BUY = 1
+    SELL = -1
+
+
+_STRUCT = {"frozen": True, "array_like": True, "gc": False, "tag_field": "k"}
+
+
+class Trade(msgspec.Struct, tag="T", **_STRUCT):  # type: ignore[call-arg]
+    """A trade print: `size` units traded at `price`."""
+
+    seq: int
+    ts: int
+    symbol: str
+    price: float
+    size: float
+
+
+class Quote(msgspec.Struct, tag="Q", **_STRUCT):  # type: ignore[call-arg]
+    """Top of book. A side that is absent has price 0 and size 0."""
+
+    seq: int
+    ts: int
+    symbol: str
+    bid: float
+    bid_size: float
+    ask: float
+    ask_size: float
+
+
+class Bar(msgspec.Struct, tag="B", **_STRUCT):  # type: ignore[call-arg]
+    """OHLCV over [ts - duration_ns, ts): `ts` is the bar's close time."""
+
+    seq: int
+    ts: int
+    symbol: str
+    open: float
+    high: float
+    low: float
+    close: float
+    volume: float
+    duration_ns: int = 0
+
+
+class Order(msgspec.Struct, tag="O", **_STRUCT):  # type: ignore[call-arg]
+    """A market order. `quantity` > 0; `side` says buy or sell."""
+
+    seq: int
+    ts: int
+    symbol: str
+    order_id: int
+    side: int
+    quantity: float
+    reason: str = ""
+
+
+class Fill(msgspec.Struct, tag="F", **_STRUCT):  # type: ignore[call-arg]
+    """A simulated execution of an order, commission in account currency."""
+
+    seq: int
+    ts: int
+    symbol: str
+    order_id: int
+    side: int
+    quantity: float
+    price: float
+    commission: float
+
+
+class Heartbeat(msgspec.Struct, tag="H", **_STRUCT):  # type: ignore[call-arg]
+    """Liveness and end-of-stream marker; `final=True` means the publisher is done."""
+
+    seq: int
+    ts: int
+    symbol: str = ""
+    final: bool = False
+
+
+class OptionValue(msgspec.Struct, tag="V", **_STRUCT):  # type: ignore[call-arg]
+    """Theoretical value and greeks of one option after repricing on an underlying tick."""
+
+    seq: int
+    ts: int
+    symbol: str
+    underlying: str
+    spot: float
+    price: float
+    delta: float
+    gamma: float
+
+
+Message = Trade | Quote | Bar | Order | Fill | Heartbeat | OptionValue
+MESSAGE_TYPES: tuple[type, ...] = (Trade, Quote, Bar, Order, Fill, Heartbeat, OptionValue)
+KIND_OF: dict[type, bytes] = {
+    t: t.__struct_config__.tag.encode() for t in MESSAGE_TYPES  # type: ignore[attr-defined]
+}
+
+_encoder = msgspec.msgpack.Encoder()
+encode = _encoder.encode
+
+
+def make_decoder() -> msgspec.msgpack.Decoder[Message]:
+    return msgspec.msgpack.Decoder(Message)  # type: ignore[arg-type]
+
+
+def topic_for(msg: Message) -> bytes:
+    return KIND_OF[type(msg)] + b"." + msg.symbol.encode()

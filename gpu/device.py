@@ -1,0 +1,58 @@
+"""Device selection shared by every kernel module.
+
+`auto` means CUDA when numba sees a GPU (or the CUDA simulator), else the CPU twin, with one
+log line saying which. Asking for CUDA where there is none is an error, never a silent
+fallback.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Literal
+
+DeviceName = Literal["auto", "cpu", "cuda"]
+Resolved = Literal["cpu", "cuda"]
+
+log = logging.getLogger(__name__)
+_announced: set[str] = set()
+
+
+class DeviceUnavailable(RuntimeError):
+    """CUDA was requested explicitly but no CUDA device (nor the simulator) is present."""
+
+
+def cuda_simulated() -> bool:
+    """True when numba's CUDA simulator stands in for the GPU (tests in CI)."""
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
+
+
+def cuda_present() -> bool:
+    try:
+        from numba import cuda
+    except Exception:  # numba-cuda missing or broken: behave as a machine without a GPU
+        return False
+    try:
+        return bool(cuda.is_available())
+    except Exception:
+        return False
+
+
+def resolve_device(device: str, what: str = "kernel") -> Resolved:
+    """Turn a user's `--device` choice into the backend that will run `what`."""
+    if device not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"unknown device {device!r}: expected auto, cpu or cuda")
+    if device == "cpu":
+        return "cpu"
+    if device == "cuda":
+        if not cuda_present():
+            raise DeviceUnavailable(
+                f"--device cuda requested for {what}, but numba finds no CUDA GPU on this machine"
+            )
+        return "cuda"
+    chosen: Resolved = "cuda" if cuda_present() else "cpu"
+    if what not in _announced:
+        _announced.add(what)
+        sim = " (numba CUDA simulator)" if chosen == "cuda" and cuda_simulated() else ""
+        log.info("%s runs on %s%s", what, chosen, sim)
+    return chosen
