@@ -1,0 +1,148 @@
+"""Paper broker and portfolio: market orders, simulated fills, cash and positions per symbol.
+
+Every symbol has its own cash account (the GP paper gives each stock $10,000), so an
+"all-in" order of one symbol can never spend another symbol's money. Money arithmetic is
+float64 throughout, the same as the GP evaluator's, so a replay matches it to the cent.
+
+Sizing:
+- all-in: a buy (or a short sale) takes the most whole shares the symbol's cash allows after
+  commission: floor((cash - commission) / fill_price); closing sells (or buys back)
+  everything. A long all-in buy never leaves negative cash.
+- fixed: `quantity` shares per entry.
+
+Slippage moves the fill price against the order by `slippage_bps` basis points.
+Invariants (tested): equity = cash + position x last price, per symbol and in total.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+from feeds.messages import Fill, Order, Side
+
+Sizing = Literal["all-in", "fixed"]
+
+
+@dataclass(slots=True)
+class Account:
+    cash: float
+    position: float = 0.0
+    last_price: float = math.nan
+    commission_paid: float = 0.0
+    trades: int = 0
+
+    def equity(self) -> float:
+        if self.position == 0.0:
+            return self.cash
+        return self.cash + self.position * self.last_price
+
+
+@dataclass
+class PaperBroker:
+    symbols: list[str]
+    cash_per_symbol: float = 10_000.0
+    commission: float = 1.0
+    slippage_bps: float = 0.0
+    sizing: Sizing = "all-in"
+    quantity: float = 100.0
+    allow_short: bool = False
+    accounts: list[Account] = field(default_factory=list)
+    fills: list[Fill] = field(default_factory=list)
+    orders: list[Order] = field(default_factory=list)
+    _order_id: int = 0
+
+    def __post_init__(self) -> None:
+        if self.sizing not in ("all-in", "fixed"):
+            raise ValueError(f"unknown sizing {self.sizing!r}: expected all-in or fixed")
+        if self.commission < 0 or self.slippage_bps < 0 or self.cash_per_symbol <= 0:
+            raise ValueError("commission and slippage must be >= 0 and cash per symbol > 0")
+        self.accounts = [Account(self.cash_per_symbol) for _ in self.symbols]
+
+    def add_symbol(self, symbol: str) -> int:
+        self.symbols.append(symbol)
+        self.accounts.append(Account(self.cash_per_symbol))
+        return len(self.symbols) - 1
+
+    # --- marks -----------------------------------------------------------------------
+    def mark(self, sym: int, price: float) -> None:
+        self.accounts[sym].last_price = price
+
+    def equity(self) -> float:
+        return sum(a.equity() for a in self.accounts)
+
+    def initial_capital(self) -> float:
+        return self.cash_per_symbol * len(self.accounts)
+
+    # --- orders ----------------------------------------------------------------------
+    def _fill_price(self, side: int, price: float) -> float:
+        return price * (1.0 + side * self.slippage_bps * 1e-4)
+
+    def entry_quantity(self, sym: int, side: int, price: float) -> float:
+        """Shares an entry of `side` would take at `price` (0 when cash does not allow one)."""
+        if self.sizing == "fixed":
+            return self.quantity
+        acct = self.accounts[sym]
+        fill_price = self._fill_price(side, price)
+        return float(max(0, math.floor((acct.cash - self.commission) / fill_price)))
+
+    def new_order(self, ts: int, sym: int, side: int, quantity: float, reason: str) -> Order:
+        self._order_id += 1
+        order = Order(
+            seq=self._order_id,
+            ts=ts,
+            symbol=self.symbols[sym],
+            order_id=self._order_id,
+            side=side,
+            quantity=quantity,
+            reason=reason,
+        )
+        self.orders.append(order)
+        return order
+
+    def execute(self, order: Order, sym: int, price: float, ts: int) -> Fill | None:
+        """Fill a market order at `price` (before slippage). None if nothing can be filled.
+
+        Closing orders are re-sized to the position actually held, and all-in entries to
+        the cash actually available at fill time, so the account can never overdraw.
+        """
+        acct = self.accounts[sym]
+        side = order.side
+        qty = order.quantity
+        fill_price = self._fill_price(side, price)
+        if order.reason == "close":
+            qty = abs(acct.position)
+        elif self.sizing == "all-in" and (side == Side.BUY or acct.position == 0.0):
+            qty = min(qty, float(max(0, math.floor((acct.cash - self.commission) / fill_price))))
+        if qty <= 0.0:
+            return None
+        acct.cash -= side * qty * fill_price + self.commission
+        acct.position += side * qty
+        if abs(acct.position) < 1e-12:
+            acct.position = 0.0
+        acct.last_price = price
+        acct.commission_paid += self.commission
+        acct.trades += 1
+        fill = Fill(
+            seq=len(self.fills) + 1,
+            ts=ts,
+            symbol=order.symbol,
+            order_id=order.order_id,
+            side=side,
+            quantity=qty,
+            price=fill_price,
+            commission=self.commission,
+        )
+        self.fills.append(fill)
+        return fill
+
+
+def buy_and_hold_cash(
+    first_price: float, last_price: float, cash: float, commission: float
+) -> float:
+    """Final cash of buying all-in at `first_price` and selling everything at `last_price`."""
+    shares = max(0, math.floor((cash - commission) / first_price))
+    if shares == 0:
+        return cash
+    return cash - shares * first_price - commission + shares * last_price - commission

@@ -1,0 +1,54 @@
+"""Engine configuration: a frozen msgspec Struct read from TOML; unknown keys are an error.
+
+Every option has a default that works on one machine. Command-line flags override the file.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from engine.errors import UserError
+
+
+class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    cash_per_symbol: float = 10_000.0
+    commission: float = 1.0
+    slippage_bps: float = 0.0
+    sizing: Literal["all-in", "fixed"] = "all-in"
+    quantity: float = 100.0
+    #: "auto": the bar's close for bar data (the GP paper's model), the next trade for ticks
+    fill: Literal["auto", "bar-close", "next-tick"] = "auto"
+
+
+class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    #: length of the time bars built from ticks, seconds
+    bar_seconds: float = 60.0
+    #: "HH:MM,HH:MM,HH:MM" = t1,t2,t3 of WAIT/TRADE/LIQUIDATE/STOP in New York time; "" = always TRADE
+    session: str = ""
+    broker: BrokerConfig = BrokerConfig()
+    #: option groups repriced after each tick of their underlying (engine/option_book.py)
+    options: list[dict[str, object]] = []
+    #: transport of a replay: inproc, ipc or tcp
+    transport: Literal["inproc", "ipc", "tcp"] = "inproc"
+    #: device of GPU-capable work in the engine (strategy evaluation, option groups)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+
+def load_config(path: str | Path | None) -> EngineConfig:
+    if path is None:
+        return EngineConfig()
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"config file not found: {p}")
+    try:
+        raw = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"config {p}: not valid TOML: {exc}") from None
+    try:
+        return msgspec.convert(raw, EngineConfig)
+    except msgspec.ValidationError as exc:
+        raise UserError(f"config {p}: {exc}") from None

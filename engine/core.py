@@ -1,0 +1,358 @@
+"""The event-driven engine: one asyncio loop, one consumer of market data.
+
+The same `Engine` runs the live daemon and the replay backtester; only the source of
+messages and nothing of the clock differ: time is the data's time, never the wall clock,
+so a replay is deterministic.
+
+Per message the hot path does the least it can: validation (in the subscriber), a per-symbol
+bar update, and a pending-order check. Work per bar (indicators, strategy, trading-phase
+decisions, orders) happens when data time crosses a bar boundary, for all symbols at once,
+so a GPU strategy gets one batched launch per boundary.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import numpy as np
+
+from engine.broker import PaperBroker
+from engine.config import EngineConfig
+from engine.phases import Action, Phase, SessionSchedule, decide, transition
+from feeds.messages import Bar, Fill, Heartbeat, Message, Order, Quote, Side, Trade
+from gpu.indicators import IndicatorBank
+from gpu.terminals import N_TERMINALS
+from strategies.base import Strategy
+
+log = logging.getLogger(__name__)
+
+NS = 1_000_000_000
+
+
+@dataclass
+class EngineStats:
+    ticks: int = 0
+    quotes: int = 0
+    bars: int = 0
+    bar_events: int = 0
+    orders: int = 0
+    fills: int = 0
+    heartbeats: int = 0
+
+
+@dataclass
+class EquityPoint:
+    ts: int
+    equity: float
+
+
+@dataclass
+class Engine:
+    """Consumes validated messages; keeps bars, indicators, signals, orders and the broker."""
+
+    symbols: list[str]
+    strategy: Strategy
+    config: EngineConfig = field(default_factory=EngineConfig)
+    option_book: Any = None
+    #: called with every order and fill (the live daemon journals and publishes them)
+    on_order: Callable[[Order], None] | None = None
+    on_fill: Callable[[Fill], None] | None = None
+
+    def __post_init__(self) -> None:
+        cfg = self.config
+        b = cfg.broker
+        self.schedule = SessionSchedule.parse(cfg.session)
+        self.tz = ZoneInfo(self.schedule.timezone)
+        self.broker = PaperBroker(
+            list(self.symbols), cash_per_symbol=b.cash_per_symbol, commission=b.commission,
+            slippage_bps=b.slippage_bps, sizing=b.sizing, quantity=b.quantity,
+            allow_short=not self.strategy.long_only,
+        )
+        self.stats = EngineStats()
+        self.sym_index: dict[str, int] = {s: i for i, s in enumerate(self.symbols)}
+        n = len(self.symbols)
+        self.bar_ns = int(cfg.bar_seconds * NS)
+        if self.bar_ns <= 0:
+            raise ValueError("bar_seconds must be > 0")
+        # the open bar of each symbol (NaN open = no tick yet in this bar)
+        self._o: list[float] = [math.nan] * n
+        self._h: list[float] = [0.0] * n
+        self._l: list[float] = [0.0] * n
+        self._c: list[float] = [0.0] * n
+        self._v: list[float] = [0.0] * n
+        self._last_trade: list[float] = [math.nan] * n
+        self._first_price: list[float] = [math.nan] * n
+        self._pending: list[list[Order]] = [[] for _ in range(n)]
+        self._has_pending = [False] * n
+        self._signal = np.zeros(n, np.int8)
+        self._intended = [0] * n  # sign of the position once pending orders fill
+        self.bank = IndicatorBank(n)
+        self._next_boundary = -1  # ns; -1 = no tick seen yet
+        self._bar_group_ts = -1  # ts of the Bar messages being collected
+        self._now = 0
+        self.equity_curve: list[EquityPoint] = []
+        self.finished = False
+        self._fill_on_close = b.fill == "bar-close"
+        self._fill_mode_fixed = b.fill != "auto"
+        self._underlying = [False] * n
+        if self.option_book is not None:
+            for s in self.option_book.underlyings:
+                if s in self.sym_index:
+                    self._underlying[self.sym_index[s]] = True
+        self.option_values: list[Message] = []
+        self.strategy.reset(list(self.symbols))
+
+    # ------------------------------------------------------------------ registration
+    def _register(self, symbol: str) -> int:
+        """A symbol first seen live gets its own account and indicator state."""
+        i = self.broker.add_symbol(symbol)
+        self.symbols.append(symbol)
+        self.sym_index[symbol] = i
+        for lst, val in ((self._o, math.nan), (self._h, 0.0), (self._l, 0.0), (self._c, 0.0),
+                         (self._v, 0.0), (self._last_trade, math.nan),
+                         (self._first_price, math.nan)):
+            lst.append(val)
+        self._pending.append([])
+        self._has_pending.append(False)
+        self._intended.append(0)
+        self._underlying.append(
+            self.option_book is not None and symbol in self.option_book.underlyings
+        )
+        self._signal = np.concatenate([self._signal, np.zeros(1, np.int8)])
+        old = self.bank
+        self.bank = IndicatorBank(len(self.symbols))
+        self.bank.adopt(old)
+        return i
+
+    # ------------------------------------------------------------------ hot path
+    async def process(self, msgs: list[Message]) -> None:
+        """Apply a batch of validated messages in order."""
+        sym_index = self.sym_index
+        o, h, l, c, v = self._o, self._h, self._l, self._c, self._v
+        last_trade = self._last_trade
+        has_pending = self._has_pending
+        underlying = self._underlying
+        stats = self.stats
+        for msg in msgs:
+            t = type(msg)
+            if t is Trade:
+                ts = msg.ts
+                if ts >= self._next_boundary:
+                    await self._cross_boundary(ts)
+                sym = sym_index.get(msg.symbol)
+                if sym is None:
+                    sym = self._register(msg.symbol)
+                    o, h, l, c, v = self._o, self._h, self._l, self._c, self._v
+                    last_trade, has_pending = self._last_trade, self._has_pending
+                    underlying = self._underlying
+                p = msg.price  # type: ignore[union-attr]
+                stats.ticks += 1
+                if o[sym] != o[sym]:  # NaN: first tick of this bar
+                    o[sym] = h[sym] = l[sym] = p
+                    v[sym] = 0.0
+                    if self._first_price[sym] != self._first_price[sym]:
+                        self._first_price[sym] = p
+                elif p > h[sym]:
+                    h[sym] = p
+                elif p < l[sym]:
+                    l[sym] = p
+                c[sym] = p
+                v[sym] += msg.size  # type: ignore[union-attr]
+                last_trade[sym] = p
+                self._now = ts
+                if has_pending[sym]:
+                    self._fill_pending(sym, p, ts)
+                if underlying[sym]:
+                    self.option_book.on_underlying_tick(msg.symbol, p, ts)
+            elif t is Bar:
+                await self._on_bar_message(msg)  # type: ignore[arg-type]
+            elif t is Quote:
+                stats.quotes += 1
+                self._now = msg.ts
+            elif t is Heartbeat:
+                stats.heartbeats += 1
+                if msg.final:  # type: ignore[union-attr]
+                    await self.finish()
+            # orders/fills/option values from elsewhere are not market data: ignored
+        if self.option_book is not None:
+            self.option_values.extend(self.option_book.poll())
+
+    async def _on_bar_message(self, bar: Bar) -> None:
+        """Bars from bar files: all bars with one close time form one bar event."""
+        if self._bar_group_ts >= 0 and bar.ts > self._bar_group_ts:
+            await self._close_bars(self._bar_group_ts)
+        sym = self.sym_index.get(bar.symbol)
+        if sym is None:
+            sym = self._register(bar.symbol)
+        self._bar_group_ts = bar.ts
+        self._now = bar.ts
+        if self._first_price[sym] != self._first_price[sym]:
+            self._first_price[sym] = bar.close
+        self._o[sym], self._h[sym], self._l[sym] = bar.open, bar.high, bar.low
+        self._c[sym], self._v[sym] = bar.close, bar.volume
+        self._last_trade[sym] = bar.close
+        if self._has_pending[sym]:  # next-tick fills of bar data happen at the next open
+            self._fill_pending(sym, bar.open, bar.ts)
+
+    async def _cross_boundary(self, ts: int) -> None:
+        if self._next_boundary >= 0:
+            await self._close_bars(self._next_boundary)
+        self._next_boundary = (ts // self.bar_ns + 1) * self.bar_ns
+
+    # ------------------------------------------------------------------ per bar
+    def phase_at(self, ts: int) -> Phase:
+        if self.schedule.always_trade:
+            return Phase.TRADE
+        local = datetime.fromtimestamp(ts / NS, UTC).astimezone(self.tz)
+        return self.schedule.phase_at(local.hour * 3600 + local.minute * 60 + local.second)
+
+    async def _close_bars(self, bar_ts: int, phase: Phase | None = None) -> None:
+        o = self._o
+        idx = [i for i in range(len(o)) if o[i] == o[i]]
+        if phase is None:
+            phase = self.phase_at(bar_ts - 1)  # the bar's last instant decides its phase
+        if idx:
+            sel = np.asarray(idx, np.int32)
+            self.bank.update(
+                sel,
+                np.asarray([o[i] for i in idx]), np.asarray([self._h[i] for i in idx]),
+                np.asarray([self._l[i] for i in idx]), np.asarray([self._c[i] for i in idx]),
+                np.asarray([self._v[i] for i in idx]),
+            )
+            for i in idx:
+                self.broker.mark(i, self._c[i])
+            self.stats.bars += len(idx)
+        self.stats.bar_events += 1
+        closed = np.zeros(len(o), np.bool_)
+        closed[idx] = True
+        if phase is not Phase.STOP:
+            signals = await self.strategy.target_signals(self.bank.values, closed)
+        else:
+            signals = self._signal
+        self._decide(idx, signals, phase, bar_ts)
+        for i in idx:
+            o[i] = math.nan
+        self.equity_curve.append(EquityPoint(bar_ts, self.broker.equity()))
+
+    def _decide(self, idx: list[int], signals: np.ndarray, phase: Phase, ts: int) -> None:
+        strategy = self.strategy
+        long_only = strategy.long_only
+        for i in idx:
+            new = int(signals[i])
+            if long_only and new < 0:
+                new = 0
+            prev = int(self._signal[i])
+            has_position = self._intended[i] != 0
+            action = decide(phase, has_position, transition(prev, new), strategy.enter_on_from_zero)
+            self._signal[i] = new
+            if action is Action.NONE:
+                continue
+            if action is Action.CLEAR or action is Action.SWITCH:
+                self._order(i, -self._intended[i], "close", ts)
+                self._intended[i] = 0
+            if action is Action.ENTER or action is Action.SWITCH:
+                self._order(i, 1 if new > 0 else -1, "enter", ts)
+                self._intended[i] = 1 if new > 0 else -1
+        if phase is Phase.STOP:
+            for i in range(len(self._intended)):
+                if self._intended[i] != 0 and i not in idx:
+                    self._order(i, -self._intended[i], "close", ts)
+                    self._intended[i] = 0
+
+    def _order(self, sym: int, side: int, reason: str, ts: int) -> None:
+        if side == 0:
+            return
+        price = self._c[sym] if self._c[sym] > 0 else self._last_trade[sym]
+        if reason == "close":
+            qty = abs(self.broker.accounts[sym].position)
+            for pend in self._pending[sym]:  # an entry still pending is closed too
+                if pend.reason == "enter":
+                    qty += pend.quantity
+        else:
+            qty = self.broker.entry_quantity(sym, side, price)
+        if qty <= 0:
+            if reason == "enter":
+                self._intended[sym] = 0
+            return
+        order = self.broker.new_order(ts, sym, side, qty, reason)
+        self.stats.orders += 1
+        if self.on_order is not None:
+            self.on_order(order)
+        if self._fills_at_close():
+            self._execute(order, sym, price, ts)
+        else:
+            self._pending[sym].append(order)
+            self._has_pending[sym] = True
+
+    def _fills_at_close(self) -> bool:
+        if self._fill_mode_fixed:
+            return self._fill_on_close
+        return self._bar_group_ts >= 0  # bar data: the GP paper's close fill
+
+    def _fill_pending(self, sym: int, price: float, ts: int) -> None:
+        pending = self._pending[sym]
+        self._pending[sym] = []
+        self._has_pending[sym] = False
+        for order in pending:
+            self._execute(order, sym, price, ts)
+
+    def _execute(self, order: Order, sym: int, price: float, ts: int) -> None:
+        fill = self.broker.execute(order, sym, price, ts)
+        if fill is None:
+            if order.reason == "enter":
+                self._intended[sym] = 0 if self.broker.accounts[sym].position == 0 else (
+                    1 if self.broker.accounts[sym].position > 0 else -1
+                )
+            return
+        self.stats.fills += 1
+        if self.on_fill is not None:
+            self.on_fill(fill)
+
+    # ------------------------------------------------------------------ end
+    async def finish(self) -> None:
+        """End of data: close the last bar, then STOP liquidates whatever is held."""
+        if self.finished:
+            return
+        if self._bar_group_ts >= 0:
+            await self._close_bars(self._bar_group_ts)
+            end_ts = self._bar_group_ts
+        elif self._next_boundary >= 0:
+            await self._close_bars(self._next_boundary)
+            end_ts = self._next_boundary
+        else:
+            end_ts = self._now
+        # STOP after the last bar: clear everything at the last known price
+        self._decide([], self._signal, Phase.STOP, end_ts)
+        for sym in range(len(self._pending)):
+            if self._has_pending[sym]:
+                self._fill_pending(sym, self._last_trade[sym], end_ts)
+        for i, p in enumerate(self._last_trade):
+            if p == p:
+                self.broker.mark(i, p)
+        if self.equity_curve and self.equity_curve[-1].ts == end_ts:
+            self.equity_curve[-1] = EquityPoint(end_ts, self.broker.equity())
+        else:
+            self.equity_curve.append(EquityPoint(end_ts, self.broker.equity()))
+        if self.option_book is not None:
+            self.option_values.extend(await self.option_book.drain())
+        self.finished = True
+
+    # ------------------------------------------------------------------ views
+    def first_prices(self) -> list[float]:
+        return list(self._first_price)
+
+    def last_prices(self) -> list[float]:
+        return list(self._last_trade)
+
+    def feature_row(self, symbol: str) -> np.ndarray:
+        return self.bank.values[self.sym_index[symbol]].copy()
+
+
+assert N_TERMINALS == 31
+_ = Side

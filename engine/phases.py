@@ -1,0 +1,198 @@
+"""Trading phases and the exhaustive decision table.
+
+The decision for a symbol is a pure function of (trading phase, whether the symbol holds a
+position, the transition between its previous and new target signal) and one strategy
+policy. It is one `match` statement ending in `assert_never`, so mypy proves that every
+combination is handled; impossible states raise with a message naming the state.
+
+Table (the seed's, plus the policy `enter_on_from_zero`):
+
+| phase     | flat                                   | positioned                       |
+|-----------|----------------------------------------|----------------------------------|
+| WAIT      | NONE                                   | NONE                             |
+| TRADE     | TO_ZERO: NONE, CHANGE: ENTER,          | TO_ZERO: CLEAR, CHANGE: SWITCH,  |
+|           | NO_CHANGE: NONE, FROM_ZERO: ENTER if   | NO_CHANGE: NONE,                 |
+|           | enter_on_from_zero else NONE           | FROM_ZERO: raises (inconsistent) |
+| LIQUIDATE | NONE                                   | CHANGE or TO_ZERO: CLEAR, else NONE |
+| STOP      | NONE                                   | CLEAR                            |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import assert_never
+
+
+class Phase(Enum):
+    WAIT = "wait"
+    TRADE = "trade"
+    LIQUIDATE = "liquidate"
+    STOP = "stop"
+
+
+class Transition(Enum):
+    FROM_ZERO = "from_zero"
+    TO_ZERO = "to_zero"
+    CHANGE = "change"
+    NO_CHANGE = "no_change"
+
+
+class Action(Enum):
+    NONE = "none"
+    ENTER = "enter"
+    SWITCH = "switch"
+    CLEAR = "clear"
+
+
+class InconsistentState(RuntimeError):
+    """A combination the table declares impossible (a bug upstream, never bad market data)."""
+
+
+def transition(previous: int, new: int) -> Transition:
+    """Classify the move between two signals in {-1, 0, +1}."""
+    if previous == new:
+        return Transition.NO_CHANGE
+    if previous == 0:
+        return Transition.FROM_ZERO
+    if new == 0:
+        return Transition.TO_ZERO
+    return Transition.CHANGE
+
+
+class Holding(Enum):
+    FLAT = "flat"
+    POSITIONED = "positioned"
+
+
+def decide(
+    phase: Phase, has_position: bool, move: Transition, enter_on_from_zero: bool = False
+) -> Action:
+    """The action for one symbol; raises InconsistentState for impossible states.
+
+    Written as nested matches over one enum at a time because mypy narrows a single
+    subject exhaustively but not the cross product of a tuple subject: this way a missing
+    combination is a type error, not a silent fall-through.
+    """
+    holding = Holding.POSITIONED if has_position else Holding.FLAT
+    match phase:
+        case Phase.WAIT:
+            return Action.NONE
+        case Phase.TRADE:
+            return _trade(holding, move, enter_on_from_zero)
+        case Phase.LIQUIDATE:
+            return _liquidate(holding, move)
+        case Phase.STOP:
+            match holding:
+                case Holding.POSITIONED:
+                    return Action.CLEAR
+                case Holding.FLAT:
+                    return Action.NONE
+                case _:
+                    assert_never(holding)
+        case _:
+            assert_never(phase)
+
+
+def _trade(holding: Holding, move: Transition, enter_on_from_zero: bool) -> Action:
+    match holding:
+        case Holding.FLAT:
+            match move:
+                case Transition.TO_ZERO | Transition.NO_CHANGE:
+                    return Action.NONE
+                case Transition.CHANGE:
+                    return Action.ENTER
+                case Transition.FROM_ZERO:
+                    return Action.ENTER if enter_on_from_zero else Action.NONE
+                case _:
+                    assert_never(move)
+        case Holding.POSITIONED:
+            match move:
+                case Transition.TO_ZERO:
+                    return Action.CLEAR
+                case Transition.CHANGE:
+                    return Action.SWITCH
+                case Transition.NO_CHANGE:
+                    return Action.NONE
+                case Transition.FROM_ZERO:
+                    raise InconsistentState(
+                        "phase TRADE, has_position=True, transition FROM_ZERO: a position is "
+                        "held while the previous target signal was flat"
+                    )
+                case _:
+                    assert_never(move)
+        case _:
+            assert_never(holding)
+
+
+def _liquidate(holding: Holding, move: Transition) -> Action:
+    match holding:
+        case Holding.FLAT:
+            return Action.NONE
+        case Holding.POSITIONED:
+            match move:
+                case Transition.CHANGE | Transition.TO_ZERO:
+                    return Action.CLEAR
+                case Transition.FROM_ZERO | Transition.NO_CHANGE:
+                    return Action.NONE
+                case _:
+                    assert_never(move)
+        case _:
+            assert_never(holding)
+
+
+NS_PER_SECOND = 1_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSchedule:
+    """Phase by time of day: WAIT before t1, TRADE in [t1, t2), LIQUIDATE in [t2, t3), STOP after.
+
+    Times are seconds after midnight in the exchange's time zone. The default (None) keeps
+    every bar in TRADE, which is what daily bars need; the engine reaches STOP after the
+    last bar of a replay, which liquidates whatever is held.
+    """
+
+    t1: float | None = None
+    t2: float | None = None
+    t3: float | None = None
+    timezone: str = "America/New_York"
+
+    def __post_init__(self) -> None:
+        given = [t for t in (self.t1, self.t2, self.t3) if t is not None]
+        if given and len(given) != 3:
+            raise ValueError("a session schedule needs all three times t1 < t2 < t3, or none")
+        if given and not (self.t1 < self.t2 < self.t3):  # type: ignore[operator]
+            raise ValueError(f"session times must satisfy t1 < t2 < t3, got {given}")
+
+    @classmethod
+    def parse(cls, text: str | None) -> SessionSchedule:
+        """"09:35,15:45,15:55" -> schedule; None or "" -> always TRADE."""
+        if not text:
+            return cls()
+        parts = text.split(",")
+        if len(parts) != 3:
+            raise ValueError(f"--session expects three times HH:MM,HH:MM,HH:MM, got {text!r}")
+        secs = []
+        for p in parts:
+            try:
+                hh, mm = p.strip().split(":")
+                secs.append(int(hh) * 3600 + int(mm) * 60)
+            except ValueError:
+                raise ValueError(f"bad time {p!r} in --session {text!r}: use HH:MM") from None
+        return cls(float(secs[0]), float(secs[1]), float(secs[2]))
+
+    @property
+    def always_trade(self) -> bool:
+        return self.t1 is None
+
+    def phase_at(self, seconds_of_day: float) -> Phase:
+        if self.t1 is None:
+            return Phase.TRADE
+        if seconds_of_day < self.t1:
+            return Phase.WAIT
+        if seconds_of_day < self.t2:  # type: ignore[operator]
+            return Phase.TRADE
+        if seconds_of_day < self.t3:  # type: ignore[operator]
+            return Phase.LIQUIDATE
+        return Phase.STOP

@@ -1,0 +1,191 @@
+"""Historical replay: the live engine's code fed from a Source through real ZeroMQ sockets.
+
+The source is published by a feed (a thread for inproc; a separate process for ipc and tcp,
+so that reading files and encoding messages does not share the engine's interpreter) and
+received by the same Subscriber and Engine the daemon uses. Data time drives everything,
+so two replays of the same inputs produce the same report apart from timing fields.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import os
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import zmq
+import zmq.asyncio
+
+from engine.config import EngineConfig
+from engine.core import Engine
+from engine.errors import UserError
+from feeds.publish import publish_source
+from feeds.records import Source
+from feeds.transport import Publisher, Subscriber
+from strategies.base import Strategy
+
+SourceFactory = Callable[[], Source]
+
+
+@dataclass
+class ReplayResult:
+    engine: Engine
+    wall_seconds: float
+    source_name: str
+    skipped: dict[str, int] = field(default_factory=dict)
+    received: int = 0
+    sent: int = 0
+    transport: str = "inproc"
+
+
+def _endpoint(transport: str, tmpdir: str) -> str:
+    name = f"replay-{uuid.uuid4().hex[:12]}"
+    if transport == "inproc":
+        return f"inproc://{name}"
+    if transport == "ipc":
+        return f"ipc://{os.path.join(tmpdir, name)}.sock"
+    if transport == "tcp":
+        return "tcp://127.0.0.1:*"
+    raise UserError(f"unknown transport {transport!r}: expected inproc, ipc or tcp")
+
+
+def _feed_process(factory: SourceFactory, endpoint: str, conn: Any) -> None:
+    """Child process: bind, report the endpoint, wait for the subscriber, publish."""
+    try:
+        source = factory()
+        pub = Publisher(endpoint, zmq.Context())
+        conn.send(("endpoint", pub.endpoint))
+        pub.wait_for_subscriber(30.0)
+        sent = publish_source(source, pub)
+        conn.send(("done", sent))
+        pub.close()
+        pub.context.term()
+    except BaseException as exc:  # reported to the parent as one line
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+
+
+class _Feed:
+    """The publishing side of a replay, as a thread (inproc) or a process (ipc/tcp)."""
+
+    def __init__(self, factory: SourceFactory, transport: str, ctx: zmq.asyncio.Context,
+                 tmpdir: str) -> None:
+        self.transport = transport
+        self.error: str | None = None
+        self.sent = 0
+        endpoint = _endpoint(transport, tmpdir)
+        if transport == "inproc":
+            self.source = factory()
+            self.pub = Publisher(endpoint, zmq.Context.shadow(ctx.underlying))
+            self.endpoint = self.pub.endpoint
+
+            def run() -> None:
+                try:
+                    self.pub.wait_for_subscriber(30.0)
+                    self.sent = publish_source(self.source, self.pub)
+                except BaseException as exc:
+                    self.error = f"{type(exc).__name__}: {exc}"
+
+            self.thread: threading.Thread | None = threading.Thread(
+                target=run, name="replay-feed", daemon=True)
+            self.proc = None
+        else:
+            self.thread = None
+            mpctx = mp.get_context("spawn")
+            self.conn, child = mpctx.Pipe(duplex=False)
+            self.proc = mpctx.Process(target=_feed_process, args=(factory, endpoint, child),
+                                      daemon=True)
+            self.proc.start()
+            kind, value = self.conn.recv() if self.conn.poll(60) else ("error", "feed never started")
+            if kind != "endpoint":
+                raise UserError(f"replay feed failed: {value}")
+            self.endpoint = value
+            self.source = factory()  # symbols for the engine (cheap: sources are lazy)
+
+    def start(self) -> None:
+        if self.thread is not None:
+            self.thread.start()
+
+    def alive(self) -> bool:
+        if self.thread is not None:
+            return self.thread.is_alive()
+        assert self.proc is not None
+        self._collect()
+        return self.proc.is_alive()
+
+    def _collect(self) -> None:
+        if self.proc is not None:
+            while self.conn.poll():
+                kind, value = self.conn.recv()
+                if kind == "error":
+                    self.error = value
+                elif kind == "done":
+                    self.sent = int(value)
+
+    def close(self) -> None:
+        if self.thread is not None:
+            self.thread.join(timeout=5)
+            self.pub.close()
+        elif self.proc is not None:
+            self.proc.join(timeout=10)
+            self._collect()
+            if self.proc.is_alive():
+                self.proc.terminate()
+
+
+async def replay_async(
+    factory: SourceFactory,
+    strategy: Strategy,
+    config: EngineConfig | None = None,
+    option_book: Any = None,
+    progress: Callable[[int], None] | None = None,
+) -> ReplayResult:
+    config = config or EngineConfig()
+    ctx = zmq.asyncio.Context()
+    tmpdir = tempfile.mkdtemp(prefix="replay-ipc-")
+    feed = _Feed(factory, config.transport, ctx, tmpdir)
+    sub = Subscriber(feed.endpoint, ctx)
+    engine = Engine(list(feed.source.symbols), strategy, config, option_book=option_book)
+    t0 = time.perf_counter()
+    feed.start()
+    last_progress = 0
+    try:
+        while not engine.finished:
+            if not await sub.socket.poll(250, zmq.POLLIN):
+                if not feed.alive():
+                    # the feed ended; anything it sent is already queued: drain once more
+                    if await sub.socket.poll(500, zmq.POLLIN):
+                        continue
+                    raise UserError(f"replay feed stopped before the end of data: "
+                                    f"{feed.error or 'no final heartbeat received'}")
+                continue
+            await engine.process(await sub.batch())
+            if progress is not None and engine.stats.ticks - last_progress >= 250_000:
+                last_progress = engine.stats.ticks
+                progress(engine.stats.ticks)
+        wall = time.perf_counter() - t0
+    finally:
+        feed.close()
+        sub.close()
+        ctx.destroy(linger=0)
+        try:
+            os.rmdir(tmpdir)
+        except OSError:
+            pass
+    if feed.error:
+        raise UserError(f"replay feed failed: {feed.error}")
+    return ReplayResult(
+        engine=engine, wall_seconds=wall, source_name=getattr(feed.source, "name", "source"),
+        skipped=dict(sub.validator.skipped.counts), received=sub.validator.received,
+        sent=feed.sent, transport=config.transport,
+    )
+
+
+def replay(factory: SourceFactory, strategy: Strategy, config: EngineConfig | None = None,
+           option_book: Any = None, progress: Callable[[int], None] | None = None) -> ReplayResult:
+    return asyncio.run(replay_async(factory, strategy, config, option_book, progress))
