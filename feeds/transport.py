@@ -147,13 +147,24 @@ class Validator:
         try:
             msg = self.decoder.decode(payload)
         except msgspec.ValidationError as exc:
-            kind = "unknown_kind" if "tag" in str(exc).lower() else "wrong_schema"
+            # msgspec reports an unknown tag as an invalid value at the tag's position
+            kind = "unknown_kind" if str(exc).endswith("at `$[0]`") else "wrong_schema"
             self.skipped.add(kind, payload)
             return None
         except msgspec.DecodeError:
             self.skipped.add("undecodable", payload)
             return None
         t = type(msg)
+        # the sequence is checked first: a message with bad content still occupies its place
+        # in the stream, so skipping it must not look like a gap
+        seq = msg.seq
+        expected = self.last_seq.get(topic, 0) + 1
+        if seq < expected:
+            self.skipped.add("duplicate", msg)
+            return None
+        if seq > expected:
+            self.skipped.add("sequence_gap", msg, seq - expected)
+        self.last_seq[topic] = seq
         if t is Trade:
             p = msg.price  # type: ignore[union-attr]
             if not (p > 0.0 and p != math.inf):  # NaN fails the comparison too
@@ -182,23 +193,13 @@ class Validator:
             if not b.volume >= 0.0:
                 self.skipped.add("bad_size", msg)
                 return None
-        seq = msg.seq
-        expected = self.last_seq.get(topic, 0) + 1
-        if seq < expected:
-            self.skipped.add("duplicate", msg)
-            return None
         if t is not Heartbeat:
             sym = msg.symbol
             last = self.last_ts.get(sym)
             if last is not None and msg.ts < last:
                 self.skipped.add("time_backwards", msg)
-                # the stream position advanced even though the data is unusable
-                self.last_seq[topic] = seq
                 return None
             self.last_ts[sym] = msg.ts
-        if seq > expected:
-            self.skipped.add("sequence_gap", msg, seq - expected)
-        self.last_seq[topic] = seq
         return msg
 
 

@@ -1,0 +1,236 @@
+"""Core arithmetic of GP trading-rule evaluation, written once, compiled for CPU and GPU.
+
+Op codes (int16). A terminal's op code is its index in `gpu.terminals.TERMINALS`, so float
+terminals are 0..16 and boolean ones 17..30; the functions follow:
+
+| op      | code | signature            |
+|---------|------|----------------------|
+| AND     | 31   | bool, bool -> bool   |
+| OR      | 32   | bool, bool -> bool   |
+| NOT     | 33   | bool -> bool         |
+| LT (<)  | 34   | float, float -> bool |
+| GT (>)  | 35   | float, float -> bool |
+
+A compiled individual is one postfix program: the buy tree's postfix, then the sell tree's,
+so that after the last op the stack holds [buy, sell]. The interpreter keeps floats and
+booleans (as 0.0 / 1.0) on one float32 stack. Indicator values are never combined
+arithmetically, only compared, so the float32 panel gives identical decisions everywhere.
+A comparison involving NaN is false; a boolean terminal is true iff its value > 0.5, so a
+NaN (warming-up) boolean is false.
+
+Decision code of one (program, day, stock): bit 0 = buy tree true, bit 1 = sell tree true.
+
+Money (float64, per stock, the paper's simulation; see strategies/gp/__init__.py):
+signal 0/1 follows the engine's target signal; on buy&!sell with signal 0 the signal turns
+1 and the most whole shares floor((cash - 1) / close) are bought when that is >= 1; on
+sell&!buy with signal 1 the signal turns 0 and any shares are sold. After the last day any
+shares are sold at the last close. Each trade pays COMMISSION.
+
+Products shares*price go through MUL_RN: plain `*` on the CPU, libdevice's `dmul_rn` on
+the GPU. NVVM contracts a multiply feeding an add into one fused multiply-add by default,
+which rounds once instead of twice; `dmul_rn` forbids that, so GPU money equals CPU money
+bit for bit.
+
+The plain functions below refer to each other through module globals in CAPITALS
+(DECIDE, STEP_MONEY, LIQUIDATE, MUL_RN). `build_backend` rebinds those names to the
+compiled versions of one backend, so the same source compiles for numba's CPU and CUDA
+targets.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+from collections.abc import Callable
+from typing import Any
+
+import numba
+import numpy as np
+
+from gpu.terminals import N_BOOL, N_FLOAT, N_TERMINALS
+
+OP_AND = N_TERMINALS          # 31
+OP_OR = N_TERMINALS + 1       # 32
+OP_NOT = N_TERMINALS + 2      # 33
+OP_LT = N_TERMINALS + 3       # 34
+OP_GT = N_TERMINALS + 4       # 35
+N_OPS = N_TERMINALS + 5       # 36
+FUNCTION_NAMES: dict[int, str] = {OP_AND: "AND", OP_OR: "OR", OP_NOT: "NOT", OP_LT: "<", OP_GT: ">"}
+
+TYPE_FLOAT = 0
+TYPE_BOOL = 1
+
+#: arity of every op code
+ARITY = np.zeros(N_OPS, np.int8)
+ARITY[[OP_AND, OP_OR, OP_LT, OP_GT]] = 2
+ARITY[OP_NOT] = 1
+#: type every op code returns
+RETURN_TYPE = np.full(N_OPS, TYPE_BOOL, np.int8)
+RETURN_TYPE[:N_FLOAT] = TYPE_FLOAT
+#: type of every argument of a function (unused slots -1)
+ARG_TYPE = np.full((N_OPS, 2), -1, np.int8)
+ARG_TYPE[[OP_AND, OP_OR]] = TYPE_BOOL
+ARG_TYPE[OP_NOT, 0] = TYPE_BOOL
+ARG_TYPE[[OP_LT, OP_GT]] = TYPE_FLOAT
+
+#: capacity of the interpreter stack; a tree of depth D needs at most D + 1 slots and the
+#: finished buy tree holds one more while the sell tree runs.
+STACK_SIZE = 16
+MAX_DEPTH_LIMIT = STACK_SIZE - 3
+
+CASH0 = 10_000.0      # dollars per stock at the start of a window
+COMMISSION = 1.0      # dollars per trade
+
+CODE_BUY = 1
+CODE_SELL = 2
+
+assert N_BOOL == N_TERMINALS - N_FLOAT
+
+
+# --------------------------------------------------------------------------- plain functions
+def mul_rn(a: float, b: float) -> float:
+    """a*b rounded on its own (never fused with a following add)."""
+    return a * b
+
+
+def decide(program: Any, length: int, panel: Any, day: int, stock: int, stack: Any) -> int:
+    """Decision code (bit 0 buy, bit 1 sell) of one postfix program on panel[day, :, stock]."""
+    sp = 0
+    for pc in range(length):
+        op = program[pc]
+        if op < N_FLOAT:
+            stack[sp] = panel[day, op, stock]
+            sp += 1
+        elif op < N_TERMINALS:
+            stack[sp] = 1.0 if panel[day, op, stock] > 0.5 else 0.0
+            sp += 1
+        elif op == OP_NOT:
+            stack[sp - 1] = 0.0 if stack[sp - 1] > 0.5 else 1.0
+        else:
+            sp -= 1
+            left = stack[sp - 1]
+            right = stack[sp]
+            if op == OP_AND:
+                stack[sp - 1] = 1.0 if (left > 0.5 and right > 0.5) else 0.0
+            elif op == OP_OR:
+                stack[sp - 1] = 1.0 if (left > 0.5 or right > 0.5) else 0.0
+            elif op == OP_LT:
+                stack[sp - 1] = 1.0 if left < right else 0.0
+            else:
+                stack[sp - 1] = 1.0 if left > right else 0.0
+    code = 0
+    if stack[0] > 0.5:
+        code += CODE_BUY
+    if stack[1] > 0.5:
+        code += CODE_SELL
+    return code
+
+
+def step_money(code: int, signal: int, shares: float, cash: float, price: float
+               ) -> tuple[int, float, float]:
+    """One day's trade at the close `price` (dollars) for decision `code`."""
+    if code == CODE_BUY:
+        if signal == 0:
+            signal = 1
+            n = float(math.floor((cash - COMMISSION) / price))
+            if n >= 1.0:
+                cash = cash - (MUL_RN(n, price) + COMMISSION)
+                shares = n
+    elif code == CODE_SELL and signal == 1:
+        signal = 0
+        if shares > 0.0:
+            cash = cash + (MUL_RN(shares, price) - COMMISSION)
+            shares = 0.0
+    return signal, shares, cash
+
+
+def liquidate(shares: float, cash: float, price: float) -> float:
+    """Cash after selling whatever is held at `price` (end of the window)."""
+    if shares > 0.0:
+        cash = cash + (MUL_RN(shares, price) - COMMISSION)
+    return cash
+
+
+def simulate(program: Any, length: int, panel: Any, close: Any, stock: int,
+             day0: int, day1: int, stack: Any) -> float:
+    """Final cash (dollars) of one program trading one stock over days [day0, day1)."""
+    signal = 0
+    shares = 0.0
+    cash = CASH0
+    for day in range(day0, day1):
+        code = DECIDE(program, length, panel, day, stock, stack)
+        signal, shares, cash = STEP_MONEY(code, signal, shares, cash, close[day, stock])
+    return LIQUIDATE(shares, cash, close[day1 - 1, stock])
+
+
+def simulate_codes(codes: Any, close: Any, stock: int, day0: int, day1: int) -> float:
+    """Final cash of trading decision codes[day - day0, stock] over days [day0, day1)."""
+    signal = 0
+    shares = 0.0
+    cash = CASH0
+    for day in range(day0, day1):
+        signal, shares, cash = STEP_MONEY(codes[day - day0, stock], signal, shares, cash,
+                                          close[day, stock])
+    return LIQUIDATE(shares, cash, close[day1 - 1, stock])
+
+
+def buy_hold(close: Any, stock: int, day0: int, day1: int) -> float:
+    """Final cash of buying at close[day0] and selling at close[day1 - 1]."""
+    signal, shares, cash = STEP_MONEY(CODE_BUY, 0, 0.0, CASH0, close[day0, stock])
+    return LIQUIDATE(shares, cash, close[day1 - 1, stock])
+
+
+# Placeholders for the names the plain functions call; build_backend rebinds them. As plain
+# Python (the reference path of the CUDA simulator) they are the plain functions.
+MUL_RN: Callable[..., Any] = mul_rn
+DECIDE: Callable[..., Any] = decide
+STEP_MONEY: Callable[..., Any] = step_money
+LIQUIDATE: Callable[..., Any] = liquidate
+
+_ORDER = (("DECIDE", decide), ("STEP_MONEY", step_money), ("LIQUIDATE", liquidate),
+          ("SIMULATE", simulate), ("SIMULATE_CODES", simulate_codes), ("BUY_HOLD", buy_hold))
+
+
+def _rebind(fn: Callable[..., Any], names: dict[str, Any]) -> Callable[..., Any]:
+    """`fn` with the given module globals replaced (same code object, new globals dict)."""
+    glb = dict(fn.__globals__)
+    glb.update(names)
+    new = types.FunctionType(fn.__code__, glb, fn.__name__, fn.__defaults__, fn.__closure__)
+    new.__qualname__ = fn.__qualname__
+    new.__module__ = fn.__module__
+    new.__doc__ = fn.__doc__
+    return new
+
+
+def build_backend(jit: Callable[[Callable[..., Any]], Any], mul: Any) -> types.SimpleNamespace:
+    """Compile the core for one target: `jit` wraps a plain function, `mul` is MUL_RN."""
+    names: dict[str, Any] = {"MUL_RN": mul}
+    for name, fn in _ORDER:
+        names[name] = jit(_rebind(fn, names))
+    return types.SimpleNamespace(**{k.lower(): v for k, v in names.items()})
+
+
+def _cpu_jit(fn: Callable[..., Any]) -> Any:
+    return numba.njit(cache=True, nogil=True)(fn)
+
+
+#: the CPU backend (numba njit); gp_eval builds the CUDA one on first use
+CPU = build_backend(_cpu_jit, numba.njit(cache=True)(mul_rn))
+
+
+def cuda_backend() -> types.SimpleNamespace:
+    """The CUDA device-function backend (or the simulator's, under NUMBA_ENABLE_CUDASIM)."""
+    from numba import cuda
+
+    from gpu.device import cuda_simulated
+
+    def jit(fn: Callable[..., Any]) -> Any:
+        return cuda.jit(device=True)(fn)
+
+    if cuda_simulated():
+        mul: Any = cuda.jit(device=True)(mul_rn)
+    else:
+        from numba.cuda import libdevice
+
+        mul = libdevice.dmul_rn
+    return build_backend(jit, mul)

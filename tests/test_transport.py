@@ -1,0 +1,121 @@
+"""ZeroMQ transport on real sockets: round trip, batching, and bad input counted by kind."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import msgspec
+import pytest
+import zmq
+import zmq.asyncio
+
+from feeds.messages import Bar, Heartbeat, Quote, Trade, encode, make_decoder, topic_for
+from feeds.transport import Publisher, Subscriber
+
+
+def test_messages_round_trip_through_one_decoder() -> None:
+    dec = make_decoder()
+    msgs = [
+        Trade(1, 10, "BAC", 13.8, 100.0),
+        Quote(1, 11, "BAC", 13.79, 400.0, 13.81, 500.0),
+        Bar(1, 12, "AAL", 1.0, 2.0, 0.5, 1.5, 1e6, 86_400_000_000_000),
+        Heartbeat(1, 13, "", True),
+    ]
+    for m in msgs:
+        assert dec.decode(encode(m)) == m
+    assert topic_for(msgs[0]) == b"T.BAC"
+    assert topic_for(msgs[2]) == b"B.AAL"
+
+
+async def _collect(sub: Subscriber, until_final: bool = True, timeout: float = 5.0) -> list:
+    got: list = []
+    async def loop() -> None:
+        while True:
+            for m in await sub.batch():
+                got.append(m)
+                if isinstance(m, Heartbeat) and m.final:
+                    return
+    await asyncio.wait_for(loop(), timeout)
+    return got
+
+
+@pytest.mark.parametrize("transport", ["tcp", "ipc"])
+async def test_bad_input_is_counted_by_kind_and_skipped(transport: str, tmp_path) -> None:
+    ctx = zmq.asyncio.Context()
+    endpoint = "tcp://127.0.0.1:*" if transport == "tcp" else f"ipc://{tmp_path}/t.sock"
+    pub = Publisher(endpoint, zmq.Context())
+    sub = Subscriber(pub.endpoint, ctx)
+    await asyncio.get_running_loop().run_in_executor(None, pub.wait_for_subscriber, 5.0)
+
+    good = [Trade(s, 1000 + s, "BAC", 13.0 + s / 100, 100.0) for s in (1, 2, 3)]
+    for m in good:
+        pub.send(m)
+    pub.send_raw(b"T.BAC", b"\xc1\xff not msgpack")                       # undecodable
+    pub.send_raw(b"X.BAC", msgspec.msgpack.encode(["Z", 1, 2, "BAC"]))    # unknown kind
+    pub.send_raw(b"T.BAC", msgspec.msgpack.encode(["T", 4, "x", "BAC"]))  # wrong schema
+    pub.send_raw(b"T.BAC", b"only an int")  # MessagePack, but a bare int
+    pub.send(Trade(4, 1004, "BAC", math.nan, 100.0))                       # NaN price
+    pub.send(Trade(5, 1005, "BAC", -1.0, 100.0))                           # negative price
+    pub.send(Trade(6, 1006, "BAC", math.inf, 100.0))                       # inf price
+    pub.send(Trade(7, 1007, "BAC", 13.5, 0.0))                             # size 0
+    pub.send(Trade(8, 1008, "BAC", 13.5, 100.0))                           # good
+    pub.send(Trade(8, 1008, "BAC", 13.5, 100.0))                           # duplicate seq
+    pub.send(Trade(7, 1009, "BAC", 13.5, 100.0))                           # older seq: duplicate
+    pub.send(Trade(12, 1010, "BAC", 13.6, 100.0))                          # gap of 3 (9,10,11)
+    pub.send(Trade(13, 900, "BAC", 13.6, 100.0))                           # time backwards
+    pub.send(Trade(14, 1011, "BAC", 13.7, 100.0))                          # good
+    pub.send(Trade(1, 5, "SPY", 170.0, 10.0))       # another symbol: own sequence, own clock
+    pub.send_raw(b"Q.BAC", encode(Quote(1, 1012, "BAC", 0.0, 0.0, 0.0, 0.0)))  # no side
+    pub.send(Heartbeat(1, 1013, "", True))
+    got = await _collect(sub)
+    pub.close()
+    sub.close()
+    ctx.destroy(linger=0)
+
+    prices = [m.price for m in got if isinstance(m, Trade)]
+    assert prices == [13.01, 13.02, 13.03, 13.5, 13.6, 13.7, 170.0]
+    assert sub.validator.skipped.counts == {
+        "undecodable": 1,   # bytes that are not MessagePack
+        "unknown_kind": 1,
+        "wrong_schema": 2,  # MessagePack of the wrong shape (an int, a short array)
+        "bad_price": 4,     # NaN, negative, inf, and the quote with no side
+        "bad_size": 1,
+        "duplicate": 2,
+        "sequence_gap": 3,
+        "time_backwards": 1,
+    }
+    # the subscriber kept running: the heartbeat after all the bad input arrived
+    assert isinstance(got[-1], Heartbeat)
+
+
+def test_framing_error_counted() -> None:
+    from feeds.transport import Validator
+
+    v = Validator()
+    assert v.validate([b"only-one-frame"]) is None
+    assert v.validate([b"a", b"b", b"c"]) is None
+    assert v.skipped.counts == {"bad_framing": 2}
+
+
+async def test_drains_a_burst_in_few_awaits() -> None:
+    """After one await the socket is drained without waiting: batches hold many messages."""
+    ctx = zmq.asyncio.Context()
+    pub = Publisher("inproc://burst", zmq.Context.shadow(ctx.underlying))
+    sub = Subscriber("inproc://burst", ctx)
+    await asyncio.get_running_loop().run_in_executor(None, pub.wait_for_subscriber, 5.0)
+    n = 20_000
+    for s in range(1, n + 1):
+        pub.send(Trade(s, s, "SYN", 10.0, 1.0))
+    pub.send(Heartbeat(1, n + 1, "", True))
+    batches = 0
+    received = 0
+    while received < n + 1:
+        batch = await sub.batch()
+        batches += 1
+        received += len(batch)
+    assert received == n + 1
+    assert batches < n / 100  # far fewer awaits than messages
+    pub.close()
+    sub.close()
+    ctx.destroy(linger=0)
