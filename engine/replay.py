@@ -189,3 +189,39 @@ async def replay_async(
 def replay(factory: SourceFactory, strategy: Strategy, config: EngineConfig | None = None,
            option_book: Any = None, progress: Callable[[int], None] | None = None) -> ReplayResult:
     return asyncio.run(replay_async(factory, strategy, config, option_book, progress))
+
+
+async def raw_limit_async(factory: SourceFactory, transport: str = "inproc") -> tuple[int, float]:
+    """The transport's own limit for this source: publish -> receive -> decode, no engine.
+
+    Returns (messages decoded, wall seconds), timed like `replay_async` from the feed's start
+    to the final heartbeat.
+    """
+    from feeds.messages import Heartbeat, make_decoder
+
+    ctx = zmq.asyncio.Context()
+    tmpdir = tempfile.mkdtemp(prefix="replay-ipc-")
+    feed = _Feed(factory, transport, ctx, tmpdir)
+    sub = Subscriber(feed.endpoint, ctx)
+    decode = make_decoder().decode
+    n = 0
+    t0 = time.perf_counter()
+    feed.start()
+    try:
+        done = False
+        while not done:
+            if not await sub.socket.poll(250, zmq.POLLIN):
+                if not feed.alive() and not await sub.socket.poll(500, zmq.POLLIN):
+                    raise UserError(f"feed stopped early: {feed.error}")
+                continue
+            for _topic, payload in await sub.raw_batch():
+                m = decode(payload)
+                n += 1
+                if type(m) is Heartbeat and m.final:
+                    done = True
+        wall = time.perf_counter() - t0
+    finally:
+        feed.close()
+        sub.close()
+        ctx.destroy(linger=0)
+    return n, wall

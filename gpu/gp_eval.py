@@ -1,0 +1,364 @@
+"""Evaluate compiled GP trading programs over a panel: a CPU (numba prange) and a CUDA kernel.
+
+Inputs, shared by both backends:
+- `programs` int16 (n_programs, max_len): postfix op codes (gpu.gp_core), buy tree then
+  sell tree; `lengths` int32 (n_programs,) the used prefix of each row;
+- `panel` float32 (n_days, 31, n_stocks): indicator values, day x indicator x stock, so the
+  threads of one program (consecutive stocks) read consecutive addresses;
+- `close` float64 (n_days, n_stocks): closing prices in dollars; trades fill at close[day].
+
+CUDA layout: one thread per (program, stock), thread t -> program t // n_stocks, stock
+t % n_stocks, so the stocks of one program sit in consecutive threads of a warp, run the
+same op sequence without divergence and read the program row as a broadcast. The stack
+(float32, gp_core.STACK_SIZE) is a per-thread local array. The CPU twin runs the same core
+functions in a prange over programs.
+
+The evaluators return final cash per (program, stock) in float64; fitness is reduced on the
+host by `fitness_from_cash`, the same numpy code for both backends, so identical cash gives
+identical fitness bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import numba
+import numpy as np
+import numpy.typing as npt
+from numba import prange
+
+from gpu import gp_core
+from gpu.device import resolve_device
+from gpu.gp_core import CASH0, STACK_SIZE
+from gpu.terminals import N_TERMINALS
+
+F32 = npt.NDArray[np.float32]
+F64 = npt.NDArray[np.float64]
+I16 = npt.NDArray[np.int16]
+I32 = npt.NDArray[np.int32]
+I8 = npt.NDArray[np.int8]
+
+THREADS_PER_BLOCK = 128
+
+_cpu = gp_core.CPU
+_simulate_cpu = _cpu.simulate
+_decide_cpu = _cpu.decide
+_buy_hold_cpu = _cpu.buy_hold
+_simulate_codes_cpu = _cpu.simulate_codes
+
+
+# --------------------------------------------------------------------------- CPU kernels
+@numba.njit(parallel=True, cache=True)
+def _final_cash_cpu(programs: Any, lengths: Any, panel: Any, close: Any, day0: int, day1: int,
+                    out: Any) -> None:
+    n_stocks = close.shape[1]
+    for i in prange(programs.shape[0]):
+        stack = np.empty(STACK_SIZE, np.float32)
+        program = programs[i]
+        for s in range(n_stocks):
+            out[i, s] = _simulate_cpu(program, lengths[i], panel, close, s, day0, day1, stack)
+
+
+@numba.njit(parallel=True, cache=True)
+def _codes_cpu(programs: Any, lengths: Any, panel: Any, day0: int, day1: int, out: Any) -> None:
+    n_stocks = panel.shape[2]
+    for i in prange(programs.shape[0]):
+        stack = np.empty(STACK_SIZE, np.float32)
+        program = programs[i]
+        for d in range(day0, day1):
+            for s in range(n_stocks):
+                out[i, d - day0, s] = _decide_cpu(program, lengths[i], panel, d, s, stack)
+
+
+@numba.njit(cache=True)
+def _buy_hold_all_cpu(close: Any, day0: int, day1: int, out: Any) -> None:
+    for s in range(close.shape[1]):
+        out[s] = _buy_hold_cpu(close, s, day0, day1)
+
+
+@numba.njit(cache=True)
+def _codes_cash_cpu(codes: Any, close: Any, day0: int, day1: int, out: Any) -> None:
+    for s in range(close.shape[1]):
+        out[s] = _simulate_codes_cpu(codes, close, s, day0, day1)
+
+
+# --------------------------------------------------------------------------- CUDA kernels
+_cuda_kernels: SimpleNamespace | None = None
+
+
+def _cuda() -> SimpleNamespace:
+    """Compile (once) the CUDA kernels over gp_core's CUDA backend."""
+    global _cuda_kernels
+    if _cuda_kernels is not None:
+        return _cuda_kernels
+    from numba import cuda, float32
+
+    core = gp_core.cuda_backend()
+    simulate_dev = core.simulate
+    decide_dev = core.decide
+
+    @cuda.jit
+    def final_cash_kernel(programs: Any, lengths: Any, panel: Any, close: Any, day0: int,
+                          day1: int, out: Any) -> None:
+        t = cuda.grid(1)
+        n_stocks = close.shape[1]
+        i = t // n_stocks
+        if i >= programs.shape[0]:
+            return
+        s = t - i * n_stocks
+        stack = cuda.local.array(STACK_SIZE, float32)
+        out[i, s] = simulate_dev(programs[i], lengths[i], panel, close, s, day0, day1, stack)
+
+    @cuda.jit
+    def codes_kernel(programs: Any, lengths: Any, panel: Any, day0: int, day1: int,
+                     out: Any) -> None:
+        t = cuda.grid(1)
+        n_stocks = panel.shape[2]
+        i = t // n_stocks
+        if i >= programs.shape[0]:
+            return
+        s = t - i * n_stocks
+        stack = cuda.local.array(STACK_SIZE, float32)
+        for d in range(day0, day1):
+            out[i, d - day0, s] = decide_dev(programs[i], lengths[i], panel, d, s, stack)
+
+    _cuda_kernels = SimpleNamespace(final_cash=final_cash_kernel, codes=codes_kernel)
+    return _cuda_kernels
+
+
+def _blocks(n_threads: int) -> int:
+    return max(1, math.ceil(n_threads / THREADS_PER_BLOCK))
+
+
+# --------------------------------------------------------------------------- checks
+def _check_programs(programs: np.ndarray, lengths: np.ndarray) -> tuple[I16, I32]:
+    programs = np.ascontiguousarray(programs, np.int16)
+    lengths = np.ascontiguousarray(lengths, np.int32)
+    if programs.ndim != 2 or lengths.shape != (programs.shape[0],):
+        raise ValueError(f"programs must be (n, max_len) with lengths (n,), got "
+                         f"{programs.shape} and {lengths.shape}")
+    if lengths.size and (lengths.min() < 2 or lengths.max() > programs.shape[1]):
+        raise ValueError("program lengths out of range [2, max_len]")
+    return programs, lengths
+
+
+def _check_panel(panel: np.ndarray, close: np.ndarray | None, day0: int, day1: int
+                 ) -> tuple[F32, F64 | None]:
+    panel = np.ascontiguousarray(panel, np.float32)
+    if panel.ndim != 3 or panel.shape[1] != N_TERMINALS:
+        raise ValueError(f"panel must be (n_days, {N_TERMINALS}, n_stocks), got {panel.shape}")
+    if not 0 <= day0 < day1 <= panel.shape[0]:
+        raise ValueError(f"day range [{day0}, {day1}) outside the panel's {panel.shape[0]} days")
+    if close is None:
+        return panel, None
+    close = np.ascontiguousarray(close, np.float64)
+    if close.shape != (panel.shape[0], panel.shape[2]):
+        raise ValueError(f"close must be (n_days, n_stocks) = {(panel.shape[0], panel.shape[2])},"
+                         f" got {close.shape}")
+    return panel, close
+
+
+# --------------------------------------------------------------------------- public API
+def final_cash(programs: np.ndarray, lengths: np.ndarray, panel: np.ndarray, close: np.ndarray,
+               day0: int = 0, day1: int | None = None, device: str = "auto") -> F64:
+    """Final cash in dollars (n_programs, n_stocks) of each program trading each stock over
+    days [day0, day1) from CASH0, liquidated at the last close."""
+    day1 = panel.shape[0] if day1 is None else day1
+    return PopulationEvaluator(panel, close, day0, day1, device).final_cash(programs, lengths)
+
+
+def decision_codes(programs: np.ndarray, lengths: np.ndarray, panel: np.ndarray,
+                   day0: int = 0, day1: int | None = None, device: str = "auto") -> I8:
+    """Decision codes int8 (n_programs, day1 - day0, n_stocks): bit 0 buy, bit 1 sell."""
+    programs, lengths = _check_programs(programs, lengths)
+    day1 = panel.shape[0] if day1 is None else day1
+    panel_c, _ = _check_panel(panel, None, day0, day1)
+    n, n_stocks = programs.shape[0], panel_c.shape[2]
+    out = np.zeros((n, day1 - day0, n_stocks), np.int8)
+    if n == 0:
+        return out
+    if resolve_device(device, "GP decisions") == "cpu":
+        _codes_cpu(programs, lengths, panel_c, day0, day1, out)
+        return out
+    from numba import cuda
+
+    k = _cuda()
+    d_out = cuda.device_array(out.shape, np.int8)
+    k.codes[_blocks(n * n_stocks), THREADS_PER_BLOCK](
+        cuda.to_device(programs), cuda.to_device(lengths), cuda.to_device(panel_c), day0, day1,
+        d_out)
+    return np.asarray(d_out.copy_to_host())
+
+
+def buy_hold_cash(close: np.ndarray, day0: int = 0, day1: int | None = None) -> F64:
+    """Final cash (n_stocks,) of buying at close[day0] and selling at close[day1 - 1]."""
+    close = np.ascontiguousarray(close, np.float64)
+    day1 = close.shape[0] if day1 is None else day1
+    out = np.empty(close.shape[1], np.float64)
+    _buy_hold_all_cpu(close, day0, day1, out)
+    return out
+
+
+def cash_from_codes(codes: np.ndarray, close: np.ndarray, day0: int = 0,
+                    day1: int | None = None) -> F64:
+    """Final cash (n_stocks,) of trading decision codes (day1 - day0, n_stocks) at close."""
+    close = np.ascontiguousarray(close, np.float64)
+    day1 = close.shape[0] if day1 is None else day1
+    codes = np.ascontiguousarray(codes, np.int8)
+    if codes.shape != (day1 - day0, close.shape[1]):
+        raise ValueError(f"codes must be {(day1 - day0, close.shape[1])}, got {codes.shape}")
+    out = np.empty(close.shape[1], np.float64)
+    _codes_cash_cpu(codes, close, day0, day1, out)
+    return out
+
+
+def roi(cash: np.ndarray) -> F64:
+    """Return on investment of final cash (dollars) against CASH0."""
+    return np.asarray(cash, np.float64) / CASH0 - 1.0
+
+
+def fitness_from_cash(cash: np.ndarray, bh_cash: np.ndarray) -> F64:
+    """Fitness (n_programs,) = mean over stocks of ROI - buy-and-hold ROI."""
+    return np.asarray(np.mean(roi(cash) - roi(bh_cash)[None, :], axis=1), np.float64)
+
+
+def gp_ops(lengths: np.ndarray, n_stocks: int, n_days: int) -> int:
+    """GP operations (interpreted nodes) of evaluating programs of these lengths."""
+    return int(np.asarray(lengths, np.int64).sum()) * n_stocks * n_days
+
+
+class PopulationEvaluator:
+    """Evaluates many populations over one fixed window; on CUDA the panel stays resident.
+
+    `panel` (n_days, 31, n_stocks) float32, `close` (n_days, n_stocks) float64, trading days
+    [day0, day1). `last_seconds` is the wall time of the latest evaluation (transfers
+    included, synchronised), `last_ops` its GP operation count.
+    """
+
+    def __init__(self, panel: np.ndarray, close: np.ndarray, day0: int, day1: int,
+                 device: str = "auto") -> None:
+        panel_c, close_c = _check_panel(panel, close, day0, day1)
+        assert close_c is not None
+        if not np.all(np.isfinite(close_c[day0:day1])) or np.any(close_c[day0:day1] <= 0):
+            raise ValueError("close prices must be finite and > 0 on every day of the window")
+        self.device = resolve_device(device, "GP evaluation")
+        self.panel, self.close = panel_c, close_c
+        self.day0, self.day1 = day0, day1
+        self.n_stocks = panel_c.shape[2]
+        self.n_days = day1 - day0
+        self.bh_cash = buy_hold_cash(close_c, day0, day1)
+        self.last_seconds = 0.0
+        self.last_ops = 0
+        self._d_panel: Any = None
+        self._d_close: Any = None
+        if self.device == "cuda":
+            from numba import cuda
+
+            self._d_panel = cuda.to_device(panel_c)
+            self._d_close = cuda.to_device(close_c)
+
+    def final_cash(self, programs: np.ndarray, lengths: np.ndarray) -> F64:
+        programs, lengths = _check_programs(programs, lengths)
+        n = programs.shape[0]
+        t0 = time.perf_counter()
+        out = np.empty((n, self.n_stocks), np.float64)
+        if n == 0:
+            return out
+        if self.device == "cpu":
+            _final_cash_cpu(programs, lengths, self.panel, self.close, self.day0, self.day1, out)
+        else:
+            from numba import cuda
+
+            k = _cuda()
+            d_out = cuda.device_array(out.shape, np.float64)
+            k.final_cash[_blocks(n * self.n_stocks), THREADS_PER_BLOCK](
+                cuda.to_device(programs), cuda.to_device(lengths), self._d_panel, self._d_close,
+                self.day0, self.day1, d_out)
+            d_out.copy_to_host(out)
+        self.last_seconds = time.perf_counter() - t0
+        self.last_ops = gp_ops(lengths, self.n_stocks, self.n_days)
+        return out
+
+    def fitness(self, programs: np.ndarray, lengths: np.ndarray) -> tuple[F64, F64]:
+        """(fitness (n,), final cash (n, n_stocks))."""
+        cash = self.final_cash(programs, lengths)
+        return fitness_from_cash(cash, self.bh_cash), cash
+
+
+class AsyncDecider:
+    """Decision codes of a few programs for every symbol of one feature row, launched
+    asynchronously: `start` queues copies and one kernel on a private stream and records an
+    event; `ready` polls it (never blocks); `result` returns the codes once ready.
+
+    `features` is the engine's (n_symbols, 31) float32 matrix. On the CPU `start` computes
+    the codes at once and `ready` is immediately true.
+    """
+
+    def __init__(self, programs: np.ndarray, lengths: np.ndarray, device: str = "auto") -> None:
+        self.programs, self.lengths = _check_programs(programs, lengths)
+        self.device = resolve_device(device, "GP strategy")
+        self._result: I8 | None = None
+        self._event: Any = None
+        self._n_symbols = -1
+        if self.device == "cuda":
+            from numba import cuda
+
+            self._stream = cuda.stream()
+            self._d_programs = cuda.to_device(self.programs, stream=self._stream)
+            self._d_lengths = cuda.to_device(self.lengths, stream=self._stream)
+            self._stream.synchronize()
+
+    def _buffers(self, n_symbols: int) -> None:
+        from numba import cuda
+
+        n = self.programs.shape[0]
+        self._h_panel = cuda.pinned_array((1, N_TERMINALS, n_symbols), np.float32)
+        self._h_out = cuda.pinned_array((n, 1, n_symbols), np.int8)
+        self._d_panel = cuda.device_array((1, N_TERMINALS, n_symbols), np.float32)
+        self._d_out = cuda.device_array((n, 1, n_symbols), np.int8)
+        self._n_symbols = n_symbols
+
+    def start(self, features: np.ndarray) -> None:
+        feats = np.asarray(features, np.float32)
+        if feats.ndim != 2 or feats.shape[1] != N_TERMINALS:
+            raise ValueError(f"features must be (n_symbols, {N_TERMINALS}), got {feats.shape}")
+        n_symbols = feats.shape[0]
+        panel = np.ascontiguousarray(feats.T)[None, :, :]
+        if self.device == "cpu":
+            out = np.zeros((self.programs.shape[0], 1, n_symbols), np.int8)
+            if n_symbols:
+                _codes_cpu(self.programs, self.lengths, panel, 0, 1, out)
+            self._result = out[:, 0, :]
+            return
+        from numba import cuda
+
+        if n_symbols != self._n_symbols:
+            self._buffers(n_symbols)
+        self._h_panel[...] = panel
+        self._d_panel.copy_to_device(self._h_panel, stream=self._stream)
+        n = self.programs.shape[0]
+        _cuda().codes[_blocks(n * n_symbols), THREADS_PER_BLOCK, self._stream](
+            self._d_programs, self._d_lengths, self._d_panel, 0, 1, self._d_out)
+        self._d_out.copy_to_host(self._h_out, stream=self._stream)
+        self._event = cuda.event()
+        self._event.record(self._stream)
+        self._result = None
+
+    def ready(self) -> bool:
+        if self.device == "cpu" or self._result is not None:
+            return True
+        query = getattr(self._event, "query", None)
+        # the CUDA simulator runs streams synchronously and its events have no query()
+        return True if query is None else bool(query())
+
+    def result(self) -> I8:
+        """Codes (n_programs, n_symbols) of the latest `start`; call when `ready()`."""
+        if self._result is None:
+            if self._event is None:
+                raise RuntimeError("AsyncDecider.result() before start()")
+            self._event.synchronize()
+            self._result = np.array(self._h_out[:, 0, :], np.int8)
+        return self._result
