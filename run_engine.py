@@ -15,6 +15,8 @@ COMMANDS: dict[str, str] = {
     "replay": "backtest from files or the built-in synthetic market",
     "evolve": "evolve GP trading strategies over many stocks and days",
     "price": "reprice an option chain on the GPU and solve implied vols",
+    "live": "the paper-trading daemon: ZeroMQ ticks in, journaled orders and fills out",
+    "feed": "publish files or the synthetic market on a ZeroMQ endpoint",
 }
 
 

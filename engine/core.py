@@ -343,6 +343,27 @@ class Engine:
             self.option_values.extend(await self.option_book.drain())
         self.finished = True
 
+    # ------------------------------------------------------------------ restart
+    def restore(self, orders: list[Order], fills: list[Fill]) -> None:
+        """Rebuild cash and positions from journaled fills (the daemon's restart)."""
+        for f in fills:
+            sym = self.sym_index.get(f.symbol)
+            if sym is None:
+                sym = self._register(f.symbol)
+            acct = self.broker.accounts[sym]
+            acct.cash -= f.side * f.quantity * f.price + f.commission
+            acct.position += f.side * f.quantity
+            acct.last_price = f.price
+            acct.commission_paid += f.commission
+            acct.trades += 1
+            self.broker.fills.append(f)
+        self.broker.orders.extend(orders)
+        self.broker._order_id = max((o.order_id for o in orders), default=0)
+        for i, acct in enumerate(self.broker.accounts):
+            sign = 0 if acct.position == 0 else (1 if acct.position > 0 else -1)
+            self._intended[i] = sign
+            self._signal[i] = sign  # the signal that led to the position held
+
     # ------------------------------------------------------------------ views
     def first_prices(self) -> list[float]:
         return list(self._first_price)

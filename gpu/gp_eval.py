@@ -22,13 +22,12 @@ from __future__ import annotations
 
 import math
 import time
-from types import SimpleNamespace
 from typing import Any
 
 import numba
 import numpy as np
 import numpy.typing as npt
-from numba import prange
+from numba import cuda, float32, prange
 
 from gpu import gp_core
 from gpu.device import resolve_device
@@ -86,47 +85,38 @@ def _codes_cash_cpu(codes: Any, close: Any, day0: int, day1: int, out: Any) -> N
 
 
 # --------------------------------------------------------------------------- CUDA kernels
-_cuda_kernels: SimpleNamespace | None = None
+# Kernels are module-level so that they see `cuda` as a module global (the CUDA simulator
+# swaps only globals); decorating compiles nothing, the first launch does.
+_cuda_core = gp_core.cuda_backend()
+_simulate_dev = _cuda_core.simulate
+_decide_dev = _cuda_core.decide
 
 
-def _cuda() -> SimpleNamespace:
-    """Compile (once) the CUDA kernels over gp_core's CUDA backend."""
-    global _cuda_kernels
-    if _cuda_kernels is not None:
-        return _cuda_kernels
-    from numba import cuda, float32
+@cuda.jit
+def _final_cash_kernel(programs: Any, lengths: Any, panel: Any, close: Any, day0: int, day1: int,
+                       out: Any) -> None:
+    t = cuda.grid(1)
+    n_stocks = close.shape[1]
+    i = t // n_stocks
+    if i >= programs.shape[0]:
+        return
+    s = t - i * n_stocks
+    stack = cuda.local.array(STACK_SIZE, float32)
+    out[i, s] = _simulate_dev(programs[i], lengths[i], panel, close, s, day0, day1, stack)
 
-    core = gp_core.cuda_backend()
-    simulate_dev = core.simulate
-    decide_dev = core.decide
 
-    @cuda.jit
-    def final_cash_kernel(programs: Any, lengths: Any, panel: Any, close: Any, day0: int,
-                          day1: int, out: Any) -> None:
-        t = cuda.grid(1)
-        n_stocks = close.shape[1]
-        i = t // n_stocks
-        if i >= programs.shape[0]:
-            return
-        s = t - i * n_stocks
-        stack = cuda.local.array(STACK_SIZE, float32)
-        out[i, s] = simulate_dev(programs[i], lengths[i], panel, close, s, day0, day1, stack)
-
-    @cuda.jit
-    def codes_kernel(programs: Any, lengths: Any, panel: Any, day0: int, day1: int,
-                     out: Any) -> None:
-        t = cuda.grid(1)
-        n_stocks = panel.shape[2]
-        i = t // n_stocks
-        if i >= programs.shape[0]:
-            return
-        s = t - i * n_stocks
-        stack = cuda.local.array(STACK_SIZE, float32)
-        for d in range(day0, day1):
-            out[i, d - day0, s] = decide_dev(programs[i], lengths[i], panel, d, s, stack)
-
-    _cuda_kernels = SimpleNamespace(final_cash=final_cash_kernel, codes=codes_kernel)
-    return _cuda_kernels
+@cuda.jit
+def _codes_kernel(programs: Any, lengths: Any, panel: Any, day0: int, day1: int,
+                  out: Any) -> None:
+    t = cuda.grid(1)
+    n_stocks = panel.shape[2]
+    i = t // n_stocks
+    if i >= programs.shape[0]:
+        return
+    s = t - i * n_stocks
+    stack = cuda.local.array(STACK_SIZE, float32)
+    for d in range(day0, day1):
+        out[i, d - day0, s] = _decide_dev(programs[i], lengths[i], panel, d, s, stack)
 
 
 def _blocks(n_threads: int) -> int:
@@ -183,11 +173,8 @@ def decision_codes(programs: np.ndarray, lengths: np.ndarray, panel: np.ndarray,
     if resolve_device(device, "GP decisions") == "cpu":
         _codes_cpu(programs, lengths, panel_c, day0, day1, out)
         return out
-    from numba import cuda
-
-    k = _cuda()
     d_out = cuda.device_array(out.shape, np.int8)
-    k.codes[_blocks(n * n_stocks), THREADS_PER_BLOCK](
+    _codes_kernel[_blocks(n * n_stocks), THREADS_PER_BLOCK](
         cuda.to_device(programs), cuda.to_device(lengths), cuda.to_device(panel_c), day0, day1,
         d_out)
     return np.asarray(d_out.copy_to_host())
@@ -255,8 +242,6 @@ class PopulationEvaluator:
         self._d_panel: Any = None
         self._d_close: Any = None
         if self.device == "cuda":
-            from numba import cuda
-
             self._d_panel = cuda.to_device(panel_c)
             self._d_close = cuda.to_device(close_c)
 
@@ -270,11 +255,8 @@ class PopulationEvaluator:
         if self.device == "cpu":
             _final_cash_cpu(programs, lengths, self.panel, self.close, self.day0, self.day1, out)
         else:
-            from numba import cuda
-
-            k = _cuda()
             d_out = cuda.device_array(out.shape, np.float64)
-            k.final_cash[_blocks(n * self.n_stocks), THREADS_PER_BLOCK](
+            _final_cash_kernel[_blocks(n * self.n_stocks), THREADS_PER_BLOCK](
                 cuda.to_device(programs), cuda.to_device(lengths), self._d_panel, self._d_close,
                 self.day0, self.day1, d_out)
             d_out.copy_to_host(out)
@@ -304,16 +286,12 @@ class AsyncDecider:
         self._event: Any = None
         self._n_symbols = -1
         if self.device == "cuda":
-            from numba import cuda
-
             self._stream = cuda.stream()
             self._d_programs = cuda.to_device(self.programs, stream=self._stream)
             self._d_lengths = cuda.to_device(self.lengths, stream=self._stream)
             self._stream.synchronize()
 
     def _buffers(self, n_symbols: int) -> None:
-        from numba import cuda
-
         n = self.programs.shape[0]
         self._h_panel = cuda.pinned_array((1, N_TERMINALS, n_symbols), np.float32)
         self._h_out = cuda.pinned_array((n, 1, n_symbols), np.int8)
@@ -333,14 +311,12 @@ class AsyncDecider:
                 _codes_cpu(self.programs, self.lengths, panel, 0, 1, out)
             self._result = out[:, 0, :]
             return
-        from numba import cuda
-
         if n_symbols != self._n_symbols:
             self._buffers(n_symbols)
         self._h_panel[...] = panel
         self._d_panel.copy_to_device(self._h_panel, stream=self._stream)
         n = self.programs.shape[0]
-        _cuda().codes[_blocks(n * n_symbols), THREADS_PER_BLOCK, self._stream](
+        _codes_kernel[_blocks(n * n_symbols), THREADS_PER_BLOCK, self._stream](
             self._d_programs, self._d_lengths, self._d_panel, 0, 1, self._d_out)
         self._d_out.copy_to_host(self._h_out, stream=self._stream)
         self._event = cuda.event()

@@ -1,0 +1,55 @@
+"""`feed`: publish files or the synthetic market on a ZeroMQ endpoint (for `live`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+import zmq
+
+from engine.commands.replay import source_factory
+from engine.errors import UserError
+from feeds.publish import publish_source
+from feeds.transport import Publisher
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--publish", required=True, help="endpoint to bind, e.g. tcp://127.0.0.1:5555")
+    p.add_argument("--rate", type=float, default=0.0, help="messages per second (0 = max)")
+    p.add_argument("--wait", type=float, default=30.0,
+                   help="seconds to wait for a subscriber before giving up")
+    p.add_argument("--data", action="append", default=[], metavar="PATH")
+    p.add_argument("--symbols")
+    p.add_argument("--start")
+    p.add_argument("--end")
+    p.add_argument("--quotes", action="store_true")
+    p.add_argument("--ticks", type=int, default=200_000)
+    p.add_argument("--n-symbols", type=int, default=10)
+    p.add_argument("--seed", type=int, default=1)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    factory = source_factory(args)
+    source = factory()
+    try:
+        pub = Publisher(args.publish, zmq.Context())
+    except zmq.ZMQError as exc:
+        raise UserError(f"cannot bind {args.publish}: {exc}") from None
+    print(f"publishing {getattr(source, 'name', 'source')} on {pub.endpoint}", file=sys.stderr)
+    try:
+        pub.wait_for_subscriber(args.wait)
+    except TimeoutError as exc:
+        raise UserError(str(exc)) from None
+    t0 = time.perf_counter()
+
+    def progress(n: int) -> None:
+        print(f"  ... {n:,} sent", file=sys.stderr, flush=True)
+
+    sent = publish_source(source, pub, rate=args.rate, progress=progress)
+    seconds = time.perf_counter() - t0
+    pub.close()
+    pub.context.term()
+    print(f"sent {sent:,} messages in {seconds:.2f} s ({sent / max(seconds, 1e-9):,.0f}/s)")
+    return {"sent": sent, "seconds": seconds, "endpoint": pub.endpoint}
