@@ -325,6 +325,14 @@ class LeanSource:
         wanted = None if symbols is None else {s.strip().upper() for s in symbols}
 
         files = [f for f in discover(self.path) if f.kind in self.kinds and self._day_in_range(f)]
+        unique: dict[tuple[str, str, str, dt.date], LeanFile] = {}
+        for f in files:
+            key = (f.asset, f.root, f.kind, f.day)
+            if key in unique:
+                self.skipped.add("duplicate_file", 1, f"{f.path} (also {unique[key].path})")
+            else:
+                unique[key] = f
+        files = list(unique.values())
         # (file, contract entries) per file; equity files have one implicit entry
         self._plan: dict[tuple[str, str], list[tuple[LeanFile, list[tuple[str, str]]]]] = {}
         names: set[str] = set()
@@ -377,7 +385,8 @@ class LeanSource:
         return out
 
     def chunks(self) -> Iterator[np.ndarray]:
-        streams = [self._stream(plan) for _, plan in sorted(self._plan.items())]
+        order = sorted(self._plan, key=lambda key: (key[0], KINDS.index(key[1])))
+        streams = [self._stream(self._plan[key]) for key in order]
         yield from merge_chunk_iters(streams)
 
     # -- one (root, kind) stream: its day files in order
@@ -467,11 +476,18 @@ class LeanSource:
             sym = self._index[contract]
             where = f"{f.path.name}/{entry}"
             usecols = _TRADE_COLS if f.kind == "trade" else _FUTURE_QUOTE_COLS
-            for block in _line_blocks(data, BLOCK_LINES):
-                cols = _parse_block(block, usecols, self.skipped, where)
-                ts = midnight + np.rint(cols[:, 0] * NS_PER_MS).astype(np.int64)
-                make = _trade_records if f.kind == "trade" else _quote_records
-                parts.append(make(cols, ts, sym, 1.0, self.drop_suspicious, self.skipped, where))
+            # One contract's file is small next to a day of equity quotes: parse it whole so
+            # quote pairs never straddle a block boundary.
+            cols = np.concatenate(
+                [
+                    _parse_block(block, usecols, self.skipped, where)
+                    for block in _line_blocks(data, BLOCK_LINES)
+                ]
+                or [np.zeros((0, len(usecols)))]
+            )
+            ts = midnight + np.rint(cols[:, 0] * NS_PER_MS).astype(np.int64)
+            make = _trade_records if f.kind == "trade" else _quote_records
+            parts.append(make(cols, ts, sym, 1.0, self.drop_suspicious, self.skipped, where))
         if parts:
             day = np.concatenate(parts)
             yield day[np.argsort(day["ts"], kind="stable")]

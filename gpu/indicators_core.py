@@ -438,4 +438,4 @@ def update_state(
 
 
 assert N_TERMINALS == O_CCI_BELOW_MINUS_100 + 1
-assert R_EMA == FLOAT_TERMINALS.index("ema5")
+assert FLOAT_TERMINALS.index("ema5") == R_EMA
