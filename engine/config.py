@@ -27,7 +27,8 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
 class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     #: length of the time bars built from ticks, seconds
     bar_seconds: float = 60.0
-    #: "HH:MM,HH:MM,HH:MM" = t1,t2,t3 of WAIT/TRADE/LIQUIDATE/STOP in New York time; "" = always TRADE
+    #: "HH:MM,HH:MM,HH:MM": t1,t2,t3 of WAIT/TRADE/LIQUIDATE/STOP in New York time;
+    #: "" keeps every bar in TRADE
     session: str = ""
     broker: BrokerConfig = BrokerConfig()
     #: option groups repriced after each tick of their underlying (engine/option_book.py)

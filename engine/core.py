@@ -86,13 +86,14 @@ class Engine:
         self._l: list[float] = [0.0] * n
         self._c: list[float] = [0.0] * n
         self._v: list[float] = [0.0] * n
-        self._last_trade: list[float] = [math.nan] * n
         self._first_price: list[float] = [math.nan] * n
         self._pending: list[list[Order]] = [[] for _ in range(n)]
         self._has_pending = [False] * n
+        # per symbol: does a tick need more than the bar update? (see _on_flagged_tick)
+        self._flagged = [True] * n
         self._signal = np.zeros(n, np.int8)
         self._intended = [0] * n  # sign of the position once pending orders fill
-        self.bank = IndicatorBank(n)
+        self.bank = IndicatorBank(max(n, 16))  # spare rows for symbols first seen live
         self._next_boundary = -1  # ns; -1 = no tick seen yet
         self._bar_group_ts = -1  # ts of the Bar messages being collected
         self._now = 0
@@ -115,73 +116,96 @@ class Engine:
         self.symbols.append(symbol)
         self.sym_index[symbol] = i
         for lst, val in ((self._o, math.nan), (self._h, 0.0), (self._l, 0.0), (self._c, 0.0),
-                         (self._v, 0.0), (self._last_trade, math.nan),
+                         (self._v, 0.0),
                          (self._first_price, math.nan)):
             lst.append(val)
         self._pending.append([])
         self._has_pending.append(False)
+        self._flagged.append(True)
         self._intended.append(0)
         self._underlying.append(
             self.option_book is not None and symbol in self.option_book.underlyings
         )
         self._signal = np.concatenate([self._signal, np.zeros(1, np.int8)])
-        old = self.bank
-        self.bank = IndicatorBank(len(self.symbols))
-        self.bank.adopt(old)
+        if len(self.symbols) > self.bank.n_symbols:
+            self.bank = _grown_bank(self.bank, 2 * self.bank.n_symbols)
         return i
 
     # ------------------------------------------------------------------ hot path
     async def process(self, msgs: list[Message]) -> None:
-        """Apply a batch of validated messages in order."""
+        """Apply a batch of validated messages in order.
+
+        The trade branch is the hot path (one pass per tick): locals only, one dict lookup,
+        list stores for the open bar, one flag test for rare per-symbol work (a pending
+        order to fill, an option group to reprice).
+        """
         sym_index = self.sym_index
         o, h, l, c, v = self._o, self._h, self._l, self._c, self._v
-        last_trade = self._last_trade
-        has_pending = self._has_pending
-        underlying = self._underlying
-        stats = self.stats
+        flagged = self._flagged
+        boundary = self._next_boundary
+        n_trades = 0
         for msg in msgs:
-            t = type(msg)
-            if t is Trade:
+            if type(msg) is Trade:
                 ts = msg.ts
-                if ts >= self._next_boundary:
+                if ts >= boundary:
                     await self._cross_boundary(ts)
+                    boundary = self._next_boundary
                 sym = sym_index.get(msg.symbol)
                 if sym is None:
                     sym = self._register(msg.symbol)
                     o, h, l, c, v = self._o, self._h, self._l, self._c, self._v
-                    last_trade, has_pending = self._last_trade, self._has_pending
-                    underlying = self._underlying
-                p = msg.price  # type: ignore[union-attr]
-                stats.ticks += 1
+                    flagged = self._flagged
+                p = msg.price
+                n_trades += 1
                 if o[sym] != o[sym]:  # NaN: first tick of this bar
                     o[sym] = h[sym] = l[sym] = p
                     v[sym] = 0.0
-                    if self._first_price[sym] != self._first_price[sym]:
-                        self._first_price[sym] = p
                 elif p > h[sym]:
                     h[sym] = p
                 elif p < l[sym]:
                     l[sym] = p
                 c[sym] = p
-                v[sym] += msg.size  # type: ignore[union-attr]
-                last_trade[sym] = p
-                self._now = ts
-                if has_pending[sym]:
-                    self._fill_pending(sym, p, ts)
-                if underlying[sym]:
-                    self.option_book.on_underlying_tick(msg.symbol, p, ts)
-            elif t is Bar:
-                await self._on_bar_message(msg)  # type: ignore[arg-type]
-            elif t is Quote:
-                stats.quotes += 1
-                self._now = msg.ts
-            elif t is Heartbeat:
-                stats.heartbeats += 1
-                if msg.final:  # type: ignore[union-attr]
-                    await self.finish()
-            # orders/fills/option values from elsewhere are not market data: ignored
+                v[sym] += msg.size
+                if flagged[sym]:
+                    self._on_flagged_tick(sym, msg)
+            else:
+                self.stats.ticks += n_trades
+                n_trades = 0
+                await self._on_other(msg)
+                boundary = self._next_boundary
+        self.stats.ticks += n_trades
+        if msgs:
+            self._now = max(self._now, msgs[-1].ts)
         if self.option_book is not None:
             self.option_values.extend(self.option_book.poll())
+
+    def _on_flagged_tick(self, sym: int, msg: Trade) -> None:
+        """Rare per-tick work: first trade of a symbol, pending orders, option groups."""
+        p = msg.price
+        if self._first_price[sym] != self._first_price[sym]:
+            self._first_price[sym] = p
+        if self._has_pending[sym]:
+            self._fill_pending(sym, p, msg.ts)
+        if self._underlying[sym]:
+            self.option_book.on_underlying_tick(msg.symbol, p, msg.ts)
+        self._refresh_flag(sym)
+
+    def _refresh_flag(self, sym: int) -> None:
+        self._flagged[sym] = (self._first_price[sym] != self._first_price[sym]
+                              or self._has_pending[sym] or self._underlying[sym])
+
+    async def _on_other(self, msg: Message) -> None:
+        t = type(msg)
+        if t is Bar:
+            await self._on_bar_message(msg)  # type: ignore[arg-type]
+        elif t is Quote:
+            self.stats.quotes += 1
+            self._now = msg.ts
+        elif t is Heartbeat:
+            self.stats.heartbeats += 1
+            if msg.final:  # type: ignore[union-attr]
+                await self.finish()
+        # orders, fills and option values from elsewhere are not market data: ignored
 
     async def _on_bar_message(self, bar: Bar) -> None:
         """Bars from bar files: all bars with one close time form one bar event."""
@@ -196,7 +220,6 @@ class Engine:
             self._first_price[sym] = bar.close
         self._o[sym], self._h[sym], self._l[sym] = bar.open, bar.high, bar.low
         self._c[sym], self._v[sym] = bar.close, bar.volume
-        self._last_trade[sym] = bar.close
         if self._has_pending[sym]:  # next-tick fills of bar data happen at the next open
             self._fill_pending(sym, bar.open, bar.ts)
 
@@ -232,7 +255,7 @@ class Engine:
         closed = np.zeros(len(o), np.bool_)
         closed[idx] = True
         if phase is not Phase.STOP:
-            signals = await self.strategy.target_signals(self.bank.values, closed)
+            signals = await self.strategy.target_signals(self.bank.values[: len(o)], closed)
         else:
             signals = self._signal
         self._decide(idx, signals, phase, bar_ts)
@@ -268,7 +291,7 @@ class Engine:
     def _order(self, sym: int, side: int, reason: str, ts: int) -> None:
         if side == 0:
             return
-        price = self._c[sym] if self._c[sym] > 0 else self._last_trade[sym]
+        price = self._c[sym]  # the last trade (or bar close) seen
         if reason == "close":
             qty = abs(self.broker.accounts[sym].position)
             for pend in self._pending[sym]:  # an entry still pending is closed too
@@ -289,6 +312,7 @@ class Engine:
         else:
             self._pending[sym].append(order)
             self._has_pending[sym] = True
+            self._flagged[sym] = True
 
     def _fills_at_close(self) -> bool:
         if self._fill_mode_fixed:
@@ -299,6 +323,7 @@ class Engine:
         pending = self._pending[sym]
         self._pending[sym] = []
         self._has_pending[sym] = False
+        self._refresh_flag(sym)
         for order in pending:
             self._execute(order, sym, price, ts)
 
@@ -331,9 +356,9 @@ class Engine:
         self._decide([], self._signal, Phase.STOP, end_ts)
         for sym in range(len(self._pending)):
             if self._has_pending[sym]:
-                self._fill_pending(sym, self._last_trade[sym], end_ts)
-        for i, p in enumerate(self._last_trade):
-            if p == p:
+                self._fill_pending(sym, self._c[sym], end_ts)
+        for i, p in enumerate(self._c):
+            if p > 0.0:
                 self.broker.mark(i, p)
         if self.equity_curve and self.equity_curve[-1].ts == end_ts:
             self.equity_curve[-1] = EquityPoint(end_ts, self.broker.equity())
@@ -369,10 +394,23 @@ class Engine:
         return list(self._first_price)
 
     def last_prices(self) -> list[float]:
-        return list(self._last_trade)
+        return [p if p > 0.0 else math.nan for p in self._c]
 
     def feature_row(self, symbol: str) -> np.ndarray:
         return self.bank.values[self.sym_index[symbol]].copy()
+
+
+def _grown_bank(bank: IndicatorBank, capacity: int) -> IndicatorBank:
+    """A bank with room for more symbols that keeps every existing symbol's rolling state."""
+    new = IndicatorBank(capacity, device=bank.device)
+    n = bank.n_symbols
+    if bank.device == "cpu":
+        new._state[:n] = bank._state
+    else:
+        new._state_dev[:, :n].copy_to_device(bank._state_dev)  # type: ignore[attr-defined]
+    new.values[:n] = bank.values
+    new.bars_seen[:n] = bank.bars_seen
+    return new
 
 
 assert N_TERMINALS == 31

@@ -9,6 +9,7 @@ so two replays of the same inputs produce the same report apart from timing fiel
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing as mp
 import os
 import tempfile
@@ -79,8 +80,13 @@ class _Feed:
         self.error: str | None = None
         self.sent = 0
         endpoint = _endpoint(transport, tmpdir)
-        if transport == "inproc":
+        try:
+            # opened here in every case: a bad file fails now with one line, and the engine
+            # needs the symbol table (sources are lazy, so this reads little)
             self.source = factory()
+        except (ValueError, OSError) as exc:
+            raise UserError(str(exc)) from None
+        if transport == "inproc":
             self.pub = Publisher(endpoint, zmq.Context.shadow(ctx.underlying))
             self.endpoint = self.pub.endpoint
 
@@ -101,11 +107,13 @@ class _Feed:
             self.proc = mpctx.Process(target=_feed_process, args=(factory, endpoint, child),
                                       daemon=True)
             self.proc.start()
-            kind, value = self.conn.recv() if self.conn.poll(60) else ("error", "feed never started")
+            if self.conn.poll(60):
+                kind, value = self.conn.recv()
+            else:
+                kind, value = "error", "feed never started"
             if kind != "endpoint":
                 raise UserError(f"replay feed failed: {value}")
             self.endpoint = value
-            self.source = factory()  # symbols for the engine (cheap: sources are lazy)
 
     def start(self) -> None:
         if self.thread is not None:
@@ -121,7 +129,10 @@ class _Feed:
     def _collect(self) -> None:
         if self.proc is not None:
             while self.conn.poll():
-                kind, value = self.conn.recv()
+                try:
+                    kind, value = self.conn.recv()
+                except EOFError:  # the child exited and closed its end
+                    break
                 if kind == "error":
                     self.error = value
                 elif kind == "done":
@@ -173,10 +184,8 @@ async def replay_async(
         feed.close()
         sub.close()
         ctx.destroy(linger=0)
-        try:
+        with contextlib.suppress(OSError):
             os.rmdir(tmpdir)
-        except OSError:
-            pass
     if feed.error:
         raise UserError(f"replay feed failed: {feed.error}")
     return ReplayResult(

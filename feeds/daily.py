@@ -209,9 +209,7 @@ def _parse_number(text: str) -> float:
     return math.nan if text == "" else float(text)
 
 
-def _parse_slow(
-    body: str, positions: list[int], skipped: SkipCounter
-) -> tuple[np.ndarray, ...]:
+def _parse_slow(body: str, positions: list[int], skipped: SkipCounter) -> tuple[np.ndarray, ...]:
     """Line-by-line parse for files with malformed lines; bad lines are counted and skipped."""
     dates: list[np.datetime64] = []
     numbers: list[tuple[float, float, float, float, float]] = []
@@ -275,13 +273,18 @@ def _window_mask(dates: np.ndarray, start: TimeLike, end: TimeLike) -> np.ndarra
     return keep
 
 
-def _check_symbols(symbols: Sequence[str], available: Sequence[str], path: str) -> list[str]:
+def _check_symbols(
+    symbols: Sequence[str], available: Sequence[str], path: str, missing_ok: bool = False
+) -> list[str]:
+    """The requested tickers as spelled in the data (alphabetical); unknown ones an error."""
     if isinstance(symbols, str):
         symbols = [symbols]
     wanted = list(dict.fromkeys(s.strip().upper() for s in symbols))
     have = {s.upper(): s for s in available}
     missing = [s for s in wanted if s not in have]
-    if missing:
+    if missing_ok:
+        wanted = [s for s in wanted if s in have]
+    elif missing:
         raise ValueError(f"{path}: symbols not in the data: {', '.join(missing[:10])}")
     return sorted(have[s] for s in wanted)
 
@@ -292,10 +295,12 @@ def load_daily(
     start: TimeLike = None,
     end: TimeLike = None,
     skipped: SkipCounter | None = None,
+    missing_ok: bool = False,
 ) -> DailyTable:
     """Read a daily OHLCV CSV (plain or gzip) into a cleaned, columnar `DailyTable`.
 
-    `symbols` restricts to those tickers (case-insensitive; an unknown one is an error);
+    `symbols` restricts to those tickers (case-insensitive; an unknown one is an error unless
+    `missing_ok`, which keeps just those present);
     `start`/`end` bound the days (see the module docstring). Malformed rows are skipped and
     damaged ones repaired as the module docstring says; both are counted on the table.
     """
@@ -308,8 +313,8 @@ def load_daily(
         raise ValueError(f"{path}: empty file, expected a header date,open,high,low,close,...")
     positions = _column_positions(header, path)
     try:
-        cols = _parse_fast(body, positions) if body.strip() else _parse_slow(
-            body, positions, skipped
+        cols = (
+            _parse_fast(body, positions) if body.strip() else _parse_slow(body, positions, skipped)
         )
     except ValueError:
         cols = _parse_slow(body, positions, skipped)
@@ -321,7 +326,7 @@ def load_daily(
 
     all_symbols = np.unique(names[keep]).tolist()
     if symbols is not None:
-        wanted = _check_symbols(symbols, all_symbols, str(path))
+        wanted = _check_symbols(symbols, all_symbols, str(path), missing_ok)
         keep &= np.isin(names, wanted)
     keep &= _window_mask(dates, start, end)
 
@@ -351,8 +356,8 @@ def load_daily(
     repaired.add("bad_volume", int(bad_volume.sum()), _sample(dates, names, bad_volume))
     v[bad_volume] = 0.0
 
-    symbols_out, sym = np.unique(names, return_inverse=True)
-    sym = sym.astype(np.int32).reshape(-1)
+    symbols_out, inverse = np.unique(names, return_inverse=True)
+    sym = inverse.astype(np.int32).reshape(-1)
     order = np.lexsort((dates, sym))
     dates, sym, o, h, l, c, v = (a[order] for a in (dates, sym, o, h, l, c, v))
     dup = np.zeros(len(dates), dtype=bool)
@@ -486,16 +491,15 @@ class DailySource:
         start: TimeLike = None,
         end: TimeLike = None,
         skipped: SkipCounter | None = None,
+        missing_ok: bool = False,
     ) -> None:
-        self.table = load_daily(path, symbols, start, end, skipped)
+        self.table = load_daily(path, symbols, start, end, skipped, missing_ok)
         self.skipped = self.table.skipped
         self.repaired = self.table.repaired
         self.symbols: list[str] = list(self.table.symbols)
         first = str(self.table.dates.min()) if len(self.table) else "-"
         last = str(self.table.dates.max()) if len(self.table) else "-"
-        self.name = (
-            f"daily bars {Path(path).name}: {len(self.symbols)} symbols, {first}..{last}"
-        )
+        self.name = f"daily bars {Path(path).name}: {len(self.symbols)} symbols, {first}..{last}"
 
     def chunks(self) -> Iterator[np.ndarray]:
         t = self.table

@@ -297,6 +297,7 @@ class LeanSource:
     every contract) or contracts (GCZ13), case-insensitive. `start`/`end`: keep
     start <= ts < end (see `feeds.records.to_ns`). `regular_hours_only`: keep 09:30 <= time <
     16:00 New York on the file's date. `drop_suspicious`: drop rows AlgoSeek flags.
+    No data for a requested symbol, or none in range, is a ValueError unless `missing_ok`.
     Symbols are sorted by name; ties in time keep (symbol, kind) order, trades before quotes.
     """
 
@@ -310,6 +311,7 @@ class LeanSource:
         regular_hours_only: bool = False,
         drop_suspicious: bool = False,
         skipped: SkipCounter | None = None,
+        missing_ok: bool = False,
     ) -> None:
         if isinstance(kinds, str):
             kinds = (kinds,)
@@ -324,7 +326,8 @@ class LeanSource:
         self.skipped = skipped if skipped is not None else SkipCounter(f"LEAN {self.path.name}")
         wanted = None if symbols is None else {s.strip().upper() for s in symbols}
 
-        files = [f for f in discover(self.path) if f.kind in self.kinds and self._day_in_range(f)]
+        every = discover(self.path)
+        files = [f for f in every if f.kind in self.kinds and self._day_in_range(f)]
         unique: dict[tuple[str, str, str, dt.date], LeanFile] = {}
         for f in files:
             key = (f.asset, f.root, f.kind, f.day)
@@ -351,24 +354,32 @@ class LeanSource:
                     continue
             self._plan.setdefault((f.root, f.kind), []).append((f, entries))
             names.update(sym for _, sym in entries)
-        if not names:
+        if wanted is not None and not missing_ok:
+            roots = {f.root for f in every}
+            absent = [w for w in sorted(wanted) if w not in roots and w not in names]
+            if absent:
+                raise ValueError(
+                    f"{self.path}: no LEAN {'/'.join(self.kinds)} data for symbol(s) "
+                    f"{', '.join(absent)}{' in range' if self.start or self.end else ''}"
+                )
+        if not names and not missing_ok:
             what = f" for {', '.join(sorted(wanted))}" if wanted else ""
             raise ValueError(f"{self.path}: no LEAN {'/'.join(self.kinds)} data{what} in range")
         self.symbols: list[str] = sorted(names)
         self._index = {s: i for i, s in enumerate(self.symbols)}
         days = sorted({f.day for group in self._plan.values() for f, _ in group})
+        span = f" {days[0]}..{days[-1]}" if days else " (empty)"
         self.name = (
             f"LEAN {'+'.join(self.kinds)} ticks {', '.join(self.symbols[:8])}"
-            f"{' …' if len(self.symbols) > 8 else ''} {days[0]}..{days[-1]}"
+            f"{' …' if len(self.symbols) > 8 else ''}{span}"
         )
 
     def _day_in_range(self, f: LeanFile) -> bool:
-        """Whether the file's day can hold a record in [start, end)."""
+        """Whether the file's day, [its midnight, +24 h), can hold a record in [start, end)."""
         lo = date_ns(f.day) if f.asset == "equity" else _utc_midnight_ns(f.day)
-        hi = lo + 2 * NS_PER_DAY  # generous: time_ms may run past 24 h
-        if self.start is not None and hi <= self.start:
+        if self.start is not None and lo + NS_PER_DAY <= self.start:
             return False
-        return not (self.end is not None and lo - NS_PER_DAY >= self.end)
+        return not (self.end is not None and lo >= self.end)
 
     def _future_entries(self, f: LeanFile) -> list[tuple[str, str]]:
         try:
@@ -393,7 +404,9 @@ class LeanSource:
     def _stream(self, plan: list[tuple[LeanFile, list[tuple[str, str]]]]) -> Iterator[np.ndarray]:
         last_ts = np.iinfo(np.int64).min
         for f, entries in plan:
-            day_parts = self._read_future(f, entries) if f.asset == "future" else self._read_equity(f)
+            day_parts = (
+                self._read_future(f, entries) if f.asset == "future" else self._read_equity(f)
+            )
             for records in day_parts:
                 records = self._filter(f, records)
                 if len(records) == 0:
@@ -463,9 +476,7 @@ class LeanSource:
                 cols, ts, sym, EQUITY_PRICE_SCALE, self.drop_suspicious, self.skipped, where
             )
 
-    def _read_future(
-        self, f: LeanFile, entries: list[tuple[str, str]]
-    ) -> Iterator[np.ndarray]:
+    def _read_future(self, f: LeanFile, entries: list[tuple[str, str]]) -> Iterator[np.ndarray]:
         """All selected contracts of one day, merged by time (stable: contract order on ties)."""
         parts = []
         midnight = _utc_midnight_ns(f.day)

@@ -127,7 +127,9 @@ class MergedSource:
         return total
 
     def chunks(self) -> Iterator[np.ndarray]:
-        streams = [_remapped(src.chunks(), m) for src, m in zip(self.sources, self._maps)]
+        streams = [
+            _remapped(src.chunks(), m) for src, m in zip(self.sources, self._maps, strict=True)
+        ]
         yield from merge_chunk_iters(streams)
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import zmq
+
 from feeds.messages import Bar, Heartbeat, Quote, Trade, encode
 from feeds.records import KIND_BAR, KIND_QUOTE, KIND_TRADE, Source
 from feeds.transport import Publisher
@@ -30,7 +32,8 @@ def publish_source(
     names = list(source.symbols)
     seq: dict[bytes, int] = {}
     topics: dict[tuple[int, int], bytes] = {}
-    send = publisher.socket.send_multipart
+    send = publisher.socket.send
+    more = int(zmq.SNDMORE)
     sent = 0
     t0 = time.perf_counter()
     last_ts = 0
@@ -54,7 +57,8 @@ def publish_source(
                 msg = Quote(s, ts, names[sym], f0, f1, f2, f3)
             else:
                 msg = Bar(s, ts, names[sym], f0, f1, f2, f3, f4, bar_duration_ns)
-            send((topic, encode(msg)))
+            send(topic, more)
+            send(encode(msg))
             sent += 1
             last_ts = ts
             if rate > 0 and sent % 64 == 0:
@@ -64,6 +68,7 @@ def publish_source(
         if progress is not None:
             progress(sent)
     hb_topic = b"H."
-    send((hb_topic, encode(Heartbeat(seq.get(hb_topic, 0) + 1, last_ts, "", True))))
+    send(hb_topic, more)
+    send(encode(Heartbeat(seq.get(hb_topic, 0) + 1, last_ts, "", True)))
     publisher.sent += sent + 1
     return sent

@@ -228,18 +228,21 @@ def to_ns(value: TimeLike) -> int | None:
     raise ValueError(f"not a time: {value!r}")
 
 
-def parse_date(text: str) -> int:
+def parse_date(text: str, end_of_day: bool = False) -> int:
     """Parse a command-line time bound to int ns since the epoch (UTC).
 
-    `YYYY-MM-DD` means midnight America/New_York; ISO-8601 with an offset or `Z` is that
-    instant; ISO-8601 without an offset is New York local time; digits are ns.
+    `YYYY-MM-DD` means midnight America/New_York starting that date, or with `end_of_day`
+    the midnight ending it (so an exclusive `end` bound includes the whole named day);
+    ISO-8601 with an offset or `Z` is that instant; ISO-8601 without an offset is New York
+    local time; digits are ns. `end_of_day` changes only the bare-date form.
     """
     s = text.strip()
     if _INT_RE.match(s):
         return int(s)
     try:
         if _DATE_RE.match(s):
-            return date_ns(dt.date.fromisoformat(s))
+            day = dt.date.fromisoformat(s)
+            return date_ns(day + dt.timedelta(days=1) if end_of_day else day)
         moment = dt.datetime.fromisoformat(s)
     except ValueError:
         raise ValueError(

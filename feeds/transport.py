@@ -45,6 +45,8 @@ from feeds.messages import (
 log = logging.getLogger(__name__)
 
 TRANSPORTS = ("inproc", "ipc", "tcp")
+_NOBLOCK = int(zmq.NOBLOCK)
+_SNDMORE = int(zmq.SNDMORE)
 
 
 def default_endpoint(transport: str, name: str, tmpdir: str | None = None) -> str:
@@ -116,7 +118,9 @@ class Publisher:
         return s
 
     def send(self, msg: Message) -> None:
-        self.socket.send_multipart((topic_for(msg), encode(msg)), copy=True)
+        # two plain sends: send_multipart costs ~3.6 us per message in Python, these ~1 us
+        self.socket.send(topic_for(msg), _SNDMORE)
+        self.socket.send(encode(msg))
         self.sent += 1
 
     def send_raw(self, topic: bytes, payload: bytes) -> None:
@@ -203,6 +207,47 @@ class Validator:
         return msg
 
 
+    def validate_batch(self, batch: list[list[bytes]]) -> list[Message]:
+        """`validate` over a batch, with an inlined path for the common case.
+
+        A well-formed trade in sequence and in time order takes the fast path below; any
+        other message, or any check that fails, goes through `validate`, which alone decides
+        and counts. Both paths update the same stream state.
+        """
+        out: list[Message] = []
+        append = out.append
+        decode = self.decoder.decode
+        last_seq = self.last_seq
+        seq_get = last_seq.get
+        last_ts = self.last_ts
+        ts_get = last_ts.get
+        validate = self.validate
+        inf = math.inf
+        n_fast = 0
+        for frames in batch:
+            if len(frames) == 2:
+                topic, payload = frames
+                try:
+                    msg = decode(payload)
+                except msgspec.MsgspecError:
+                    msg = None
+                if type(msg) is Trade:
+                    sym = msg.symbol
+                    ts = msg.ts
+                    if (msg.seq == seq_get(topic, 0) + 1 and 0.0 < msg.price < inf
+                            and msg.size > 0.0 and ts >= ts_get(sym, ts)):
+                        last_seq[topic] = msg.seq
+                        last_ts[sym] = ts
+                        append(msg)
+                        n_fast += 1
+                        continue
+            m = validate(frames)  # the one place that judges and counts bad input
+            if m is not None:
+                append(m)
+        self.received += n_fast
+        return out
+
+
 class Subscriber:
     """Asyncio SUB socket: `await batch()` returns every message that is ready."""
 
@@ -227,26 +272,42 @@ class Subscriber:
         self.max_batch = max_batch
 
     async def raw_batch(self) -> list[list[bytes]]:
-        """One await for the first message, then non-blocking receives until empty."""
+        """One await for the first message, then non-blocking receives until empty.
+
+        The drain calls `recv` twice per message with plain int flags: pyzmq's
+        `recv_multipart` and the RCVMORE option cost several microseconds per message in
+        Python, more than everything else the engine does. A message with the wrong number
+        of frames is detected by its topic's shape (kind letter, '.') and re-synchronised
+        with RCVMORE; it is counted as bad framing (and may take the message after it along).
+        """
         first = await self.socket.recv_multipart()
         out = [first]
-        recv = self._sync.recv_multipart
-        noblock = zmq.NOBLOCK
+        sock = self._sync
+        recv = sock.recv
+        noblock = _NOBLOCK
         try:
             for _ in range(self.max_batch - 1):
-                out.append(recv(noblock))
+                topic = recv(noblock)
+                try:
+                    payload = recv(noblock)
+                except zmq.Again:
+                    out.append([topic])  # a lone frame: bad framing
+                    break
+                if topic[1:2] != b"." or payload[1:2] == b".":
+                    frames = [topic, payload]
+                    while sock.getsockopt(zmq.RCVMORE):
+                        frames.append(recv(0))
+                    if len(frames) == 2:
+                        frames.append(b"")  # shape was wrong even though the count was not
+                    out.append(frames)
+                    continue
+                out.append([topic, payload])
         except zmq.Again:
             pass
         return out
 
     async def batch(self) -> list[Message]:
-        validate = self.validator.validate
-        msgs = []
-        for frames in await self.raw_batch():
-            m = validate(frames)
-            if m is not None:
-                msgs.append(m)
-        return msgs
+        return self.validator.validate_batch(await self.raw_batch())
 
     def close(self) -> None:
         self.socket.close()

@@ -12,11 +12,14 @@ terminals are 0..16 and boolean ones 17..30; the functions follow:
 | GT (>)  | 35   | float, float -> bool |
 
 A compiled individual is one postfix program: the buy tree's postfix, then the sell tree's,
-so that after the last op the stack holds [buy, sell]. The interpreter keeps floats and
-booleans (as 0.0 / 1.0) on one float32 stack. Indicator values are never combined
+so that after the last op the stack holds [buy, sell]. The only float-valued nodes are
+terminals and they are only consumed by < and >, so in a type-correct postfix program a
+float terminal always starts a triple (float, float, < or >): the interpreter evaluates the
+triple at once, and its stack holds booleans only, as bits of one integer in registers
+(top of stack = bit 0), never in memory. Indicator values are never combined
 arithmetically, only compared, so the float32 panel gives identical decisions everywhere.
 A comparison involving NaN is false; a boolean terminal is true iff its value > 0.5, so a
-NaN (warming-up) boolean is false.
+NaN (warming-up) boolean is false. GP operations are counted as program nodes.
 
 Decision code of one (program, day, stock): bit 0 = buy tree true, bit 1 = sell tree true.
 
@@ -73,9 +76,9 @@ ARG_TYPE[[OP_AND, OP_OR]] = TYPE_BOOL
 ARG_TYPE[OP_NOT, 0] = TYPE_BOOL
 ARG_TYPE[[OP_LT, OP_GT]] = TYPE_FLOAT
 
-#: capacity of the interpreter stack; a tree of depth D needs at most D + 1 slots and the
-#: finished buy tree holds one more while the sell tree runs.
-STACK_SIZE = 16
+#: capacity of the interpreter's bit stack (bits of an int64); a tree of depth D needs at
+#: most D + 1 slots and the finished buy tree holds one more while the sell tree runs.
+STACK_SIZE = 32
 MAX_DEPTH_LIMIT = STACK_SIZE - 3
 
 CASH0 = 10_000.0      # dollars per stock at the start of a window
@@ -93,35 +96,37 @@ def mul_rn(a: float, b: float) -> float:
     return a * b
 
 
-def decide(program: Any, length: int, panel: Any, day: int, stock: int, stack: Any) -> int:
-    """Decision code (bit 0 buy, bit 1 sell) of one postfix program on panel[day, :, stock]."""
-    sp = 0
-    for pc in range(length):
+def decide(program: Any, length: int, panel: Any, day: int, stock: int) -> int:
+    """Decision code (bit 0 buy, bit 1 sell) of one postfix program on panel[day, :, stock].
+
+    `program` must be type-correct (gp_eval checks programs before running them).
+    """
+    bits = 0
+    pc = 0
+    while pc < length:
         op = program[pc]
-        if op < N_FLOAT:
-            stack[sp] = panel[day, op, stock]
-            sp += 1
-        elif op < N_TERMINALS:
-            stack[sp] = 1.0 if panel[day, op, stock] > 0.5 else 0.0
-            sp += 1
-        elif op == OP_NOT:
-            stack[sp - 1] = 0.0 if stack[sp - 1] > 0.5 else 1.0
-        else:
-            sp -= 1
-            left = stack[sp - 1]
-            right = stack[sp]
-            if op == OP_AND:
-                stack[sp - 1] = 1.0 if (left > 0.5 and right > 0.5) else 0.0
-            elif op == OP_OR:
-                stack[sp - 1] = 1.0 if (left > 0.5 or right > 0.5) else 0.0
-            elif op == OP_LT:
-                stack[sp - 1] = 1.0 if left < right else 0.0
+        if op < N_FLOAT:  # (float, float, < or >): one comparison
+            a = panel[day, op, stock]
+            b = panel[day, program[pc + 1], stock]
+            if program[pc + 2] == OP_LT:
+                bits = (bits << 1) | (1 if a < b else 0)
             else:
-                stack[sp - 1] = 1.0 if left > right else 0.0
+                bits = (bits << 1) | (1 if a > b else 0)
+            pc += 3
+            continue
+        if op < N_TERMINALS:
+            bits = (bits << 1) | (1 if panel[day, op, stock] > 0.5 else 0)
+        elif op == OP_NOT:
+            bits = bits ^ 1
+        elif op == OP_AND:
+            bits = ((bits >> 2) << 1) | (bits & (bits >> 1) & 1)
+        else:  # OP_OR (< and > were consumed with their arguments)
+            bits = ((bits >> 2) << 1) | ((bits | (bits >> 1)) & 1)
+        pc += 1
     code = 0
-    if stack[0] > 0.5:
+    if bits & 2:
         code += CODE_BUY
-    if stack[1] > 0.5:
+    if bits & 1:
         code += CODE_SELL
     return code
 
@@ -152,13 +157,13 @@ def liquidate(shares: float, cash: float, price: float) -> float:
 
 
 def simulate(program: Any, length: int, panel: Any, close: Any, stock: int,
-             day0: int, day1: int, stack: Any) -> float:
+             day0: int, day1: int) -> float:
     """Final cash (dollars) of one program trading one stock over days [day0, day1)."""
     signal = 0
     shares = 0.0
     cash = CASH0
     for day in range(day0, day1):
-        code = DECIDE(program, length, panel, day, stock, stack)
+        code = DECIDE(program, length, panel, day, stock)
         signal, shares, cash = STEP_MONEY(code, signal, shares, cash, close[day, stock])
     return LIQUIDATE(shares, cash, close[day1 - 1, stock])
 

@@ -9,8 +9,8 @@ Inputs, shared by both backends:
 
 CUDA layout: one thread per (program, stock), thread t -> program t // n_stocks, stock
 t % n_stocks, so the stocks of one program sit in consecutive threads of a warp, run the
-same op sequence without divergence and read the program row as a broadcast. The stack
-(float32, gp_core.STACK_SIZE) is a per-thread local array. The CPU twin runs the same core
+same op sequence without divergence and read the program row as a broadcast. The
+interpreter's stack is a few bits in a register (gp_core.decide). The CPU twin runs the same core
 functions in a prange over programs.
 
 The evaluators return final cash per (program, stock) in float64; fitness is reduced on the
@@ -27,12 +27,12 @@ from typing import Any
 import numba
 import numpy as np
 import numpy.typing as npt
-from numba import cuda, float32, prange
+from numba import cuda, prange
 
 from gpu import gp_core
 from gpu.device import resolve_device
 from gpu.gp_core import CASH0, STACK_SIZE
-from gpu.terminals import N_TERMINALS
+from gpu.terminals import N_FLOAT, N_TERMINALS
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -55,21 +55,19 @@ def _final_cash_cpu(programs: Any, lengths: Any, panel: Any, close: Any, day0: i
                     out: Any) -> None:
     n_stocks = close.shape[1]
     for i in prange(programs.shape[0]):
-        stack = np.empty(STACK_SIZE, np.float32)
         program = programs[i]
         for s in range(n_stocks):
-            out[i, s] = _simulate_cpu(program, lengths[i], panel, close, s, day0, day1, stack)
+            out[i, s] = _simulate_cpu(program, lengths[i], panel, close, s, day0, day1)
 
 
 @numba.njit(parallel=True, cache=True)
 def _codes_cpu(programs: Any, lengths: Any, panel: Any, day0: int, day1: int, out: Any) -> None:
     n_stocks = panel.shape[2]
     for i in prange(programs.shape[0]):
-        stack = np.empty(STACK_SIZE, np.float32)
         program = programs[i]
         for d in range(day0, day1):
             for s in range(n_stocks):
-                out[i, d - day0, s] = _decide_cpu(program, lengths[i], panel, d, s, stack)
+                out[i, d - day0, s] = _decide_cpu(program, lengths[i], panel, d, s)
 
 
 @numba.njit(cache=True)
@@ -95,28 +93,26 @@ _decide_dev = _cuda_core.decide
 @cuda.jit
 def _final_cash_kernel(programs: Any, lengths: Any, panel: Any, close: Any, day0: int, day1: int,
                        out: Any) -> None:
-    t = cuda.grid(1)
+    t = cuda.grid(1)  # type: ignore[call-arg,var-annotated]
     n_stocks = close.shape[1]
     i = t // n_stocks
     if i >= programs.shape[0]:
         return
     s = t - i * n_stocks
-    stack = cuda.local.array(STACK_SIZE, float32)
-    out[i, s] = _simulate_dev(programs[i], lengths[i], panel, close, s, day0, day1, stack)
+    out[i, s] = _simulate_dev(programs[i], lengths[i], panel, close, s, day0, day1)
 
 
 @cuda.jit
 def _codes_kernel(programs: Any, lengths: Any, panel: Any, day0: int, day1: int,
                   out: Any) -> None:
-    t = cuda.grid(1)
+    t = cuda.grid(1)  # type: ignore[call-arg,var-annotated]
     n_stocks = panel.shape[2]
     i = t // n_stocks
     if i >= programs.shape[0]:
         return
     s = t - i * n_stocks
-    stack = cuda.local.array(STACK_SIZE, float32)
     for d in range(day0, day1):
-        out[i, d - day0, s] = _decide_dev(programs[i], lengths[i], panel, d, s, stack)
+        out[i, d - day0, s] = _decide_dev(programs[i], lengths[i], panel, d, s)
 
 
 def _blocks(n_threads: int) -> int:
@@ -124,14 +120,49 @@ def _blocks(n_threads: int) -> int:
 
 
 # --------------------------------------------------------------------------- checks
+@numba.njit(cache=True)
+def _first_bad_program(programs: Any, lengths: Any) -> int:
+    """Index of the first program that is not two type-correct bool trees in postfix
+    (the interpreter relies on it), or -1. Types on the stack: 0 float, 1 bool."""
+    kinds = np.empty(programs.shape[1] + 1, np.int8)
+    for i in range(programs.shape[0]):
+        n = lengths[i]
+        if n < 2 or n > programs.shape[1]:
+            return i
+        sp = 0
+        ok = True
+        for pc in range(n):
+            op = programs[i, pc]
+            if op < 0 or op >= gp_core.N_OPS:
+                ok = False
+            elif op < gp_core.N_TERMINALS:
+                kinds[sp] = 0 if op < N_FLOAT else 1
+                sp += 1
+            elif op == gp_core.OP_NOT:
+                ok = sp >= 1 and kinds[sp - 1] == 1
+            else:
+                want = 0 if op == gp_core.OP_LT or op == gp_core.OP_GT else 1
+                ok = sp >= 2 and kinds[sp - 1] == want and kinds[sp - 2] == want
+                sp -= 1
+                if ok:
+                    kinds[sp - 1] = 1
+            if not ok or sp > STACK_SIZE:
+                return i
+        if sp != 2 or kinds[0] != 1 or kinds[1] != 1:
+            return i
+    return -1
+
+
 def _check_programs(programs: np.ndarray, lengths: np.ndarray) -> tuple[I16, I32]:
     programs = np.ascontiguousarray(programs, np.int16)
     lengths = np.ascontiguousarray(lengths, np.int32)
     if programs.ndim != 2 or lengths.shape != (programs.shape[0],):
         raise ValueError(f"programs must be (n, max_len) with lengths (n,), got "
                          f"{programs.shape} and {lengths.shape}")
-    if lengths.size and (lengths.min() < 2 or lengths.max() > programs.shape[1]):
-        raise ValueError("program lengths out of range [2, max_len]")
+    bad = _first_bad_program(programs, lengths) if programs.shape[0] else -1
+    if bad >= 0:
+        raise ValueError(f"program {bad} is not a buy and a sell tree in typed postfix "
+                         f"(length {lengths[bad]}, row width {programs.shape[1]})")
     return programs, lengths
 
 

@@ -13,8 +13,9 @@ stock s after bars 0..d. CPU and CUDA may differ in the last bits (the GPU compi
 multiply-adds), so a boolean can flip between backends only where its input sits within
 rounding of the threshold.
 
-Inputs: prices in the instrument's currency, volume in shares, float64. A non-finite
-close, or a non-finite or negative volume, is rejected with ValueError; a non-finite high or
+Inputs: prices in the instrument's currency, volume in shares, float64. A close that is
+not finite and > 0 (NVI/PVI divide by the previous close), or a non-finite or negative
+volume, is rejected with ValueError; a non-finite high or
 low only makes the terminals that use it NaN for the windows containing that bar; open is
 not used by any terminal.
 """
@@ -57,7 +58,7 @@ _init_cpu = numba.njit(cache=True)(core.init_state)
 def _bar_error(n_symbols: int, symbol: int, close: float, volume: float) -> int:
     if symbol < 0 or symbol >= n_symbols:
         return _BAD_SYMBOL
-    if not math.isfinite(close):
+    if not (math.isfinite(close) and close > 0.0):
         return _BAD_CLOSE
     if not (math.isfinite(volume) and volume >= 0.0):
         return _BAD_VOLUME
@@ -246,10 +247,10 @@ def _panel_inputs(
         if a.shape != shape:
             raise ValueError(f"{name} has shape {a.shape}, close has {shape}: they must match")
     c, v = arrays["close"], arrays["volume"]
-    bad = ~np.isfinite(c)
+    bad = ~(np.isfinite(c) & (c > 0.0))
     if bad.any():
         d, s = _first_bad(bad)
-        raise ValueError(f"close[day {d}, stock {s}] is {c[d, s]}: closes must be finite")
+        raise ValueError(f"close[day {d}, stock {s}] is {c[d, s]}: closes must be finite and > 0")
     bad = ~(np.isfinite(v) & (v >= 0.0))
     if bad.any():
         d, s = _first_bad(bad)
@@ -412,10 +413,10 @@ class IndicatorBank:
             raise ValueError("feed_history needs 1-D open, high, low, close, volume of one length")
         if not 0 <= symbol < self.n_symbols:
             raise ValueError(f"symbol {symbol} is outside 0..{self.n_symbols - 1}")
-        bad = ~np.isfinite(c)
+        bad = ~(np.isfinite(c) & (c > 0.0))
         if bad.any():
             d = int(np.argmax(bad))
-            raise ValueError(f"close[{d}] is {c[d]}: closes must be finite")
+            raise ValueError(f"close[{d}] is {c[d]}: closes must be finite and > 0")
         bad = ~(np.isfinite(v) & (v >= 0.0))
         if bad.any():
             d = int(np.argmax(bad))
@@ -436,7 +437,7 @@ class IndicatorBank:
         if code == _BAD_SYMBOL:
             raise ValueError(f"symbol {symbol} is outside 0..{self.n_symbols - 1}")
         if code == _BAD_CLOSE:
-            raise ValueError(f"close {close} for symbol {symbol}: closes must be finite")
+            raise ValueError(f"close {close} for symbol {symbol}: closes must be finite and > 0")
         raise ValueError(f"volume {volume} for symbol {symbol}: volumes must be finite and >= 0")
 
     def _raise(self, code: int, symbols: I32, close: F64, volume: F64, at: int) -> None:

@@ -41,11 +41,11 @@ Formulas (after Achelis, *Technical Analysis from A to Z*):
   compared with its own 255-bar EMA (seeded with the mean of its first 255 values, valid
   from bar 254): nvi_above: NVI > EMA255(NVI), nvi_below: NVI < EMA255(NVI), same for PVI.
 
-Bad input policy (the callers reject non-finite closes and non-finite or negative volumes
-before calling): a non-finite high or low makes that bar's TP NaN, so `typical` is NaN on
-that bar and MFI, EOM and CCI are NaN for every window containing a bar whose TP, flow or
-EMV is undefined (as pandas' rolling windows do), then recover. Open is not used by any
-terminal. Prices are assumed positive (the engine rejects others at its boundary).
+Bad input policy (the callers reject closes that are not finite and > 0, and non-finite or
+negative volumes, before calling): a non-finite high or low makes that bar's TP NaN, so
+`typical` is NaN on that bar and MFI, EOM and CCI are NaN for every window containing a bar
+whose TP, flow or EMV is undefined (as pandas' rolling windows do), then recover. Open is
+not used by any terminal.
 
 Besides the 31 outputs, the core keeps the float64 values behind them in
 `state[S_RAW : S_RAW + N_RAW]` (names in RAW_NAMES): a test hook to compare with pandas
@@ -259,7 +259,7 @@ def _seeded_ema(state: StateRow, k: int, x: float, m: int, span: int) -> float:
 
 @register_jitable
 def _above(x: float, threshold: float) -> float:
-    if x != x or threshold != threshold:
+    if x != x:
         return NAN
     return 1.0 if x > threshold else 0.0
 
@@ -294,7 +294,7 @@ def update_state(
     """Advance one symbol by one bar (O(1) amortised) and write its 31 terminals to out.
 
     state: float64 row of STATE_LEN; o, h, l, c: prices; v: volume in shares; out: float32
-    row of N_TERMINALS. The caller guarantees a finite close and a finite volume >= 0.
+    row of N_TERMINALS. The caller guarantees a finite close > 0 and a finite volume >= 0.
     `o` is accepted for a uniform bar signature; no terminal uses it.
     """
     t = int(state[S_BARS])
@@ -340,10 +340,12 @@ def update_state(
     # -- CCI over the last CCI_N typical prices
     state[S_TP_RING + t % CCI_N] = tp
     if t - state[S_LAST_BAD_TP] >= CCI_N:
-        total = 0.0
+        # summed as offsets from the current TP: a flat window then gives mean == TP and
+        # MD == 0 exactly (a plain sum of 20 equal values need not divide back to the value)
+        offset = 0.0
         for j in range(CCI_N):
-            total += state[S_TP_RING + j]
-        mean = total / CCI_N
+            offset += state[S_TP_RING + j] - tp
+        mean = tp + offset / CCI_N
         deviation = 0.0
         for j in range(CCI_N):
             deviation += abs(state[S_TP_RING + j] - mean)

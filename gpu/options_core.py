@@ -22,10 +22,11 @@ Parameter rows (`params[option, column]`, float64) use the column indices below;
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 import numpy as np
-from numba import cuda, float32, njit, prange
+from numba import cuda, njit, prange
 
 # -- parameter-row layout -----------------------------------------------------------------
 SPOT, STRIKE, EXPIRY, VOL, RATE, IS_CALL, IS_AMERICAN = range(7)
@@ -134,12 +135,87 @@ def time_steps(expiry: float, dt_target: float, fixed_steps: int, min_steps: int
     return max(m, min_steps, 1)
 
 
-def node_coefficients(s: float, ds: float, vol: float, rate: float) -> tuple[float, float, float]:
-    """Central-difference operator L at node S: (LV)_j = α V_{j−1} + β V_j + γ V_{j+1}, per year."""
+def node_coefficients(
+    s: float, ds: float, vol: float, rate: float, compact: bool
+) -> tuple[float, float, float, float, float, float]:
+    """Semi-discrete operator at node S: M·dV/dτ = L·V, both three-point stencils.
+
+    Returns (α, β, γ) of L, per year, and (m₋, m₀, m₊) of M. Plain central differences
+    have M = I and are second order in ΔS. The compact scheme (`compact=True`) is fourth
+    order for smooth data on the same three points: the leading truncation error
+    (ΔS²/12)·(a·V⁗ + 2b·V‴) of a·V″ + b·V′ − r·V (a = ½σ²S², b = rS) is rewritten with
+    the PDE itself; that adds κ = (1+q)(σ²+r)/12 to the diffusion and moves the rest onto
+    the time derivative through M, with q = 2(r − 2σ²)/σ² (the high-order compact method
+    of Spotz and Carey, applied to the Black–Scholes operator in S).
+    """
     x = s / ds
-    diffusion = vol * vol * x * x
-    drift = rate * x
-    return 0.5 * (diffusion - drift), -diffusion - rate, 0.5 * (diffusion + drift)
+    diffusion = 0.5 * vol * vol * x * x
+    drift = 0.5 * rate * x
+    if compact:
+        q = 2.0 * (rate - 2.0 * vol * vol) / (vol * vol)
+        kappa = (1.0 + q) * (vol * vol + rate) / 12.0
+        skew = q / (24.0 * x)
+        return (
+            diffusion + kappa - drift,
+            -2.0 * (diffusion + kappa) - rate,
+            diffusion + kappa + drift,
+            1.0 / 12.0 - skew,
+            10.0 / 12.0,
+            1.0 / 12.0 + skew,
+        )
+    return diffusion - drift, -2.0 * diffusion - rate, diffusion + drift, 0.0, 1.0, 0.0
+
+
+def step_coefficients(
+    alpha: float,
+    beta: float,
+    gamma: float,
+    m_below: float,
+    m_node: float,
+    m_above: float,
+    theta: float,
+    dt: float,
+) -> tuple[float, float, float, float, float, float]:
+    """Rows of the θ-scheme (M − θΔτ·L)·Vⁿ⁺¹ = (M + (1−θ)Δτ·L)·Vⁿ at one node.
+
+    Returns the implicit row (below, diagonal, above), then the explicit row.
+    """
+    imp = theta * dt
+    exp_ = (1.0 - theta) * dt
+    return (
+        m_below - imp * alpha,
+        m_node - imp * beta,
+        m_above - imp * gamma,
+        m_below + exp_ * alpha,
+        m_node + exp_ * beta,
+        m_above + exp_ * gamma,
+    )
+
+
+def payoff_smoothing(offset: int) -> float:
+    """Kreiss smoothing of the payoff kink, in units of ΔS, `offset` nodes from the strike.
+
+    The initial values near the strike are the payoff averaged against the fourth-order
+    kernel Φ₄ = (4/3)·M₄(x) − (M₄(x−1) + M₄(x+1))/6 (M₄ the cubic B-spline, so ∫Φ₄ = 1 and
+    ∫x²Φ₄ = 0), which keeps the compact scheme fourth order despite the kink. With the
+    strike on a node the averages are exact fractions: +17/120, −1/36, −1/720 at offsets
+    0, ±1, ±2, the same for calls and puts, and 0 beyond.
+    """
+    d = abs(offset)
+    if d == 0:
+        return 17.0 / 120.0
+    if d == 1:
+        return -1.0 / 36.0
+    if d == 2:
+        return -1.0 / 720.0
+    return 0.0
+
+
+def early_exercise(is_call: bool, is_american: bool, rate: float) -> bool:
+    """Whether the American feature can matter: without dividends and with r ≥ 0 an
+    American call is never exercised early, so it is priced as the European call (the
+    projection would only clip the smoothed payoff and add discretisation noise)."""
+    return is_american and not (is_call and rate >= 0.0)
 
 
 def payoff(s: float, strike: float, is_call: bool) -> float:
@@ -173,16 +249,23 @@ def boundary_values(
 
 
 def interpolate_at_spot(
-    v_below: float, v_node: float, v_above: float, frac: float, ds: float
+    v_m2: float, v_m1: float, v_0: float, v_p1: float, v_p2: float, frac: float, ds: float
 ) -> tuple[float, float, float]:
-    """Quadratic through three nodes, evaluated `frac` node spacings from the middle one.
+    """Quartic through five nodes (Stirling's formula), `frac` spacings from the middle one.
 
-    Returns price, delta = ∂V/∂S and gamma = ∂²V/∂S² (the grid's second difference).
+    Returns price, delta = ∂V/∂S and gamma = ∂²V/∂S², of fourth order at the node itself
+    (so interpolation does not spoil the compact scheme's accuracy).
     """
-    first = 0.5 * (v_above - v_below)
-    second = v_above - 2.0 * v_node + v_below
-    price = v_node + frac * first + 0.5 * frac * frac * second
-    return price, (first + frac * second) / ds, second / (ds * ds)
+    d1 = 0.5 * (v_p1 - v_m1)
+    d2 = v_p1 - 2.0 * v_0 + v_m1
+    d3 = 0.5 * (v_p2 - 2.0 * v_p1 + 2.0 * v_m1 - v_m2)
+    d4 = v_p2 - 4.0 * v_p1 + 6.0 * v_0 - 4.0 * v_m1 + v_m2
+    x = frac
+    x2 = x * x
+    price = v_0 + x * d1 + 0.5 * x2 * d2 + x * (x2 - 1.0) * d3 / 6.0 + x2 * (x2 - 1.0) * d4 / 24.0
+    delta = d1 + x * d2 + (3.0 * x2 - 1.0) * d3 / 6.0 + (2.0 * x2 - 1.0) * x * d4 / 12.0
+    gamma = d2 + x * d3 + (6.0 * x2 - 1.0) * d4 / 12.0
+    return price, delta / ds, gamma / (ds * ds)
 
 
 def pcr_factors(
@@ -222,6 +305,9 @@ _CORE = (
     grid_bounds,
     time_steps,
     node_coefficients,
+    step_coefficients,
+    payoff_smoothing,
+    early_exercise,
     payoff,
     boundary_values,
     interpolate_at_spot,
@@ -231,7 +317,8 @@ _CORE = (
 # The compiled functions resolve callees through the module globals, so each backend gets a
 # namespace copy in which the helper names point at that backend's compiled helpers.
 def _compile_for(decorate: Any) -> dict[str, Any]:
-    ns: dict[str, Any] = {}
+    # __name__ lets numba's disk cache rebuild the functions' environment from this module
+    ns: dict[str, Any] = {"__name__": __name__}
     for f in _CORE:
         g = type(f)(f.__code__, ns, f.__name__, f.__defaults__, f.__closure__)
         ns[f.__name__] = decorate(g)
@@ -245,11 +332,15 @@ def _compile_for(decorate: Any) -> dict[str, Any]:
 _cpu_ns = _compile_for(lambda f: njit(cache=True)(f))
 _gpu_ns = _compile_for(lambda f: cuda.jit(device=True)(f))
 
+
 bs_price_greeks_cpu = _cpu_ns["bs_price_greeks"]
 _grid_bounds_cpu = _cpu_ns["grid_bounds"]
 _time_steps_cpu = _cpu_ns["time_steps"]
 _node_coefficients_cpu = _cpu_ns["node_coefficients"]
+_step_coefficients_cpu = _cpu_ns["step_coefficients"]
+_payoff_smoothing_cpu = _cpu_ns["payoff_smoothing"]
 _payoff_cpu = _cpu_ns["payoff"]
+_early_exercise_cpu = _cpu_ns["early_exercise"]
 _boundary_values_cpu = _cpu_ns["boundary_values"]
 _interpolate_cpu = _cpu_ns["interpolate_at_spot"]
 pcr_factors_cpu = _cpu_ns["pcr_factors"]
@@ -258,20 +349,23 @@ _bs_price_greeks_gpu = _gpu_ns["bs_price_greeks"]
 _grid_bounds_gpu = _gpu_ns["grid_bounds"]
 _time_steps_gpu = _gpu_ns["time_steps"]
 _node_coefficients_gpu = _gpu_ns["node_coefficients"]
+_step_coefficients_gpu = _gpu_ns["step_coefficients"]
+_payoff_smoothing_gpu = _gpu_ns["payoff_smoothing"]
 _payoff_gpu = _gpu_ns["payoff"]
+_early_exercise_gpu = _gpu_ns["early_exercise"]
 _boundary_values_gpu = _gpu_ns["boundary_values"]
 _interpolate_gpu = _gpu_ns["interpolate_at_spot"]
 _pcr_factors_gpu = _gpu_ns["pcr_factors"]
 
 
 # =========================================================================================
-# CPU twin: float64, Thomas algorithm.
+# CPU twin: float64, Thomas algorithm, one option per prange iteration.
 # =========================================================================================
 
 
 @njit(cache=True, parallel=True)
 def bs_price_greeks_batch(params: np.ndarray, out4: np.ndarray) -> None:
-    """Analytic European values of every parameter row into out4[:, (price, delta, gamma, vega)]."""
+    """Analytic European values of every parameter row: out4[:, (price, delta, gamma, vega)]."""
     for o in prange(params.shape[0]):
         p, d, g, v = bs_price_greeks_cpu(
             params[o, SPOT],
@@ -304,6 +398,8 @@ def fd_price_one_cpu(
     domain: int,
     smax_mult: float,
     width: float,
+    compact: bool,
+    smooth: bool,
 ) -> tuple[float, float, float]:
     """Price, delta, gamma of one option by Crank–Nicolson (float64, Thomas algorithm)."""
     if expiry <= 0.0 or vol <= 0.0:
@@ -311,31 +407,38 @@ def fd_price_one_cpu(
         if is_american:
             p = max(p, _payoff_cpu(spot, strike, is_call))
         return p, d, g
+    is_american = _early_exercise_cpu(is_call, is_american, rate)
     n = price_steps
     s_lo, ds = _grid_bounds_cpu(spot, strike, expiry, vol, domain, smax_mult, width, n)
     s_hi = s_lo + n * ds
     m = _time_steps_cpu(expiry, dt_target, fixed_steps, min_steps)
     dt = expiry / m
     n_implicit = min(rannacher, m)
+    j_strike = int(math.floor((strike - s_lo) / ds + 0.5))
 
-    alpha = np.empty(n + 1)
-    beta = np.empty(n + 1)
-    gamma = np.empty(n + 1)
+    op = np.zeros((6, n + 1))  # α, β, γ, m₋, m₀, m₊ per node
     pay = np.empty(n + 1)
     v = np.empty(n + 1)
-    lo = np.empty(n + 1)
-    diag = np.empty(n + 1)
-    up = np.empty(n + 1)
+    row = np.zeros((6, n + 1))  # implicit (lo, diag, up), explicit (lo, diag, up)
     rhs = np.empty(n + 1)
     c_mod = np.empty(n + 1)
     for j in range(n + 1):
         s = s_lo + j * ds
-        alpha[j], beta[j], gamma[j] = _node_coefficients_cpu(s, ds, vol, rate)
+        if 0 < j < n:
+            a_, b_, c_, mb, mn, ma = _node_coefficients_cpu(s, ds, vol, rate, compact)
+            op[0, j] = a_
+            op[1, j] = b_
+            op[2, j] = c_
+            op[3, j] = mb
+            op[4, j] = mn
+            op[5, j] = ma
         pay[j] = _payoff_cpu(s, strike, is_call)
         v[j] = pay[j]
+        if smooth and 0 < j < n:
+            v[j] += ds * _payoff_smoothing_cpu(j - j_strike)
 
     for phase in range(2):
-        if phase == 0:
+        if phase == 0:  # Rannacher start: each of the first CN steps as two implicit halves
             theta = 1.0
             step_dt = 0.5 * dt
             n_steps = 2 * n_implicit
@@ -347,28 +450,27 @@ def fd_price_one_cpu(
             tau0 = n_implicit * dt
         if n_steps == 0:
             continue
-        imp = theta * step_dt
-        exp_ = (1.0 - theta) * step_dt
         for j in range(1, n):
-            lo[j] = -imp * alpha[j]
-            diag[j] = 1.0 - imp * beta[j]
-            up[j] = -imp * gamma[j]
+            (row[0, j], row[1, j], row[2, j], row[3, j], row[4, j], row[5, j]) = (
+                _step_coefficients_cpu(
+                    op[0, j], op[1, j], op[2, j], op[3, j], op[4, j], op[5, j], theta, step_dt
+                )
+            )
         for k in range(n_steps):
             tau = tau0 + (k + 1) * step_dt
-            v_lo, v_hi = _boundary_values_cpu(
-                strike, tau, rate, s_lo, s_hi, is_call, is_american
-            )
+            v_lo, v_hi = _boundary_values_cpu(strike, tau, rate, s_lo, s_hi, is_call, is_american)
             for j in range(1, n):
-                rhs[j] = v[j] + exp_ * (alpha[j] * v[j - 1] + beta[j] * v[j] + gamma[j] * v[j + 1])
-            rhs[1] -= lo[1] * v_lo
-            rhs[n - 1] -= up[n - 1] * v_hi
-            # Thomas: forward elimination (upper diagonal into c_mod), back substitution
-            c_mod[1] = up[1] / diag[1]
-            rhs[1] = rhs[1] / diag[1]
+                rhs[j] = row[3, j] * v[j - 1] + row[4, j] * v[j] + row[5, j] * v[j + 1]
+            # the new boundary values are known: move their columns to the right-hand side
+            rhs[1] -= row[0, 1] * v_lo
+            rhs[n - 1] -= row[2, n - 1] * v_hi
+            # Thomas: forward elimination (modified upper diagonal in c_mod), back substitution
+            c_mod[1] = row[2, 1] / row[1, 1]
+            rhs[1] = rhs[1] / row[1, 1]
             for j in range(2, n):
-                den = diag[j] - lo[j] * c_mod[j - 1]
-                c_mod[j] = up[j] / den
-                rhs[j] = (rhs[j] - lo[j] * rhs[j - 1]) / den
+                den = row[1, j] - row[0, j] * c_mod[j - 1]
+                c_mod[j] = row[2, j] / den
+                rhs[j] = (rhs[j] - row[0, j] * rhs[j - 1]) / den
             v[0] = v_lo
             v[n] = v_hi
             v[n - 1] = rhs[n - 1]
@@ -378,8 +480,11 @@ def fd_price_one_cpu(
                 for j in range(n + 1):
                     v[j] = max(v[j], pay[j])
     f = (spot - s_lo) / ds
-    j = min(max(int(math.floor(f + 0.5)), 1), n - 1)
-    return _interpolate_cpu(v[j - 1], v[j], v[j + 1], f - j, ds)
+    j = min(max(int(math.floor(f + 0.5)), 2), n - 2)
+    p, d, g = _interpolate_cpu(v[j - 2], v[j - 1], v[j], v[j + 1], v[j + 2], f - j, ds)
+    if is_american:  # interpolating across the exercise boundary may dip below the payoff
+        p = max(p, _payoff_cpu(spot, strike, is_call))
+    return p, d, g
 
 
 @njit(cache=True, parallel=True)
@@ -394,8 +499,10 @@ def fd_price_batch_cpu(
     domain: int,
     smax_mult: float,
     width: float,
+    compact: bool,
+    smooth: bool,
 ) -> None:
-    """CPU twin of the CUDA kernel: every parameter row priced on all cores."""
+    """CPU twin of `fd_price_kernel`: every parameter row priced, on all cores."""
     for o in prange(params.shape[0]):
         p, d, g = fd_price_one_cpu(
             params[o, SPOT],
@@ -413,7 +520,229 @@ def fd_price_batch_cpu(
             domain,
             smax_mult,
             width,
+            compact,
+            smooth,
         )
         out[o, PRICE] = p
         out[o, DELTA] = d
         out[o, GAMMA] = g
+
+
+# =========================================================================================
+# CUDA kernel: one block per option, one thread per grid node, float32, PCR.
+# =========================================================================================
+
+
+def _fd_price_kernel(
+    params: Any,
+    out: Any,
+    price_steps: int,
+    dt_target: float,
+    fixed_steps: int,
+    min_steps: int,
+    rannacher: int,
+    domain: int,
+    smax_mult: float,
+    width: float,
+    compact: bool,
+    smooth: bool,
+) -> None:
+    """Price row `blockIdx.x` of `params` into `out`; thread j owns grid node j.
+
+    `params` and `out` may be device arrays or mapped host memory (each is touched once per
+    block: N_PARAMS threads read the row into shared memory, thread 0 writes the result).
+    Launch with blockDim = the node count N+1 rounded up to a warp; threads past node N
+    carry identity rows, which PCR leaves alone.
+    """
+    opt = cuda.blockIdx.x
+    i = cuda.threadIdx.x
+    n_threads = cuda.blockDim.x
+    row = cuda.shared.array(N_PARAMS, np.float64)
+    sh_a = cuda.shared.array(MAX_NODES, np.float32)
+    sh_b = cuda.shared.array(MAX_NODES, np.float32)
+    sh_c = cuda.shared.array(MAX_NODES, np.float32)
+    k_below = cuda.local.array(MAX_LEVELS, np.float32)
+    k_above = cuda.local.array(MAX_LEVELS, np.float32)
+    if i < N_PARAMS:
+        row[i] = params[opt, i]
+    cuda.syncthreads()
+    spot = row[SPOT]
+    strike = row[STRIKE]
+    expiry = row[EXPIRY]
+    vol = row[VOL]
+    rate = row[RATE]
+    is_call = row[IS_CALL] > 0.5
+    is_american = _early_exercise_gpu(is_call, row[IS_AMERICAN] > 0.5, rate)
+    if expiry <= 0.0 or vol <= 0.0:  # the same for the whole block: no barrier diverges
+        if i == 0:
+            p, d, g, _ = _bs_price_greeks_gpu(spot, strike, expiry, vol, rate, is_call)
+            if is_american:
+                p = max(p, _payoff_gpu(spot, strike, is_call))
+            out[opt, PRICE] = p
+            out[opt, DELTA] = d
+            out[opt, GAMMA] = g
+        return
+
+    n = price_steps
+    s_lo, ds = _grid_bounds_gpu(spot, strike, expiry, vol, domain, smax_mult, width, n)
+    s_hi = s_lo + n * ds
+    m = _time_steps_gpu(expiry, dt_target, fixed_steps, min_steps)
+    dt = expiry / m
+    n_implicit = min(rannacher, m)
+    levels = 0
+    while (1 << levels) < n + 1:
+        levels += 1
+    s = s_lo + i * ds
+    interior = i >= 1 and i < n
+    alpha = 0.0
+    beta = 0.0
+    gamma = 0.0
+    m_below = 0.0
+    m_node = 1.0
+    m_above = 0.0
+    if interior:
+        alpha, beta, gamma, m_below, m_node, m_above = _node_coefficients_gpu(
+            s, ds, vol, rate, compact
+        )
+    pay = _payoff_gpu(s, strike, is_call)
+    v0 = pay
+    if smooth and interior:
+        j_strike = int(math.floor((strike - s_lo) / ds + 0.5))
+        v0 += ds * _payoff_smoothing_gpu(i - j_strike)
+    v = np.float32(v0)
+    pay32 = np.float32(pay)
+    if i > n:
+        v = np.float32(0.0)
+
+    for phase in range(2):
+        if phase == 0:  # Rannacher start: each of the first CN steps as two implicit halves
+            theta = 1.0
+            step_dt = 0.5 * dt
+            n_steps = 2 * n_implicit
+            tau0 = 0.0
+        else:
+            theta = 0.5
+            step_dt = dt
+            n_steps = m - n_implicit
+            tau0 = n_implicit * dt
+        if n_steps == 0:
+            continue
+        lo = 0.0
+        di = 1.0
+        up = 0.0
+        e_lo = 0.0
+        e_di = 0.0
+        e_up = 0.0
+        if interior:
+            lo, di, up, e_lo, e_di, e_up = _step_coefficients_gpu(
+                alpha, beta, gamma, m_below, m_node, m_above, theta, step_dt
+            )
+        # PCR elimination factors of this phase's matrix, once: only d changes per step
+        a = np.float32(lo)
+        b = np.float32(di)
+        c = np.float32(up)
+        for level in range(levels):
+            sh_a[i] = a
+            sh_b[i] = b
+            sh_c[i] = c
+            cuda.syncthreads()
+            stride = 1 << level
+            a_bl = np.float32(0.0)
+            b_bl = np.float32(1.0)
+            c_bl = np.float32(0.0)
+            a_ab = np.float32(0.0)
+            b_ab = np.float32(1.0)
+            c_ab = np.float32(0.0)
+            if i >= stride:
+                a_bl = sh_a[i - stride]
+                b_bl = sh_b[i - stride]
+                c_bl = sh_c[i - stride]
+            if i + stride < n_threads:
+                a_ab = sh_a[i + stride]
+                b_ab = sh_b[i + stride]
+                c_ab = sh_c[i + stride]
+            kb, ka, a, b, c = _pcr_factors_gpu(a_bl, b_bl, c_bl, a, b, c, a_ab, b_ab, c_ab)
+            k_below[level] = kb
+            k_above[level] = ka
+            cuda.syncthreads()
+        inv_b = np.float32(1.0) / b
+        ex_lo = np.float32(e_lo)
+        ex_di = np.float32(e_di)
+        ex_up = np.float32(e_up)
+        for k in range(n_steps):
+            sh_a[i] = v
+            cuda.syncthreads()
+            d = np.float32(0.0)
+            if interior:
+                d = ex_lo * sh_a[i - 1] + ex_di * v + ex_up * sh_a[i + 1]
+            elif i == 0 or i == n:
+                tau = tau0 + (k + 1) * step_dt
+                v_lo, v_hi = _boundary_values_gpu(
+                    strike, tau, rate, s_lo, s_hi, is_call, is_american
+                )
+                d = np.float32(v_lo) if i == 0 else np.float32(v_hi)
+            sh_b[i] = d
+            cuda.syncthreads()
+            # reduce the right-hand side level by level, ping-ponging between sh_b and sh_c
+            for level in range(levels):
+                stride = 1 << level
+                d_bl = np.float32(0.0)
+                d_ab = np.float32(0.0)
+                if level % 2 == 0:
+                    if i >= stride:
+                        d_bl = sh_b[i - stride]
+                    if i + stride < n_threads:
+                        d_ab = sh_b[i + stride]
+                    d = d - k_below[level] * d_bl - k_above[level] * d_ab
+                    sh_c[i] = d
+                else:
+                    if i >= stride:
+                        d_bl = sh_c[i - stride]
+                    if i + stride < n_threads:
+                        d_ab = sh_c[i + stride]
+                    d = d - k_below[level] * d_bl - k_above[level] * d_ab
+                    sh_b[i] = d
+                cuda.syncthreads()
+            v = d * inv_b
+            if is_american and i <= n:
+                v = max(v, pay32)
+    sh_a[i] = v
+    cuda.syncthreads()
+    if i == 0:
+        f = (spot - s_lo) / ds
+        j = min(max(int(math.floor(f + 0.5)), 2), n - 2)
+        p, d, g = _interpolate_gpu(
+            np.float64(sh_a[j - 2]),
+            np.float64(sh_a[j - 1]),
+            np.float64(sh_a[j]),
+            np.float64(sh_a[j + 1]),
+            np.float64(sh_a[j + 2]),
+            f - j,
+            ds,
+        )
+        if is_american:
+            p = max(p, _payoff_gpu(spot, strike, is_call))
+        out[opt, PRICE] = p
+        out[opt, DELTA] = d
+        out[opt, GAMMA] = g
+
+
+_kernel_cache: dict[str, Any] = {}
+
+
+def fd_price_kernel() -> Any:
+    """The compiled CUDA kernel (compiled on first use; disk-cached on a real GPU)."""
+    kern = _kernel_cache.get("fd")
+    if kern is None:
+        simulated = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
+        kern = cuda.jit(cache=not simulated)(_fd_price_kernel)
+        _kernel_cache["fd"] = kern
+    return kern
+
+
+def threads_per_option(price_steps: int) -> int:
+    """Block size for `price_steps`: the N+1 nodes rounded up to a whole warp."""
+    nodes = price_steps + 1
+    if price_steps < 4 or nodes > MAX_NODES:
+        raise ValueError(f"price_steps must be in [4, {MAX_NODES - 1}], got {price_steps}")
+    return (nodes + 31) // 32 * 32

@@ -119,3 +119,50 @@ async def test_drains_a_burst_in_few_awaits() -> None:
     pub.close()
     sub.close()
     ctx.destroy(linger=0)
+
+
+def test_fast_batch_path_agrees_with_the_reference_validator() -> None:
+    """validate_batch (inlined fast path) must judge and count exactly like validate."""
+    import random
+
+    from feeds.transport import Validator
+
+    rng = random.Random(11)
+    frames: list[list[bytes]] = []
+    seq = {"A": 0, "B": 0}
+    ts = {"A": 0, "B": 0}
+    for _ in range(3000):
+        s = rng.choice("AB")
+        r = rng.random()
+        seq[s] += 1
+        ts[s] += rng.randint(0, 3)
+        price = 10.0 + rng.random()
+        q_seq, q_ts = seq[s], ts[s]
+        if r < 0.03:
+            price = rng.choice([math.nan, -1.0, 0.0, math.inf])
+        elif r < 0.06:
+            q_seq = max(1, seq[s] - rng.randint(1, 3))     # duplicate
+        elif r < 0.08:
+            seq[s] += rng.randint(1, 4)                    # gap
+            q_seq = seq[s]
+        elif r < 0.10:
+            q_ts = ts[s] - rng.randint(1, 5)               # backwards
+        elif r < 0.11:
+            frames.append([b"T." + s.encode(), b"\xc1garbage"])
+            continue
+        elif r < 0.12:
+            frames.append([b"T." + s.encode()])
+            continue
+        elif r < 0.14:
+            frames.append([b"Q." + s.encode(),
+                           encode(Quote(q_seq, q_ts, s, 9.9, 100.0, 10.1, 100.0))])
+            continue
+        size = 0.0 if r > 0.985 else 100.0
+        frames.append([b"T." + s.encode(), encode(Trade(q_seq, q_ts, s, price, size))])
+    ref, fast = Validator(), Validator()
+    want = [m for f in frames if (m := ref.validate(f)) is not None]
+    got = fast.validate_batch(frames)
+    assert got == want
+    assert fast.skipped.counts == ref.skipped.counts
+    assert fast.received == ref.received == len(frames)
+    assert fast.last_seq == ref.last_seq and fast.last_ts == ref.last_ts

@@ -65,10 +65,6 @@ def source_factory(args: argparse.Namespace) -> Any:
             raise UserError("--ticks and --n-symbols must be positive")
         factory = functools.partial(SyntheticMarket, n_symbols=args.n_symbols,
                                     n_ticks=args.ticks, seed=args.seed)
-    try:
-        factory()  # open once here so a bad file fails now, with one line
-    except (ValueError, OSError) as exc:
-        raise UserError(str(exc)) from None
     return factory
 
 

@@ -1,0 +1,253 @@
+"""Benchmark: option groups by Crank–Nicolson + PCR on the GPU, the CPU twin, and QuantLib.
+
+    python benchmarks/options.py [--device auto|cpu|cuda] [--json PATH]
+
+Measures, after warm-up (JIT), medians over repeats:
+- options per second for group sizes 1, 10, 100, 1,000, 10,000 at the seed grid
+  (150 price steps, Δt = 0.02, T = 0.3 → 15 steps) and the fine grid (512 × 200);
+  GPU times are CUDA events around the one kernel launch of the group (data on the
+  device), plus the host wall time of launch + synchronize;
+- end-to-end latency of a 1,000-option group on the GPU: a new spot written into mapped
+  host memory → kernel on the group's stream → results in mapped host memory, observed by
+  polling the recorded event (p50, p99 over many repetitions);
+- the CPU twin (float64, Thomas, all cores) and QuantLib's FdBlackScholesVanillaEngine
+  (Crank–Nicolson, one core, same grid sizes) in the same table;
+- the GPU's float32 results against the CPU twin's float64 on the same grid.
+Goals (issue): ≥ 1e7 options/s at the seed grid; ≤ 200 µs p50 for the 1,000-option group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from gpu import options_core as core  # noqa: E402
+from gpu.device import resolve_device  # noqa: E402
+from gpu.options import FdGrid, OptionGroupPricer, make_grid, option_params  # noqa: E402
+
+SEED_T = 0.3
+
+
+def make_group(n: int, seed: int = 7) -> np.ndarray:
+    """n European calls and puts at the seed setting (K=100, σ=0.25, r=0.05, T=0.3)."""
+    rng = np.random.default_rng(seed)
+    return option_params(
+        rng.uniform(50.0, 150.0, n), 100.0, SEED_T, 0.25, 0.05, rng.random(n) < 0.5, False
+    )
+
+
+def time_gpu(params: np.ndarray, grid: FdGrid, repeats: int) -> dict[str, float]:
+    from numba import cuda
+
+    n = params.shape[0]
+    kernel = core.fd_price_kernel()
+    threads = core.threads_per_option(grid.price_steps)
+    args = grid.kernel_args()
+    stream = cuda.stream()
+    d_params = cuda.to_device(params, stream=stream)
+    d_out = cuda.device_array((n, core.N_OUT), dtype=np.float64, stream=stream)
+    start, stop = cuda.event(), cuda.event()
+    for _ in range(3):  # warm-up
+        kernel[n, threads, stream](d_params, d_out, *args)
+    stream.synchronize()
+    event_ms: list[float] = []
+    wall_s: list[float] = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        start.record(stream)
+        kernel[n, threads, stream](d_params, d_out, *args)
+        stop.record(stream)
+        stop.synchronize()
+        wall_s.append(time.perf_counter() - t0)
+        event_ms.append(cuda.event_elapsed_time(start, stop))
+    kernel_s = statistics.median(event_ms) / 1e3
+    wall = statistics.median(wall_s)
+    return {
+        "seconds": kernel_s,
+        "options_per_second": n / kernel_s,
+        "wall_seconds": wall,
+        "wall_options_per_second": n / wall,
+    }
+
+
+def time_cpu(params: np.ndarray, grid: FdGrid, repeats: int) -> dict[str, float]:
+    n = params.shape[0]
+    out = np.empty((n, core.N_OUT))
+    args = grid.kernel_args()
+    core.fd_price_batch_cpu(params[:1], out[:1], *args)  # JIT
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        core.fd_price_batch_cpu(params, out, *args)
+        times.append(time.perf_counter() - t0)
+    s = statistics.median(times)
+    return {"seconds": s, "options_per_second": n / s}
+
+
+def time_quantlib(params: np.ndarray, grid: FdGrid) -> dict[str, float] | None:
+    try:
+        import QuantLib as ql
+    except ImportError:
+        return None
+    today = ql.Date(2, 1, 2024)
+    ql.Settings.instance().evaluationDate = today
+    dc = ql.Actual365Fixed()
+    spot = ql.SimpleQuote(100.0)
+    process = ql.BlackScholesMertonProcess(
+        ql.QuoteHandle(spot),
+        ql.YieldTermStructureHandle(ql.FlatForward(today, 0.0, dc)),
+        ql.YieldTermStructureHandle(ql.FlatForward(today, 0.05, dc)),
+        ql.BlackVolTermStructureHandle(ql.BlackConstantVol(today, ql.NullCalendar(), 0.25, dc)),
+    )
+    t_steps = grid.time_steps or int(np.ceil(SEED_T / grid.dt_target - 1e-9))
+    engine = ql.FdBlackScholesVanillaEngine(
+        process, t_steps, grid.price_steps + 1, grid.rannacher, ql.FdmSchemeDesc.CrankNicolson()
+    )
+    exercise = ql.EuropeanExercise(today + int(round(SEED_T * 365)))
+    options = []
+    for row in params:
+        kind = ql.Option.Call if row[core.IS_CALL] > 0.5 else ql.Option.Put
+        opt = ql.VanillaOption(ql.PlainVanillaPayoff(kind, row[core.STRIKE]), exercise)
+        opt.setPricingEngine(engine)
+        options.append((row[core.SPOT], opt))
+    t0 = time.perf_counter()
+    for s, opt in options:
+        spot.setValue(s)
+        opt.NPV()
+    sec = time.perf_counter() - t0
+    return {"seconds": sec, "options_per_second": len(options) / sec, "count": len(options)}
+
+
+def latency_gpu(n: int, grid: FdGrid, repeats: int) -> dict[str, float]:
+    pricer = OptionGroupPricer(make_group(n), grid, "cuda")
+    rng = np.random.default_rng(3)
+    spots = rng.uniform(90.0, 110.0, repeats + 20)
+    lat_us: list[float] = []
+    for i, s in enumerate(spots):
+        t0 = time.perf_counter_ns()
+        pricer.set_spot(float(s))
+        pricer.launch()
+        while not pricer.done():
+            pass
+        values = pricer.results()
+        t1 = time.perf_counter_ns()
+        if i >= 20:  # the first launches warm up
+            lat_us.append((t1 - t0) / 1e3)
+        assert np.isfinite(values.price).all()
+    arr = np.array(lat_us)
+    return {
+        "options": n,
+        "p50_us": float(np.percentile(arr, 50)),
+        "p99_us": float(np.percentile(arr, 99)),
+        "mean_us": float(arr.mean()),
+        "repeats": len(lat_us),
+    }
+
+
+def gpu_vs_cpu(grid: FdGrid, n: int = 1000) -> dict[str, float]:
+    from gpu.options import price_params
+
+    params = make_group(n, seed=11)
+    gpu = price_params(params, grid, "cuda").price
+    cpu = price_params(params, grid, "cpu").price
+    m = np.abs(cpu) > 0.01
+    return {
+        "options": n,
+        "max_rel_diff_price_gt_0.01": float(np.max(np.abs(gpu[m] - cpu[m]) / np.abs(cpu[m]))),
+        "max_abs_diff": float(np.max(np.abs(gpu - cpu))),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    ap.add_argument(
+        "--json",
+        type=Path,
+        default=Path(__file__).resolve().parent / "out" / "options.json",
+    )
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--latency-repeats", type=int, default=500)
+    ap.add_argument("--quantlib-count", type=int, default=50)
+    args = ap.parse_args(argv)
+    backend = resolve_device(args.device, "options benchmark")
+    grids = {"seed": make_grid("seed"), "fine": make_grid("fine")}
+    gpu_sizes = [1, 10, 100, 1000, 10000]
+    cpu_sizes = [1, 10, 100, 1000] if backend == "cuda" else [1, 10, 100]
+    rows: list[dict[str, Any]] = []
+    result: dict[str, Any] = {
+        "device": backend,
+        "cpu_cores": os.cpu_count(),
+        "grids": {k: g._asdict() for k, g in grids.items()},
+        "rows": rows,
+    }
+    if backend == "cuda":
+        from numba import cuda
+
+        result["gpu"] = cuda.get_current_device().name.decode()
+    for gname, grid in grids.items():
+        if backend == "cuda":
+            for n in gpu_sizes:
+                r = time_gpu(make_group(n), grid, args.repeats)
+                rows.append({"backend": "cuda float32", "grid": gname, "options": n, **r})
+                print(f"  cuda {gname:5s} {n:6d}: {r['options_per_second']:.3e} options/s",
+                      file=sys.stderr)
+        for n in cpu_sizes:
+            reps = max(3, args.repeats // (4 if gname == "fine" else 1)) if n >= 1000 else 5
+            r = time_cpu(make_group(n), grid, reps)
+            rows.append({"backend": f"cpu float64 x{os.cpu_count()}", "grid": gname,
+                         "options": n, **r})
+            print(f"  cpu  {gname:5s} {n:6d}: {r['options_per_second']:.3e} options/s",
+                  file=sys.stderr)
+        q = time_quantlib(make_group(args.quantlib_count), grid)
+        if q is not None:
+            rows.append({"backend": "QuantLib CN x1", "grid": gname, "options": q.pop("count"),
+                         **q})
+    if backend == "cuda":
+        result["latency_1000_seed"] = latency_gpu(1000, grids["seed"], args.latency_repeats)
+        result["gpu_vs_cpu_seed"] = gpu_vs_cpu(grids["seed"])
+        result["gpu_vs_cpu_fine"] = gpu_vs_cpu(grids["fine"])
+        seed_rate = max(
+            r["options_per_second"] for r in rows
+            if r["backend"].startswith("cuda") and r["grid"] == "seed"
+        )
+        result["goals"] = {
+            "seed_options_per_second": seed_rate,
+            "seed_options_per_second_goal": 1e7,
+            "latency_p50_us": result["latency_1000_seed"]["p50_us"],
+            "latency_p50_us_goal": 200.0,
+            "seed_paper_1000_options_ms": 1.87,
+        }
+
+    print(f"\noption repricing on {result.get('gpu', backend)} "
+          f"({os.cpu_count()} CPU cores); medians after warm-up")
+    print(f"{'backend':22s} {'grid':5s} {'options':>8s} {'seconds':>11s} {'options/s':>11s}")
+    for r in rows:
+        print(f"{r['backend']:22s} {r['grid']:5s} {r['options']:8d} {r['seconds']:11.3e} "
+              f"{r['options_per_second']:11.3e}")
+    if "latency_1000_seed" in result:
+        lat = result["latency_1000_seed"]
+        print(f"\nspot → 1,000-option group repriced → results on host: p50 {lat['p50_us']:.1f} µs,"
+              f" p99 {lat['p99_us']:.1f} µs (goal p50 ≤ 200 µs; seed paper 1.87 ms)")
+        for g in ("seed", "fine"):
+            d = result[f"gpu_vs_cpu_{g}"]
+            print(f"float32 GPU vs float64 CPU, {g} grid: max relative difference "
+                  f"{d['max_rel_diff_price_gt_0.01']:.2e} (prices > 0.01)")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=1))
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

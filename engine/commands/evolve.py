@@ -1,0 +1,202 @@
+"""`evolve`: evolve GP trading rules over many stocks and days, report train and test ROI.
+
+Writes the strategy file (`--out`, best rule and hall of fame, strategies.gp.strategy_file)
+and a PNG of fitness over generations next to it; prints one progress line per generation
+on stderr. Semantics of the simulation and of the data window: strategies/gp/__init__.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.errors import UserError
+from feeds.datadir import data_dir
+from gpu.device import DeviceUnavailable
+from gpu.gp_eval import PopulationEvaluator, buy_hold_cash, roi
+from strategies.gp.evolution import EvolutionConfig, EvolutionResult, GenerationStats, evolve
+from strategies.gp.representation import rules_programs
+from strategies.gp.strategy import simulate_money
+from strategies.gp.strategy_file import PeriodRecord, StrategyFile, rule_record, save_strategy
+from strategies.gp.window import GPWindow, Period, load_window
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data", default=str(data_dir() / "sp500_5yr_daily"), metavar="PATH",
+                   help="daily OHLCV CSV(.gz) or a folder holding one (default: the shared "
+                        "S&P 500 file)")
+    p.add_argument("--stocks", type=int, default=32, help="stocks (complete in the window)")
+    p.add_argument("--symbols", help="comma-separated tickers instead of the first --stocks")
+    p.add_argument("--start", help="first training day (YYYY-MM-DD; default: the data's first)")
+    p.add_argument("--train-days", type=int, default=768)
+    p.add_argument("--test-days", type=int, default=256)
+    p.add_argument("--population", type=int, default=5000)
+    p.add_argument("--generations", type=int, default=30,
+                   help="evaluated populations, the random initial one included")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--tournament", type=int, default=7)
+    p.add_argument("--elite", type=int, help="individuals kept unchanged (default 0.2%%, >= 1)")
+    p.add_argument("--p-crossover", type=float, default=0.9)
+    p.add_argument("--p-subtree-mutation", type=float, default=0.1)
+    p.add_argument("--p-point-mutation", type=float, default=0.1)
+    p.add_argument("--max-depth", type=int, default=8)
+    p.add_argument("--max-nodes", type=int, default=64, help="per tree")
+    p.add_argument("--hall-of-fame", type=int, default=10)
+    p.add_argument("--out", type=Path, default=Path("best.json"), help="strategy file to write")
+    p.add_argument("--png", type=Path, help="fitness plot (default: OUT with _fitness.png)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--quiet", action="store_true", help="no per-generation progress lines")
+
+
+def _config(args: argparse.Namespace) -> EvolutionConfig:
+    elite = args.elite if args.elite is not None else max(1, args.population // 500)
+    try:
+        return EvolutionConfig(
+            population=args.population, generations=args.generations, seed=args.seed,
+            tournament=args.tournament, elite=min(elite, max(0, args.population - 1)),
+            p_crossover=args.p_crossover, p_subtree_mutation=args.p_subtree_mutation,
+            p_point_mutation=args.p_point_mutation, max_depth=args.max_depth,
+            max_nodes=args.max_nodes, init_max_depth=min(5, args.max_depth),
+            init_min_depth=min(2, args.max_depth), hall_of_fame=args.hall_of_fame)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+def progress_line(s: GenerationStats, total: int, device: str) -> str:
+    return (f"gen {s.generation + 1:>3}/{total}  best {s.best:+.4f}  mean {s.mean:+.4f}  "
+            f"size {s.mean_size:5.1f}  {s.evals_per_second:9.3g} evals/s  "
+            f"{s.gp_ops_per_second:9.3g} GP ops/s  {device}  {s.seconds:.2f} s")
+
+
+def period_report(window: GPWindow, period: Period, cash: np.ndarray) -> dict[str, Any]:
+    """Mean ROI of one rule's final cash (n_stocks,) against buy-and-hold over `period`."""
+    bh = buy_hold_cash(window.close, period.day0, period.day1)
+    excess = roi(cash) - roi(bh)
+    return {
+        "roi": float(np.mean(roi(cash))),
+        "roi_buy_hold": float(np.mean(roi(bh))),
+        "fitness": float(np.mean(excess)),
+        "beats_buy_hold": int(np.count_nonzero(excess > 0)),
+        **window.describe(period),
+    }
+
+
+def evaluate_period(window: GPWindow, period: Period, result: EvolutionResult,
+                    device: str) -> dict[str, Any]:
+    """Best rule and hall of fame over one period (the best's per-stock money included)."""
+    ev = PopulationEvaluator(window.panel, window.close, period.day0, period.day1, device)
+    rules = [c.rule for c in result.hall_of_fame]
+    programs, lengths = rules_programs(rules)
+    fitness, cash = ev.fitness(programs, lengths)
+    report = period_report(window, period, cash[0])
+    report["hall_of_fame_fitness"] = [float(f) for f in fitness]
+    ens = simulate_money(rules, window.panel, window.close, period.day0, period.day1)
+    report["ensemble_roi"] = float(np.mean(roi(ens)))
+    return report
+
+
+def plot_fitness(path: Path, history: list[GenerationStats], title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    gens = [s.generation for s in history]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot(gens, [s.best for s in history], label="best")
+    ax.plot(gens, [s.mean for s in history], label="mean")
+    ax.axhline(0.0, color="grey", lw=0.8, ls=":")
+    ax.set_xlabel("generation")
+    ax.set_ylabel("fitness: mean ROI - buy-and-hold ROI")
+    ax.set_title(title, fontsize=9)
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    config = _config(args)
+    symbols = [s.strip() for s in args.symbols.split(",") if s.strip()] if args.symbols else None
+    if args.test_days < 0 or args.test_days == 1:
+        raise UserError("--test-days must be 0 or at least 2")
+    try:
+        window = load_window(args.data, None if symbols else args.stocks, args.train_days,
+                             args.test_days, start=args.start, symbols=symbols)
+        train_eval = PopulationEvaluator(window.panel, window.close, window.train.day0,
+                                         window.train.day1, args.device)
+    except (ValueError, OSError, DeviceUnavailable) as e:
+        raise UserError(str(e)) from None
+    device = train_eval.device
+    print(f"evolving {config.population} individuals x {config.generations} generations on "
+          f"{window.n_stocks} stocks x {window.train.days} training days "
+          f"({window.describe(window.train)['first_date']} .. "
+          f"{window.describe(window.train)['last_date']}), device {device}", file=sys.stderr)
+
+    def progress(s: GenerationStats) -> None:
+        if not args.quiet:
+            print(progress_line(s, config.generations, device), file=sys.stderr, flush=True)
+
+    result = evolve(train_eval, config, progress)
+    best = result.best
+    train = evaluate_period(window, window.train, result, device)
+    test = evaluate_period(window, window.test, result, device) if window.test.days else None
+
+    def record(rep: dict[str, Any] | None) -> PeriodRecord | None:
+        if rep is None:
+            return None
+        return PeriodRecord(symbols=rep["symbols"], first_date=rep["first_date"],
+                            last_date=rep["last_date"], days=rep["days"], roi=rep["roi"],
+                            roi_buy_hold=rep["roi_buy_hold"])
+
+    sf = StrategyFile(
+        data=window.source, train=record(train), test=record(test), seed=config.seed,
+        best=rule_record(best.rule, best.fitness, best.generation),
+        hall_of_fame=[rule_record(c.rule, c.fitness, c.generation) for c in result.hall_of_fame],
+    )
+    out: Path = args.out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_strategy(out, sf)
+    png = args.png or out.with_name(out.stem + "_fitness.png")
+    test_txt = (f", test ROI {test['roi']:+.2%} vs buy-and-hold {test['roi_buy_hold']:+.2%}"
+                if test else "")
+    plot_fitness(png, result.history,
+                 f"{window.n_stocks} stocks, {window.train.days} training days, "
+                 f"seed {config.seed}{test_txt}")
+
+    print(f"best: buy {best.rule.buy_infix}\n      sell {best.rule.sell_infix}")
+    print(f"train ROI {train['roi']:+.2%} vs buy-and-hold {train['roi_buy_hold']:+.2%} "
+          f"(fitness {train['fitness']:+.4f})")
+    if test:
+        print(f"test  ROI {test['roi']:+.2%} vs buy-and-hold {test['roi_buy_hold']:+.2%} "
+              f"(fitness {test['fitness']:+.4f})")
+    print(f"{result.gp_ops_per_second:.3g} GP ops/s on {device}; wrote {out} and {png}")
+    return {
+        "generations": [s.as_dict() for s in result.history],
+        "best": {"buy": best.rule.buy_infix, "sell": best.rule.sell_infix,
+                 "fitness": best.fitness, "generation": best.generation,
+                 "size": best.rule.size},
+        "hall_of_fame": [{"buy": c.rule.buy_infix, "sell": c.rule.sell_infix,
+                          "fitness": c.fitness, "generation": c.generation}
+                         for c in result.hall_of_fame],
+        "train": train,
+        "test": test,
+        "gp_ops_per_second": result.gp_ops_per_second,
+        "gp_ops": result.gp_ops,
+        "evals_per_second": (sum(s.evaluated for s in result.history) / result.eval_seconds
+                             if result.eval_seconds > 0 else 0.0),
+        "device": device,
+        "seed": config.seed,
+        "config": {k: getattr(config, k) for k in config.__struct_fields__},
+        "data": window.source,
+        "out": str(out),
+        "png": str(png),
+        "seconds": time.perf_counter() - t0,
+    }

@@ -1,0 +1,98 @@
+"""Open market data by path: pick the reader from what the path is, merge several paths.
+
+- a LEAN tick zip, a LEAN symbol folder or any folder holding LEAN tick zips -> `LeanSource`
+- a CSV (plain or gzip) whose header has date,open,high,low,close -> `DailySource`
+- a CSV (plain or gzip) whose header has ts,symbol,price,size -> `TickCsvSource`
+
+Anything else (missing path, unknown header, empty folder) is a one-line ValueError.
+`start`/`end` follow `feeds.records.to_ns` (start <= ts < end; YYYY-MM-DD is midnight New York).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from feeds.daily import DailySource
+from feeds.lean import LeanSource, discover
+from feeds.merge import merge_sources
+from feeds.records import Source, TimeLike, parse_date, to_ns
+from feeds.tick_csv import HEADER as TICK_HEADER
+from feeds.tick_csv import TickCsvSource, read_header
+
+__all__ = ["open_source", "open_sources", "parse_date", "detect_format"]
+
+_DAILY_COLUMNS = ("date", "open", "high", "low", "close")
+_CONTRACT_RE = re.compile(r"^[A-Z0-9]+[FGHJKMNQUVXZ]\d{2}$")
+
+
+def detect_format(path: str | Path) -> str:
+    """'lean', 'daily' or 'ticks' for a readable market-data path; ValueError otherwise."""
+    p = Path(path)
+    if not p.exists():
+        raise ValueError(f"data path not found: {p}")
+    if p.is_dir() or p.suffix.lower() == ".zip":
+        discover(p)  # raises a one-line ValueError when there is no LEAN tick zip
+        return "lean"
+    header = read_header(p)
+    if all(c in header for c in _DAILY_COLUMNS):
+        return "daily"
+    if all(c in header for c in TICK_HEADER):
+        return "ticks"
+    shown = ",".join(header)[:80] if header else "no readable header"
+    raise ValueError(
+        f"{p}: unrecognised market data ({shown}); expected a LEAN tick zip/folder, a daily "
+        f"CSV date,open,high,low,close,volume,Name or a tick CSV ts,symbol,price,size"
+    )
+
+
+def open_source(
+    path: str | Path,
+    symbols: Sequence[str] | None = None,
+    start: TimeLike = None,
+    end: TimeLike = None,
+    kinds: Sequence[str] = ("trade",),
+    missing_ok: bool = False,
+) -> Source:
+    """One Source for `path`, whatever its format (see the module docstring).
+
+    `kinds` applies to LEAN data ("trade", "quote"); daily files give bars, tick CSVs trades.
+    """
+    start_ns, end_ns = to_ns(start), to_ns(end)
+    fmt = detect_format(path)
+    if fmt == "lean":
+        return LeanSource(
+            path, kinds=kinds, symbols=symbols, start=start_ns, end=end_ns, missing_ok=missing_ok
+        )
+    if fmt == "daily":
+        return DailySource(path, symbols, start_ns, end_ns, missing_ok=missing_ok)
+    return TickCsvSource(path, symbols, start_ns, end_ns, missing_ok=missing_ok)
+
+
+def open_sources(
+    paths: Sequence[str | Path],
+    symbols: Sequence[str] | None = None,
+    start: TimeLike = None,
+    end: TimeLike = None,
+    kinds: Sequence[str] = ("trade",),
+) -> Source:
+    """Several paths merged into one time-ordered Source with one symbol table.
+
+    With `symbols`, each path contributes those it has; a symbol found in none is an error.
+    """
+    if isinstance(paths, str | Path):
+        paths = [paths]
+    if not paths:
+        raise ValueError("no data paths given")
+    if len(paths) == 1:
+        return open_source(paths[0], symbols, start, end, kinds)
+    sources = [open_source(p, symbols, start, end, kinds, missing_ok=True) for p in paths]
+    if symbols is not None:
+        found = {s.upper() for src in sources for s in src.symbols}
+        # a futures root (GC) stands for its contracts (GCZ13)
+        found |= {s[:-3] for s in found if _CONTRACT_RE.match(s)}
+        absent = [w for w in symbols if w.strip().upper() not in found]
+        if absent:
+            raise ValueError(f"symbol(s) {', '.join(absent)} in none of {len(paths)} data paths")
+    return merge_sources(sources)

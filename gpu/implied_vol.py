@@ -1,0 +1,280 @@
+"""Implied volatilities of a whole chain: batched, safeguarded Newton/secant with bisection.
+
+Each iteration is ONE batched repricing (`gpu.options.price_params`, one CUDA launch or all
+CPU cores) of every option not yet converged, by the same Crank–Nicolson model that prices
+them (so American options get American implied vols). Per option a bracket [lo, hi] of σ
+is kept: a model price above the target lowers hi, below it raises lo. The next σ is a
+secant step through the last two evaluations (the first step uses the analytic European
+vega), and a step that leaves the bracket is replaced by bisection, so every option
+converges however poor the slope. The start is the analytic European implied vol.
+
+Quotes that cannot give an implied vol are reported with a reason, never raised on:
+missing or zero bid, missing ask, crossed market, expired option, a price outside the
+no-arbitrage bounds, or a price that needs σ outside [vol_min, vol_max].
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import IntEnum
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+from numba import njit, prange
+
+from gpu import options_core as core
+from gpu.options import FdGrid, check_params, make_grid, price_params
+from gpu.device import resolve_device
+
+FloatArray = npt.NDArray[np.float64]
+
+
+class IVStatus(IntEnum):
+    """Outcome per quote; the names are the reasons reported to the user."""
+
+    OK = 0
+    PENDING = 1
+    MISSING_BID = 2
+    MISSING_ASK = 3
+    ZERO_BID = 4
+    CROSSED = 5
+    EXPIRED = 6
+    BELOW_LOWER_BOUND = 7
+    ABOVE_UPPER_BOUND = 8
+    VOL_BELOW_MIN = 9
+    VOL_ABOVE_MAX = 10
+    NOT_CONVERGED = 11
+    NO_PRICE = 12
+
+    @property
+    def reason(self) -> str:
+        return self.name.lower()
+
+
+class IVResult(NamedTuple):
+    """iv: implied vol per year (NaN unless status is OK); status: IVStatus codes (int8);
+    model_price: the model price at iv; iterations: batched repricings used."""
+
+    iv: FloatArray
+    status: npt.NDArray[np.int8]
+    model_price: FloatArray
+    iterations: int
+
+    def rejected(self) -> dict[str, int]:
+        """Count of unsolved quotes by reason."""
+        counts: dict[str, int] = {}
+        for code, n in zip(*np.unique(self.status, return_counts=True), strict=True):
+            if code != IVStatus.OK:
+                counts[IVStatus(int(code)).reason] = int(n)
+        return counts
+
+
+def quote_mids(bid: npt.ArrayLike, ask: npt.ArrayLike) -> tuple[FloatArray, npt.NDArray[np.int8]]:
+    """Mid prices of bid/ask quotes (NaN = side absent) and an IVStatus per quote.
+
+    PENDING means a usable mid; otherwise the first reason found, in the order missing
+    bid, missing ask, zero bid, crossed (ask < bid).
+    """
+    b = np.asarray(bid, dtype=np.float64)
+    a = np.asarray(ask, dtype=np.float64)
+    b, a = np.broadcast_arrays(b, a)
+    status = np.full(b.shape, IVStatus.PENDING, dtype=np.int8)
+    crossed = a < b
+    zero = b <= 0
+    no_ask = ~np.isfinite(a) | (a <= 0)
+    no_bid = ~np.isfinite(b)
+    # later assignments win: the most basic reason is applied last
+    status[crossed] = IVStatus.CROSSED
+    status[zero] = IVStatus.ZERO_BID
+    status[no_ask] = IVStatus.MISSING_ASK
+    status[no_bid] = IVStatus.MISSING_BID
+    mid = np.where(status == IVStatus.PENDING, 0.5 * (a + b), np.nan)
+    return mid, status
+
+
+def arbitrage_bounds(params: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Model-free (lower, upper) price bounds per parameter row (no dividends).
+
+    Call: max(0, S − K e^(−rT)) ≤ C ≤ S (American calls as European, never exercised
+    early). Put: max(0, K e^(−rT) − S) ≤ P ≤ K e^(−rT); American put: also ≥ K − S and
+    ≤ K.
+    """
+    s = params[:, core.SPOT]
+    k = params[:, core.STRIKE]
+    t = np.maximum(params[:, core.EXPIRY], 0.0)
+    disc_k = k * np.exp(-params[:, core.RATE] * t)
+    call = params[:, core.IS_CALL] > 0.5
+    american = params[:, core.IS_AMERICAN] > 0.5
+    lower = np.where(call, np.maximum(s - disc_k, 0.0), np.maximum(disc_k - s, 0.0))
+    lower = np.where(~call & american, np.maximum(lower, k - s), lower)
+    upper = np.where(call, s, np.where(american, np.maximum(k, disc_k), disc_k))
+    return lower, upper
+
+
+@njit(cache=True, parallel=True)
+def european_implied_vols(
+    params: np.ndarray, target: np.ndarray, vol_min: float, vol_max: float, out: np.ndarray
+) -> None:
+    """Analytic Black–Scholes implied vols (Newton with bisection), NaN where none exists.
+
+    The starting point of the PDE solve; exact for European options.
+    """
+    for o in prange(params.shape[0]):
+        s = params[o, core.SPOT]
+        k = params[o, core.STRIKE]
+        t = params[o, core.EXPIRY]
+        r = params[o, core.RATE]
+        call = params[o, core.IS_CALL] > 0.5
+        lo = vol_min
+        hi = vol_max
+        p_lo = core.bs_price_greeks_cpu(s, k, t, lo, r, call)[0]
+        p_hi = core.bs_price_greeks_cpu(s, k, t, hi, r, call)[0]
+        y = target[o]
+        if t <= 0.0 or not (p_lo <= y <= p_hi):
+            out[o] = np.nan
+            continue
+        sig = 0.5 * (lo + hi) if not (lo < 0.3 < hi) else 0.3
+        for _ in range(100):
+            p, _d, _g, vega = core.bs_price_greeks_cpu(s, k, t, sig, r, call)
+            f = p - y
+            if f > 0.0:
+                hi = sig
+            else:
+                lo = sig
+            nxt = sig - f / vega if vega > 1e-300 else 0.5 * (lo + hi)
+            if not (lo < nxt < hi):
+                nxt = 0.5 * (lo + hi)
+            if abs(nxt - sig) < 1e-12 or hi - lo < 1e-12:
+                sig = nxt
+                break
+            sig = nxt
+        out[o] = sig
+
+
+def implied_vols(
+    price: npt.ArrayLike,
+    params: FloatArray,
+    *,
+    grid: str | FdGrid = "default",
+    device: str = "auto",
+    vol_min: float = 0.01,
+    vol_max: float = 5.0,
+    vol_tol: float = 1e-6,
+    max_iter: int = 40,
+    status: npt.ArrayLike | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> IVResult:
+    """Implied vols per parameter row (the VOL column is ignored) from target prices.
+
+    price: the option prices to match (e.g. bid/ask mids), NaN where there is none.
+    status: an initial IVStatus per row (e.g. from `quote_mids`); rows not PENDING are
+      passed through unsolved.
+    vol_min, vol_max: the σ range searched, per year; vol_tol: convergence in σ.
+    progress(iteration, still_active) is called after each batched repricing.
+    The model is the PDE on `grid`, so American rows get American implied vols. On the
+    GPU the model is float32: implied vols are then good to about 1e-5.
+    """
+    g = make_grid(grid)
+    backend = resolve_device(device, "implied vols")
+    params = np.array(params, dtype=np.float64, copy=True)
+    check_params(params)
+    n = params.shape[0]
+    target = np.asarray(price, dtype=np.float64).reshape(-1)
+    if target.shape[0] != n:
+        raise ValueError(f"{target.shape[0]} prices for {n} options")
+    st = (
+        np.full(n, IVStatus.PENDING, dtype=np.int8)
+        if status is None
+        else np.array(status, dtype=np.int8).reshape(-1).copy()
+    )
+    if st.shape[0] != n:
+        raise ValueError(f"{st.shape[0]} statuses for {n} options")
+    pending = st == IVStatus.PENDING
+    st[pending & ~np.isfinite(target)] = IVStatus.NO_PRICE
+    pending = st == IVStatus.PENDING
+    st[pending & (params[:, core.EXPIRY] <= 0)] = IVStatus.EXPIRED
+    lower, upper = arbitrage_bounds(params)
+    pending = st == IVStatus.PENDING
+    # a hair of tolerance: a quote at exactly the intrinsic value is not an arbitrage (it is
+    # left to the solver, which reports vol_below_min when no σ ≥ vol_min reaches it)
+    slack = 1e-9 * np.maximum(np.abs(lower), 1.0)
+    st[pending & (target < lower - slack)] = IVStatus.BELOW_LOWER_BOUND
+    st[pending & (target >= upper)] = IVStatus.ABOVE_UPPER_BOUND
+
+    iv = np.full(n, np.nan)
+    model = np.full(n, np.nan)
+    lo = np.full(n, vol_min)
+    hi = np.full(n, vol_max)
+    tried_min = np.zeros(n, dtype=bool)
+    tried_max = np.zeros(n, dtype=bool)
+    prev_sig = np.full(n, np.nan)
+    prev_f = np.full(n, np.nan)
+
+    start = np.full(n, np.nan)
+    european_implied_vols(params, np.nan_to_num(target), vol_min, vol_max, start)
+    sig = np.where(np.isfinite(start), start, 0.3)
+    sig = np.clip(sig, vol_min, vol_max)
+
+    iterations = 0
+    for _ in range(max_iter):
+        act = np.flatnonzero(st == IVStatus.PENDING)
+        if act.size == 0:
+            break
+        p = params[act]
+        p[:, core.VOL] = sig[act]
+        values = price_params(p, g, backend)
+        iterations += 1
+        s = sig[act]
+        f = values.price - target[act]
+        model[act] = values.price
+        tried_min[act] |= s <= vol_min
+        tried_max[act] |= s >= vol_max
+        above = f > 0
+        hi_a = np.where(above, s, hi[act])
+        lo_a = np.where(above, lo[act], s)
+        hi[act] = hi_a
+        lo[act] = lo_a
+        # the model price at σ_min is already too high: the quote is below any σ we allow
+        at_min = above & (s <= vol_min)
+        at_max = (f < 0) & (s >= vol_max)
+
+        # slope: secant through the last two evaluations, else the analytic vega
+        vega = _analytic_vega(p, s)
+        ps, pf = prev_sig[act], prev_f[act]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            secant = (f - pf) / (s - ps)
+        slope = np.where(np.isfinite(secant) & (secant > 0), secant, vega)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            step = np.where(slope > 0, s - f / slope, np.nan)
+        # safeguard: leaving the bracket means bisection, except that the bracket's ends
+        # σ_min and σ_max are tried once each so an unreachable quote is recognised
+        go_min = ~(step > lo_a) & (lo_a <= vol_min) & ~tried_min[act]
+        go_max = ~(step < hi_a) & (hi_a >= vol_max) & ~tried_max[act]
+        inside = (step > lo_a) & (step < hi_a)
+        nxt = np.where(inside, step, 0.5 * (lo_a + hi_a))
+        nxt = np.where(go_min, vol_min, np.where(go_max, vol_max, nxt))
+        converged = (np.abs(nxt - s) < vol_tol) | (hi_a - lo_a < vol_tol) | (f == 0)
+        prev_sig[act] = s
+        prev_f[act] = f
+        sig[act] = nxt
+
+        done_ok = converged & ~at_min & ~at_max
+        new_status = st[act]
+        new_status[at_min] = IVStatus.VOL_BELOW_MIN
+        new_status[at_max] = IVStatus.VOL_ABOVE_MAX
+        new_status[done_ok] = IVStatus.OK
+        st[act] = new_status
+        iv[act[done_ok]] = np.where(f[done_ok] == 0, s[done_ok], nxt[done_ok])
+        if progress is not None:
+            progress(iterations, int((st == IVStatus.PENDING).sum()))
+    st[st == IVStatus.PENDING] = IVStatus.NOT_CONVERGED
+    return IVResult(iv, st, model, iterations)
+
+
+def _analytic_vega(params: FloatArray, vol: FloatArray) -> FloatArray:
+    p = params.copy()
+    p[:, core.VOL] = vol
+    out = np.empty((p.shape[0], 4))
+    core.bs_price_greeks_batch(p, out)
+    return out[:, 3]

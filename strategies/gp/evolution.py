@@ -1,0 +1,240 @@
+"""The generational loop: ramped half-and-half start, tournament selection, elitism,
+crossover and mutation, a hall of fame.
+
+One generation:
+1. evaluate the individuals not evaluated yet (the elites keep their fitness);
+2. record statistics and update the hall of fame;
+3. copy the `elite` fittest unchanged, then breed the rest: each child has a recipient and
+   a donor parent, each the winner of a tournament of `tournament` individuals drawn with
+   replacement (ties go to the first drawn); see strategies.gp.operators for the operators.
+
+`generations` counts evaluated populations including the random initial one.
+
+Reproducibility: every random draw comes from `np.random.Generator(PCG64(seed))` on the host
+(tournaments, and one stream seed per child for the numba operators). Fitness is identical
+on every evaluator device (gpu.gp_eval), so the same seed gives the same run on CPU and CUDA.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import msgspec
+import numpy as np
+import numpy.typing as npt
+
+from gpu.gp_core import STACK_SIZE
+from gpu.gp_eval import PopulationEvaluator
+from strategies.gp.init import ramped_half_and_half
+from strategies.gp.operators import breed
+from strategies.gp.representation import (
+    DEFAULT_MAX_DEPTH,
+    DEFAULT_MAX_NODES,
+    GPRule,
+    Population,
+)
+
+F64 = npt.NDArray[np.float64]
+
+
+class EvolutionConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Parameters of one GP run (defaults follow the GP trading-rule paper where it says)."""
+
+    population: int = 5000
+    generations: int = 30
+    seed: int = 1
+    tournament: int = 7
+    elite: int = 10                 # individuals copied unchanged into the next generation
+    p_crossover: float = 0.9
+    p_subtree_mutation: float = 0.1
+    p_point_mutation: float = 0.1
+    p_point_node: float = 0.1       # per-node replacement probability in point mutation
+    max_depth: int = DEFAULT_MAX_DEPTH
+    max_nodes: int = DEFAULT_MAX_NODES   # per tree
+    init_min_depth: int = 2
+    init_max_depth: int = 5
+    mutation_depth: int = 4         # depth of subtrees grown by subtree mutation
+    hall_of_fame: int = 10
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.population < 2:
+            problems.append(f"population must be >= 2 (got {self.population})")
+        if self.generations < 1:
+            problems.append(f"generations must be >= 1 (got {self.generations})")
+        if self.tournament < 1:
+            problems.append(f"tournament must be >= 1 (got {self.tournament})")
+        if not 0 <= self.elite < self.population:
+            problems.append(f"elite must be in [0, population) (got {self.elite})")
+        for name in ("p_crossover", "p_subtree_mutation", "p_point_mutation", "p_point_node"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                problems.append(f"{name} must be in [0, 1] (got {getattr(self, name)})")
+        if not 1 <= self.max_depth <= STACK_SIZE - 3:
+            problems.append(f"max_depth must be in [1, {STACK_SIZE - 3}] (got {self.max_depth})")
+        if not 3 <= self.max_nodes <= 4096:
+            problems.append(f"max_nodes must be in [3, 4096] (got {self.max_nodes})")
+        if not 1 <= self.init_min_depth <= self.init_max_depth <= self.max_depth:
+            problems.append("need 1 <= init_min_depth <= init_max_depth <= max_depth "
+                            f"(got {self.init_min_depth}, {self.init_max_depth}, "
+                            f"{self.max_depth})")
+        if self.mutation_depth < 0:
+            problems.append(f"mutation_depth must be >= 0 (got {self.mutation_depth})")
+        if self.hall_of_fame < 1:
+            problems.append(f"hall_of_fame must be >= 1 (got {self.hall_of_fame})")
+        if self.seed < 0:
+            problems.append(f"seed must be >= 0 (got {self.seed})")
+        if problems:
+            raise ValueError("; ".join(problems))
+
+
+@dataclass
+class GenerationStats:
+    generation: int
+    best: float                 # best fitness (mean excess ROI over buy-and-hold)
+    mean: float                 # mean fitness of the population
+    mean_size: float            # mean nodes per individual (buy + sell)
+    evaluated: int              # individuals evaluated this generation
+    eval_seconds: float         # wall time of their evaluation (transfers included)
+    seconds: float              # wall time of the whole generation
+    gp_ops: int                 # interpreted nodes: sum of program lengths x stocks x days
+
+    @property
+    def evals_per_second(self) -> float:
+        """Individuals evaluated (each over every stock and day) per second."""
+        return self.evaluated / self.eval_seconds if self.eval_seconds > 0 else 0.0
+
+    @property
+    def gp_ops_per_second(self) -> float:
+        return self.gp_ops / self.eval_seconds if self.eval_seconds > 0 else 0.0
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {"generation": self.generation, "best": self.best, "mean": self.mean,
+                "mean_size": self.mean_size, "evaluated": self.evaluated,
+                "evals_per_second": self.evals_per_second,
+                "gp_ops_per_second": self.gp_ops_per_second, "eval_seconds": self.eval_seconds,
+                "seconds": self.seconds}
+
+
+@dataclass(frozen=True)
+class Champion:
+    """A rule with its training fitness and the generation that first produced it."""
+
+    rule: GPRule
+    fitness: float
+    generation: int
+
+
+class HallOfFame:
+    """The `capacity` fittest distinct rules seen in any generation (ties: earlier first)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._members: dict[bytes, Champion] = {}
+
+    def update(self, pop: Population, fitness: F64, generation: int) -> None:
+        order = np.argsort(-fitness, kind="stable")
+        for i in order:
+            f = float(fitness[i])
+            if not np.isfinite(f):
+                break
+            if len(self._members) >= self.capacity and f <= self.members[-1].fitness:
+                break  # candidates come best first: none further can enter
+            key = pop.key(int(i))
+            if key in self._members:
+                continue
+            self._members[key] = Champion(pop.rule(int(i)), f, generation)
+            if len(self._members) > self.capacity:
+                worst = self.members[-1]
+                self._members = {k: c for k, c in self._members.items() if c is not worst}
+
+    @property
+    def members(self) -> list[Champion]:
+        """Best first; equal fitness: earlier generation, then earlier entry."""
+        return sorted(self._members.values(), key=lambda c: (-c.fitness, c.generation))
+
+
+@dataclass
+class EvolutionResult:
+    config: EvolutionConfig
+    population: Population
+    fitness: F64
+    history: list[GenerationStats]
+    hall_of_fame: list[Champion]
+    device: str
+    seconds: float
+    gp_ops: int = 0
+    eval_seconds: float = 0.0
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def best(self) -> Champion:
+        return self.hall_of_fame[0]
+
+    @property
+    def gp_ops_per_second(self) -> float:
+        return self.gp_ops / self.eval_seconds if self.eval_seconds > 0 else 0.0
+
+
+def tournament(rng: np.random.Generator, fitness: F64, n: int, size: int
+               ) -> npt.NDArray[np.int64]:
+    """Indices of n tournament winners (size contestants each, drawn with replacement)."""
+    contestants = rng.integers(0, fitness.size, size=(n, size))
+    scores = fitness[contestants]
+    return np.asarray(contestants[np.arange(n), np.argmax(scores, axis=1)], np.int64)
+
+
+def _selectable(fitness: F64) -> F64:
+    return np.where(np.isnan(fitness), -np.inf, fitness)
+
+
+def evolve(evaluator: PopulationEvaluator, config: EvolutionConfig,
+           progress: Callable[[GenerationStats], None] | None = None) -> EvolutionResult:
+    """Run the GP over the evaluator's window (training days) and return the result."""
+    t_start = time.perf_counter()
+    rng = np.random.Generator(np.random.PCG64(config.seed))
+    pop = ramped_half_and_half(config.population, rng, config.init_min_depth,
+                               config.init_max_depth, config.max_nodes)
+    fitness = np.empty(0, np.float64)
+    todo = pop  # individuals still to evaluate (appended after the carried elites)
+    carried = np.empty(0, np.float64)
+    hof = HallOfFame(config.hall_of_fame)
+    history: list[GenerationStats] = []
+    total_ops = 0
+    total_eval = 0.0
+    for g in range(config.generations):
+        t_gen = time.perf_counter()
+        programs, lengths = todo.compile()
+        new_fit, _ = evaluator.fitness(programs, lengths)
+        fitness = np.concatenate([carried, new_fit])
+        total_ops += evaluator.last_ops
+        total_eval += evaluator.last_seconds
+        hof.update(pop, fitness, g)
+        sizes = pop.node_counts()
+        finite = fitness[np.isfinite(fitness)]
+        stats = GenerationStats(
+            generation=g, best=float(finite.max()) if finite.size else float("nan"),
+            mean=float(finite.mean()) if finite.size else float("nan"),
+            mean_size=float(sizes.mean()), evaluated=len(todo),
+            eval_seconds=evaluator.last_seconds, seconds=0.0, gp_ops=evaluator.last_ops)
+        if g + 1 < config.generations:
+            select = _selectable(fitness)
+            elite = np.argsort(-select, kind="stable")[:config.elite]
+            n_children = config.population - config.elite
+            recipients = tournament(rng, select, n_children, config.tournament)
+            donors = tournament(rng, select, n_children, config.tournament)
+            todo = breed(pop, recipients, donors, rng, p_crossover=config.p_crossover,
+                         p_subtree=config.p_subtree_mutation, p_point=config.p_point_mutation,
+                         p_node=config.p_point_node, max_depth=config.max_depth,
+                         mutation_depth=config.mutation_depth)
+            carried = fitness[elite]
+            pop = Population.concat([pop.take(elite), todo])
+        stats.seconds = time.perf_counter() - t_gen
+        history.append(stats)
+        if progress is not None:
+            progress(stats)
+    return EvolutionResult(config=config, population=pop, fitness=fitness, history=history,
+                           hall_of_fame=hof.members, device=evaluator.device,
+                           seconds=time.perf_counter() - t_start, gp_ops=total_ops,
+                           eval_seconds=total_eval)

@@ -1,0 +1,117 @@
+"""Evolved GP rules as engine strategies (strategies.base.Strategy), and their money.
+
+Signal mapping (the paper's decision matrix on the engine's phase table): for a symbol
+whose bar closed, buy&!sell -> +1, sell&!buy -> 0, otherwise the previous signal (initially
+0). `enter_on_from_zero=True`, `long_only=True`: the engine enters on 0 -> +1 and clears on
++1 -> 0, which is exactly gpu.gp_core's money simulation.
+
+`GPEnsemble` votes several rules (a hall of fame): buy when more than half of the buy trees
+are true, sell when more than half of the sell trees are true, then the same matrix.
+
+Evaluation: all rules x all symbols in one batched call per bar close. On a GPU that is one
+kernel launch on the strategy's own stream, awaited by polling a CUDA event with
+`asyncio.sleep(0)` between polls (numba-cuda 0.30.4 has no stream callbacks; DESIGN.md
+section 3), so the event loop keeps receiving meanwhile; elsewhere the numba CPU twin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from gpu.gp_core import CODE_BUY, CODE_SELL
+from gpu.gp_eval import AsyncDecider, cash_from_codes, decision_codes, final_cash
+from strategies.base import Features, Signals
+from strategies.gp.representation import GPRule, rules_programs
+
+F64 = npt.NDArray[np.float64]
+I8 = npt.NDArray[np.int8]
+
+
+def vote(codes: I8) -> I8:
+    """Majority decision codes (n_symbols,) of member codes (n_members, n_symbols)."""
+    codes = np.asarray(codes, np.int8)
+    if codes.shape[0] == 1:
+        return codes[0].copy()
+    m = codes.shape[0]
+    buys = np.count_nonzero(codes & CODE_BUY, axis=0)
+    sells = np.count_nonzero(codes & CODE_SELL, axis=0)
+    return ((2 * buys > m) * CODE_BUY + (2 * sells > m) * CODE_SELL).astype(np.int8)
+
+
+def next_signals(codes: I8, previous: Signals) -> Signals:
+    """Decision matrix: buy-only -> +1, sell-only -> 0, else keep the previous signal."""
+    return np.where(codes == CODE_BUY, 1, np.where(codes == CODE_SELL, 0, previous)).astype(
+        np.int8)
+
+
+class GPEnsemble:
+    """Majority vote of GP rules, trading through the engine (Strategy protocol)."""
+
+    enter_on_from_zero = True
+    long_only = True
+
+    def __init__(self, rules: Sequence[GPRule], device: str = "auto", name: str = "gp-ensemble"
+                 ) -> None:
+        if not rules:
+            raise ValueError("a GP strategy needs at least one rule")
+        self.rules = list(rules)
+        self.name = name
+        programs, lengths = rules_programs(self.rules)
+        self._decider = AsyncDecider(programs, lengths, device)
+        self.device = self._decider.device
+        self._signal: Signals = np.zeros(0, np.int8)
+
+    def reset(self, symbols: list[str]) -> None:
+        self._signal = np.zeros(len(symbols), np.int8)
+
+    async def decision_codes(self, features: Features) -> I8:
+        """Voted decision codes (n_symbols,) for one feature matrix (n_symbols, 31)."""
+        self._decider.start(features)
+        while not self._decider.ready():
+            await asyncio.sleep(0)
+        return vote(self._decider.result())
+
+    async def target_signals(self, features: Features, closed: npt.NDArray[np.bool_]
+                             ) -> Signals:
+        n = features.shape[0]
+        if self._signal.shape[0] < n:  # symbols registered after reset (live mode)
+            self._signal = np.concatenate([self._signal,
+                                           np.zeros(n - self._signal.shape[0], np.int8)])
+        codes = await self.decision_codes(features)
+        new = next_signals(codes, self._signal[:n])
+        self._signal[:n] = np.where(np.asarray(closed, np.bool_), new, self._signal[:n])
+        return self._signal[:n].copy()
+
+
+class GPStrategy(GPEnsemble):
+    """One evolved GP rule trading through the engine (Strategy protocol)."""
+
+    def __init__(self, rule: GPRule, device: str = "auto", name: str = "gp") -> None:
+        super().__init__([rule], device, name)
+        self.rule = rule
+
+
+def simulate_money(strategy_or_rule: GPRule | GPEnsemble | Sequence[GPRule],
+                   panel: npt.NDArray[np.float32], close: F64, day0: int = 0,
+                   day1: int | None = None) -> F64:
+    """Final cash per stock (dollars, float64) of the paper's simulation over days
+    [day0, day1) of `panel` (n_days, 31, n_stocks) and `close` (n_days, n_stocks), on the
+    CPU evaluator. A single rule runs the evaluator the GP uses; several rules (an ensemble)
+    are voted day by day, then traded with the same money rules."""
+    if isinstance(strategy_or_rule, GPRule):
+        rules = [strategy_or_rule]
+    elif isinstance(strategy_or_rule, GPEnsemble):
+        rules = strategy_or_rule.rules
+    else:
+        rules = list(strategy_or_rule)
+    day1 = panel.shape[0] if day1 is None else day1
+    programs, lengths = rules_programs(rules)
+    if len(rules) == 1:
+        return final_cash(programs, lengths, panel, close, day0, day1, device="cpu")[0]
+    codes = decision_codes(programs, lengths, panel, day0, day1, device="cpu")
+    voted = np.stack([vote(codes[:, d, :]) for d in range(day1 - day0)])
+    return cash_from_codes(voted, close, day0, day1)

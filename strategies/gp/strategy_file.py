@@ -1,0 +1,158 @@
+"""GP strategy files: JSON (msgspec) with the best rule and a hall of fame.
+
+Each tree is stored twice: readable fully-parenthesised infix text and the compiled postfix
+op codes the evaluators run (gpu.gp_core). The file also records the terminal-set version
+and names, the training (and test) window - symbols, first and last date, days - so that
+anyone can replay the same window, and each rule's training fitness.
+
+`load_strategy` validates: the JSON schema (unknown fields rejected), format and version,
+terminal-set version and names, op codes in range, both forms type-correct and in
+agreement. Any problem is one ValueError line naming the file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import numpy as np
+
+from gpu.gp_core import N_OPS
+from gpu.terminals import TERMINAL_SET_VERSION, TERMINALS
+from strategies.gp.representation import (
+    GPRule,
+    parse_infix,
+    postfix_to_prefix,
+    to_infix,
+    tree_to_postfix,
+)
+from strategies.gp.strategy import GPEnsemble, GPStrategy
+
+FORMAT = "gp-trading-strategy"
+VERSION = 1
+
+_STRUCT = {"frozen": True, "kw_only": True, "forbid_unknown_fields": True}
+
+
+class TreeRecord(msgspec.Struct, **_STRUCT):  # type: ignore[call-arg]
+    infix: str
+    postfix: list[int]
+
+
+class RuleRecord(msgspec.Struct, **_STRUCT):  # type: ignore[call-arg]
+    buy: TreeRecord
+    sell: TreeRecord
+    fitness: float          # training fitness: mean over stocks of ROI - buy-and-hold ROI
+    generation: int = 0     # generation that first produced it
+
+
+class PeriodRecord(msgspec.Struct, **_STRUCT):  # type: ignore[call-arg]
+    symbols: list[str]
+    first_date: str
+    last_date: str
+    days: int
+    roi: float | None = None            # mean ROI over the stocks of the best rule
+    roi_buy_hold: float | None = None   # mean buy-and-hold ROI
+
+
+class StrategyFile(msgspec.Struct, **_STRUCT):  # type: ignore[call-arg]
+    format: str = FORMAT
+    version: int = VERSION
+    terminal_set_version: int = TERMINAL_SET_VERSION
+    terminals: list[str] = msgspec.field(default_factory=lambda: list(TERMINALS))
+    data: str = ""
+    train: PeriodRecord | None = None
+    test: PeriodRecord | None = None
+    seed: int | None = None
+    best: RuleRecord  # type: ignore[misc]  # kw_only: msgspec allows it, mypy cannot tell
+    hall_of_fame: list[RuleRecord] = msgspec.field(default_factory=list)
+
+    def rule(self) -> GPRule:
+        """The best rule (already validated by load_strategy)."""
+        return record_rule(self.best)
+
+    def rules(self) -> list[GPRule]:
+        """The hall of fame (the best rule alone if the file has none)."""
+        return [record_rule(r) for r in self.hall_of_fame] or [self.rule()]
+
+
+def tree_record(prefix: np.ndarray) -> TreeRecord:
+    return TreeRecord(infix=to_infix(prefix),
+                      postfix=[int(x) for x in tree_to_postfix(np.asarray(prefix, np.int16))])
+
+
+def rule_record(rule: GPRule, fitness: float, generation: int = 0) -> RuleRecord:
+    return RuleRecord(buy=tree_record(rule.buy), sell=tree_record(rule.sell),
+                      fitness=float(fitness), generation=int(generation))
+
+
+def _tree(rec: TreeRecord, where: str) -> np.ndarray:
+    bad = [op for op in rec.postfix if not 0 <= op < N_OPS]
+    if bad:
+        raise ValueError(f"{where}: op code {bad[0]} out of range 0..{N_OPS - 1}")
+    try:
+        prefix = parse_infix(rec.infix)
+    except ValueError as e:
+        raise ValueError(f"{where} infix: {e}") from None
+    try:
+        compiled = postfix_to_prefix(np.asarray(rec.postfix, np.int16))
+    except ValueError as e:
+        raise ValueError(f"{where} postfix: {e}") from None
+    if not np.array_equal(prefix, compiled):
+        raise ValueError(f"{where}: infix and compiled postfix disagree")
+    return prefix
+
+
+def record_rule(rec: RuleRecord, where: str = "rule") -> GPRule:
+    try:
+        return GPRule(_tree(rec.buy, f"{where} buy"), _tree(rec.sell, f"{where} sell"))
+    except ValueError as e:
+        msg = str(e)
+        raise ValueError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+
+
+def validate(sf: StrategyFile) -> None:
+    """Raise ValueError (one line) unless the decoded file is usable."""
+    if sf.format != FORMAT:
+        raise ValueError(f"format {sf.format!r}, expected {FORMAT!r}")
+    if sf.version != VERSION:
+        raise ValueError(f"strategy file version {sf.version}, this program reads {VERSION}")
+    if sf.terminal_set_version != TERMINAL_SET_VERSION:
+        raise ValueError(f"terminal set version {sf.terminal_set_version}, this program has "
+                         f"{TERMINAL_SET_VERSION}: re-evolve the strategy")
+    if list(sf.terminals) != list(TERMINALS):
+        raise ValueError("terminal names or order differ from gpu.terminals.TERMINALS")
+    record_rule(sf.best, "best")
+    for i, r in enumerate(sf.hall_of_fame):
+        record_rule(r, f"hall_of_fame[{i}]")
+
+
+def save_strategy(path: str | Path, sf: StrategyFile) -> None:
+    validate(sf)
+    Path(path).write_bytes(msgspec.json.format(msgspec.json.encode(sf), indent=2) + b"\n")
+
+
+def load_strategy(path: str | Path) -> StrategyFile:
+    """Read and validate a strategy file; ValueError with one line naming the file."""
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as e:
+        raise ValueError(f"{p}: cannot read strategy file ({e.strerror or e})") from None
+    try:
+        sf = msgspec.json.decode(raw, type=StrategyFile)
+        validate(sf)
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as e:
+        line = " ".join(str(e).split())
+        raise ValueError(f"{p}: not a valid GP strategy file: {line}") from None
+    return sf
+
+
+def strategy_from_file(path: str | Path, device: str = "auto", ensemble: bool = False
+                       ) -> GPEnsemble:
+    """The engine strategy of a file: its best rule, or the hall of fame's majority vote."""
+    sf = load_strategy(path)
+    name = Path(path).stem
+    if ensemble:
+        return GPEnsemble(sf.rules(), device=device, name=f"gp-ensemble:{name}")
+    return GPStrategy(sf.rule(), device=device, name=f"gp:{name}")

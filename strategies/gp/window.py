@@ -1,0 +1,127 @@
+"""The data window of one evolution: training days, then test days, of the same stocks.
+
+`load_window` reads `n_stocks` stocks that have a bar on every day of the window
+[start, start + train_days + test_days) (feeds.daily.daily_matrix: stocks taken
+alphabetically among those complete in the window; its module docstring gives the NaN
+policy: rows with a bad close are dropped, which makes that stock incomplete and excluded;
+missing open/high/low are repaired from the close). The indicator panel is computed once
+over the whole window, from its first day (no data before it), so indicators warm up inside
+the training period, and always on the CPU: compute_panel's CUDA backend may differ in the
+last bits (fused multiply-adds) and a flipped boolean would change a run, whereas a CPU
+panel makes a seed reproduce on every evaluator device.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from feeds.daily import DailyMatrix, DailyTable, daily_matrix, load_daily
+from gpu.indicators import compute_panel
+
+
+@dataclass(frozen=True)
+class Period:
+    """One part of the window: trading days [day0, day1) of the window's arrays."""
+
+    name: str
+    day0: int
+    day1: int
+
+    @property
+    def days(self) -> int:
+        return self.day1 - self.day0
+
+
+@dataclass
+class GPWindow:
+    """Closes (float64, dollars) and the indicator panel (float32, day x 31 x stock)."""
+
+    symbols: list[str]
+    dates: npt.NDArray[np.datetime64]
+    close: npt.NDArray[np.float64]
+    panel: npt.NDArray[np.float32]
+    train: Period
+    test: Period
+    source: str = ""
+
+    @property
+    def n_stocks(self) -> int:
+        return int(self.close.shape[1])
+
+    def describe(self, period: Period) -> dict[str, object]:
+        """JSON-able description: enough to replay the same days of the same stocks."""
+        return {
+            "symbols": list(self.symbols),
+            "first_date": str(self.dates[period.day0]),
+            "last_date": str(self.dates[period.day1 - 1]),
+            "days": period.days,
+        }
+
+
+def resolve_data_file(path: str | Path) -> Path:
+    """A daily CSV file, or the one *.csv / *.csv.gz inside a directory."""
+    p = Path(path)
+    if p.is_dir():
+        found = sorted(list(p.glob("*.csv")) + list(p.glob("*.csv.gz")))
+        if len(found) != 1:
+            raise ValueError(f"{p}: expected exactly one *.csv or *.csv.gz file, found "
+                             f"{len(found)}")
+        return found[0]
+    if not p.exists():
+        raise ValueError(f"{p}: no such file or directory")
+    return p
+
+
+def _table(path: Path) -> DailyTable:
+    """The parsed file, kept for the next window of the same file (experiments and tests
+    cut many windows from one file; parsing takes seconds)."""
+    st = path.stat()
+    return _cached_table(str(path.resolve()), st.st_mtime_ns, st.st_size)
+
+
+@functools.lru_cache(maxsize=2)
+def _cached_table(path: str, mtime_ns: int, size: int) -> DailyTable:
+    return load_daily(path)
+
+
+def window_from_matrix(m: DailyMatrix, train_days: int, test_days: int,
+                       source: str = "") -> GPWindow:
+    """Split a DailyMatrix of at least train_days + test_days days into train and test."""
+    if train_days < 2 or test_days < 0:
+        raise ValueError(f"need train_days >= 2 and test_days >= 0, got {train_days}, "
+                         f"{test_days}")
+    total = train_days + test_days
+    if m.n_days < total:
+        raise ValueError(f"window has {m.n_days} days, {total} needed")
+    if test_days == 1:
+        raise ValueError("test_days must be 0 or at least 2")
+    sl = slice(0, total)
+    panel = compute_panel(m.open[sl], m.high[sl], m.low[sl], m.close[sl], m.volume[sl],
+                          device="cpu")
+    return GPWindow(
+        symbols=list(m.symbols), dates=np.asarray(m.dates[sl]),
+        close=np.ascontiguousarray(m.close[sl], np.float64), panel=panel,
+        train=Period("train", 0, train_days), test=Period("test", train_days, total),
+        source=source,
+    )
+
+
+def load_window(path: str | Path | DailyTable, n_stocks: int | None, train_days: int,
+                test_days: int, start: str | None = None, symbols: list[str] | None = None
+                ) -> GPWindow:
+    """Read the window from a daily OHLCV file (or a directory holding one), or cut it from
+    an already loaded table (feeds.daily.load_daily) when several windows share a file."""
+    if isinstance(path, DailyTable):
+        data: Path | DailyTable = path
+        source = str(path.path or "daily table")
+    else:
+        file = resolve_data_file(path)
+        data, source = _table(file), str(file)
+    m = daily_matrix(data, n_stocks=n_stocks, symbols=symbols, start=start,
+                     n_days=train_days + test_days)
+    return window_from_matrix(m, train_days, test_days, source=source)

@@ -1,0 +1,98 @@
+"""The GP loop: a seed reproduces a run exactly (also across evaluator devices), a
+different seed gives a different run, elitism keeps the best, selection is a tournament,
+the hall of fame holds the best distinct rules with their true fitness."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpu import gp_eval
+from gpu.device import cuda_present
+from strategies.gp import reference
+from strategies.gp.evolution import EvolutionConfig, EvolutionResult, evolve, tournament
+from strategies.gp.representation import rules_programs
+from strategies.gp.window import GPWindow, load_window
+
+
+@pytest.fixture(scope="module")
+def window(shared_data) -> GPWindow:  # type: ignore[no-untyped-def]
+    return load_window(shared_data / "sp500_5yr_daily", 5, 260, 0, start="2014-01-02")
+
+
+def run(window: GPWindow, seed: int, device: str = "cpu", population: int = 80,
+        generations: int = 5, days: int | None = None, stocks: int | None = None
+        ) -> EvolutionResult:
+    panel, close = window.panel, window.close
+    if days is not None or stocks is not None:
+        panel = np.ascontiguousarray(panel[:days, :, :stocks])
+        close = np.ascontiguousarray(close[:days, :stocks])
+    ev = gp_eval.PopulationEvaluator(panel, close, 0, panel.shape[0], device)
+    cfg = EvolutionConfig(population=population, generations=generations, seed=seed, elite=2,
+                          hall_of_fame=5)
+    return evolve(ev, cfg)
+
+
+def fingerprint(r: EvolutionResult) -> tuple[object, ...]:
+    return (r.population.ops.tobytes(), r.population.lengths.tobytes(), r.fitness.tobytes(),
+            [(s.best, s.mean, s.mean_size) for s in r.history],
+            [(str(c.rule), c.fitness, c.generation) for c in r.hall_of_fame])
+
+
+def test_same_seed_same_run_other_seed_other_run(window: GPWindow) -> None:
+    a = run(window, seed=3)
+    b = run(window, seed=3)
+    c = run(window, seed=4)
+    assert fingerprint(a) == fingerprint(b)
+    assert fingerprint(a) != fingerprint(c)
+    a.population.check(EvolutionConfig().max_depth)
+
+
+@pytest.mark.skipif(not cuda_present(), reason="no CUDA device or simulator")
+def test_same_seed_same_run_on_cpu_and_cuda(window: GPWindow) -> None:
+    # simulator: tiny (12 individuals x 3 stocks x 50 days x 2 generations)
+    kw = {"population": 12, "generations": 2, "days": 50, "stocks": 3}
+    cpu = run(window, seed=5, device="cpu", **kw)  # type: ignore[arg-type]
+    gpu = run(window, seed=5, device="cuda", **kw)  # type: ignore[arg-type]
+    assert fingerprint(cpu) == fingerprint(gpu)
+
+
+def test_elitism_keeps_the_best_and_evolution_improves(window: GPWindow) -> None:
+    r = run(window, seed=7, population=150, generations=6)
+    best = [s.best for s in r.history]
+    assert all(b2 >= b1 for b1, b2 in zip(best, best[1:], strict=False))
+    assert r.history[-1].mean > r.history[0].mean
+    assert r.history[0].evaluated == 150 and r.history[1].evaluated == 148
+
+
+def test_hall_of_fame_is_distinct_sorted_and_true(window: GPWindow) -> None:
+    r = run(window, seed=8, population=100, generations=4)
+    hof = r.hall_of_fame
+    assert len(hof) == 5
+    assert len({str(c.rule) for c in hof}) == 5
+    fits = [c.fitness for c in hof]
+    assert fits == sorted(fits, reverse=True)
+    assert hof[0].fitness == max(s.best for s in r.history)
+    ref_fit, _ = reference.fitness([c.rule for c in hof], window.panel, window.close)
+    assert np.array_equal(ref_fit, np.array(fits))
+    # and no individual of the final population beats the last member unless it is in it
+    programs, lengths = rules_programs([c.rule for c in hof])
+    assert programs.shape[0] == 5 and lengths.min() >= 2
+
+
+def test_tournament_picks_the_fittest_contestant() -> None:
+    fitness = np.random.default_rng(0).normal(size=50)
+    fitness[7] = fitness[9] = 10.0  # a tie: the first drawn wins
+    won = tournament(np.random.default_rng(42), fitness, 200, 7)
+    drawn = np.random.default_rng(42).integers(0, 50, size=(200, 7))
+    for k in range(200):
+        best = max(drawn[k], key=lambda i: fitness[i])  # max keeps the first of equals
+        assert won[k] == best
+
+
+@pytest.mark.parametrize("bad", [{"population": 1}, {"generations": 0}, {"tournament": 0},
+                                 {"elite": 100}, {"p_crossover": 1.5}, {"max_depth": 40},
+                                 {"init_max_depth": 9, "max_depth": 8}, {"max_nodes": 2}])
+def test_bad_config_is_a_value_error(bad: dict[str, object]) -> None:
+    with pytest.raises(ValueError):
+        EvolutionConfig(**{"population": 100, **bad})  # type: ignore[arg-type]

@@ -1,0 +1,139 @@
+"""OptionBook: groups repriced on underlying ticks, results by event polling, in asyncio."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+
+import msgspec
+import numpy as np
+import pytest
+
+from engine.option_book import OptionBook, OptionGroupConfig
+from feeds.messages import OptionValue, encode, make_decoder
+from gpu.device import cuda_present
+from gpu.options import black_scholes, make_grid, price_options
+
+needs_cuda = pytest.mark.skipif(not cuda_present(), reason="no CUDA device or simulator")
+
+NS = 1_000_000_000
+TS0 = int(dt.datetime(2024, 3, 1, 15, 0, tzinfo=dt.UTC).timestamp()) * NS
+
+
+def small_group(**kw: object) -> OptionGroupConfig:
+    base: dict[str, object] = {
+        "underlying": "ABC",
+        "strikes": (95.0, 105.0),
+        "expiries": (30,),
+        "rights": ("C", "P"),
+        "style": "european",
+        "vol": 0.3,
+        "rate": 0.01,
+        "grid": "seed",
+        "price_steps": 16,
+        "time_steps": 3,
+    }
+    base.update(kw)
+    return msgspec.convert(base, OptionGroupConfig)
+
+
+def expected(spot: float, cfg: OptionGroupConfig, years: float) -> np.ndarray:
+    grid = make_grid(cfg.grid, price_steps=cfg.price_steps, time_steps=cfg.time_steps)
+    rows = [(k, r == "C") for k in cfg.strikes for r in cfg.rights]
+    k = np.array([r[0] for r in rows])
+    call = np.array([r[1] for r in rows])
+    return price_options(spot, k, years, cfg.vol, cfg.rate, call,
+                         cfg.style == "american", grid=grid, device="cpu").price
+
+
+def test_config_rejects_unknown_fields_and_bad_values() -> None:
+    with pytest.raises(msgspec.ValidationError, match="unknown"):
+        msgspec.convert({"underlying": "A", "strikes": [1.0], "expiries": [5], "colour": 1},
+                        OptionGroupConfig)
+    for bad in ({"rights": ["X"]}, {"style": "bermudan"}, {"vol": 0.0}, {"strikes": [-1.0]},
+                {"grid": "coarse"}, {"expiries": []}):
+        with pytest.raises(msgspec.ValidationError):
+            small_group(**bad)
+    cfg = msgspec.convert({"underlying": "A", "strikes": [100], "expiries": ["2024-06-21", 7]},
+                          OptionGroupConfig)
+    assert cfg.expiries == (dt.date(2024, 6, 21), 7)
+
+
+def test_cpu_book_prices_synchronously_and_poll_returns_messages() -> None:
+    cfg = small_group()
+    book = OptionBook([cfg], device="cpu")
+    assert book.underlyings == {"ABC"}
+    book.on_underlying_tick("XYZ", 100.0, TS0)  # not an underlying of ours
+    book.on_underlying_tick("ABC", float("nan"), TS0)  # a bad price is never priced
+    book.on_underlying_tick("ABC", 101.0, TS0)
+    msgs = book.poll()
+    assert len(msgs) == 4 and all(isinstance(m, OptionValue) for m in msgs)
+    assert [m.seq for m in msgs] == [1, 2, 3, 4]
+    assert {m.symbol for m in msgs} == {
+        "ABC+30DC00095000", "ABC+30DP00095000", "ABC+30DC00105000", "ABC+30DP00105000"}
+    np.testing.assert_allclose([m.price for m in msgs], expected(101.0, cfg, 30 / 365))
+    # the seed-like tiny grid is coarse; the analytic price is still close
+    ref = black_scholes(101.0, [95.0, 95.0, 105.0, 105.0], 30 / 365, 0.3, 0.01,
+                        [True, False, True, False]).price
+    np.testing.assert_allclose([m.price for m in msgs], ref, rtol=0.05)
+    assert all(m.spot == 101.0 and m.ts == TS0 and m.underlying == "ABC" for m in msgs)
+    # messages survive the wire
+    dec = make_decoder()
+    assert dec.decode(encode(msgs[0])) == msgs[0]
+    assert book.poll() == []
+    s = book.summary()
+    assert s["repricings"] == 1 and s["ticks"] == 1 and s["options"] == 4
+    assert s["last"]["ABC+30DP00105000"]["price"] == msgs[3].price  # type: ignore[index]
+
+
+def test_dated_expiries_shrink_with_the_tick_date() -> None:
+    cfg = small_group(expiries=(dt.date(2024, 3, 31),), strikes=(100.0,), rights=("P",))
+    book = OptionBook([cfg], device="cpu")
+    book.on_underlying_tick("ABC", 100.0, TS0)  # 2024-03-01: 30 days
+    book.on_underlying_tick("ABC", 100.0, TS0 + 10 * 86_400 * NS)  # 20 days
+    first, second = book.poll()
+    np.testing.assert_allclose(first.price, expected(100.0, cfg, 30 / 365))
+    np.testing.assert_allclose(second.price, expected(100.0, cfg, 20 / 365))
+    assert first.symbol == "ABC240331P00100000"
+
+
+@needs_cuda
+async def test_cuda_book_coalesces_ticks_and_awaits_by_polling() -> None:
+    cfg = small_group(strikes=(100.0,), rights=("P",))
+    other = small_group(underlying="DEF", strikes=(50.0,), rights=("C",))
+    book = OptionBook([cfg, other], device="cuda")
+    assert book.underlyings == {"ABC", "DEF"}
+    book.on_underlying_tick("ABC", 99.0, TS0)
+    assert book.in_flight == 1
+    # while ABC is in flight, newer ticks are remembered, only the newest survives
+    book.on_underlying_tick("ABC", 98.0, TS0 + 1)
+    book.on_underlying_tick("ABC", 97.0, TS0 + 2)
+    book.on_underlying_tick("DEF", 51.0, TS0 + 3)
+    msgs = await book.drain()
+    assert book.in_flight == 0
+    by = {(m.symbol, m.ts): m for m in msgs}
+    assert [m.spot for m in msgs if m.underlying == "ABC"] == [99.0, 97.0]
+    assert len(msgs) == 3
+    np.testing.assert_allclose(by[("ABC+30DP00100000", TS0 + 2)].price,
+                               expected(97.0, cfg, 30 / 365), rtol=1e-4)
+    np.testing.assert_allclose(by[("DEF+30DC00050000", TS0 + 3)].price,
+                               expected(51.0, other, 30 / 365), rtol=1e-4)
+    assert sorted(m.seq for m in msgs) == [1, 2, 3]
+    s = book.summary()
+    assert s["repricings"] == 3 and s["coalesced_ticks"] == 1 and s["ticks"] == 4
+    assert s["latency_us_max"] is not None
+
+
+@needs_cuda
+async def test_engine_loop_keeps_running_while_groups_reprice() -> None:
+    """A consumer loop feeding ticks and polling between them, as the engine does."""
+    cfg = small_group(strikes=(100.0,), rights=("C",))
+    book = OptionBook([cfg], device="cuda")
+    got: list[OptionValue] = []
+    for i, spot in enumerate((100.0, 100.5, 101.0)):
+        book.on_underlying_tick("ABC", spot, TS0 + i)
+        await asyncio.sleep(0)
+        got.extend(book.poll())
+    got.extend(await book.drain())
+    assert got[-1].spot == 101.0  # the newest spot is always priced
+    assert all(np.isfinite(m.price) for m in got)
