@@ -21,6 +21,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numba
 import numpy as np
@@ -130,7 +131,7 @@ def main() -> None:
 
     w = load_window(args.data, args.stocks, args.days, 0)
     panel, close = w.panel, w.close
-    rows: list[dict[str, object]] = []
+    rows: list[dict[str, Any]] = []
 
     def row(device: str, n: int, seconds: float, lengths: np.ndarray, note: str) -> None:
         ops = gp_eval.gp_ops(lengths, args.stocks, args.days)

@@ -13,6 +13,11 @@ same op sequence without divergence and read the program row as a broadcast. The
 interpreter's stack is a few bits in a register (gp_core.decide). The CPU twin runs the same core
 functions in a prange over programs.
 
+Compiled CPU kernels are cached on disk (numba cache=True). numba invalidates a cache entry
+only when the caller's own source file changes, and these kernels inline gp_core: after
+editing gp_core.py, delete gpu/__pycache__/gp_eval*.nb* (fresh checkouts are unaffected).
+The CUDA kernels are not cached (one JIT per process, done by PopulationEvaluator at once).
+
 The evaluators return final cash per (program, stock) in float64; fitness is reduced on the
 host by `fitness_from_cash`, the same numpy code for both backends, so identical cash gives
 identical fitness bit for bit.
@@ -275,6 +280,9 @@ class PopulationEvaluator:
         if self.device == "cuda":
             self._d_panel = cuda.to_device(panel_c)
             self._d_close = cuda.to_device(close_c)
+        # compile (or load) the kernel now, so that timings of real work exclude the JIT
+        warm = np.full((1, 2), N_FLOAT, np.int16)
+        self.final_cash(warm, np.full(1, 2, np.int32))
 
     def final_cash(self, programs: np.ndarray, lengths: np.ndarray) -> F64:
         programs, lengths = _check_programs(programs, lengths)

@@ -24,8 +24,8 @@ import numpy.typing as npt
 from numba import njit, prange
 
 from gpu import options_core as core
-from gpu.options import FdGrid, check_params, make_grid, price_params
 from gpu.device import resolve_device
+from gpu.options import FdGrid, check_params, make_grid, price_params
 
 FloatArray = npt.NDArray[np.float64]
 

@@ -259,7 +259,7 @@ def _seeded_ema(state: StateRow, k: int, x: float, m: int, span: int) -> float:
 
 @register_jitable
 def _above(x: float, threshold: float) -> float:
-    if x != x:
+    if x != x or threshold != threshold:
         return NAN
     return 1.0 if x > threshold else 0.0
 

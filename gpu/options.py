@@ -301,7 +301,7 @@ class OptionGroupPricer:
         self._out[:] = np.nan
         self._stream = cuda.stream()
         try:
-            self._event = cuda.event(timing=False)
+            self._event = cuda.event(timing=False)  # type: ignore[call-arg]
         except TypeError:  # the CUDA simulator's Event takes no arguments
             self._event = cuda.event()
         self._kernel = core.fd_price_kernel()

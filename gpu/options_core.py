@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+import types
 from typing import Any
 
 import numpy as np
@@ -320,7 +321,7 @@ def _compile_for(decorate: Any) -> dict[str, Any]:
     # __name__ lets numba's disk cache rebuild the functions' environment from this module
     ns: dict[str, Any] = {"__name__": __name__}
     for f in _CORE:
-        g = type(f)(f.__code__, ns, f.__name__, f.__defaults__, f.__closure__)
+        g = types.FunctionType(f.__code__, ns, f.__name__, f.__defaults__, f.__closure__)
         ns[f.__name__] = decorate(g)
     ns.update({"math": math, "SQRT1_2": SQRT1_2, "INV_SQRT_2PI": INV_SQRT_2PI})
     ns.update(
@@ -554,9 +555,9 @@ def _fd_price_kernel(
     Launch with blockDim = the node count N+1 rounded up to a warp; threads past node N
     carry identity rows, which PCR leaves alone.
     """
-    opt = cuda.blockIdx.x
-    i = cuda.threadIdx.x
-    n_threads = cuda.blockDim.x
+    opt: int = cuda.blockIdx.x  # type: ignore[assignment]
+    i: int = cuda.threadIdx.x  # type: ignore[assignment]
+    n_threads: int = cuda.blockDim.x  # type: ignore[assignment]
     row = cuda.shared.array(N_PARAMS, np.float64)
     sh_a = cuda.shared.array(MAX_NODES, np.float32)
     sh_b = cuda.shared.array(MAX_NODES, np.float32)
@@ -565,7 +566,7 @@ def _fd_price_kernel(
     k_above = cuda.local.array(MAX_LEVELS, np.float32)
     if i < N_PARAMS:
         row[i] = params[opt, i]
-    cuda.syncthreads()
+    cuda.syncthreads()  # type: ignore[call-arg]
     spot = row[SPOT]
     strike = row[STRIKE]
     expiry = row[EXPIRY]
@@ -575,12 +576,14 @@ def _fd_price_kernel(
     is_american = _early_exercise_gpu(is_call, row[IS_AMERICAN] > 0.5, rate)
     if expiry <= 0.0 or vol <= 0.0:  # the same for the whole block: no barrier diverges
         if i == 0:
-            p, d, g, _ = _bs_price_greeks_gpu(spot, strike, expiry, vol, rate, is_call)
+            e_price, e_delta, e_gamma, _ = _bs_price_greeks_gpu(
+                spot, strike, expiry, vol, rate, is_call
+            )
             if is_american:
-                p = max(p, _payoff_gpu(spot, strike, is_call))
-            out[opt, PRICE] = p
-            out[opt, DELTA] = d
-            out[opt, GAMMA] = g
+                e_price = max(e_price, _payoff_gpu(spot, strike, is_call))
+            out[opt, PRICE] = e_price
+            out[opt, DELTA] = e_delta
+            out[opt, GAMMA] = e_gamma
         return
 
     n = price_steps
@@ -645,7 +648,7 @@ def _fd_price_kernel(
             sh_a[i] = a
             sh_b[i] = b
             sh_c[i] = c
-            cuda.syncthreads()
+            cuda.syncthreads()  # type: ignore[call-arg]
             stride = 1 << level
             a_bl = np.float32(0.0)
             b_bl = np.float32(1.0)
@@ -664,14 +667,14 @@ def _fd_price_kernel(
             kb, ka, a, b, c = _pcr_factors_gpu(a_bl, b_bl, c_bl, a, b, c, a_ab, b_ab, c_ab)
             k_below[level] = kb
             k_above[level] = ka
-            cuda.syncthreads()
+            cuda.syncthreads()  # type: ignore[call-arg]
         inv_b = np.float32(1.0) / b
         ex_lo = np.float32(e_lo)
         ex_di = np.float32(e_di)
         ex_up = np.float32(e_up)
         for k in range(n_steps):
             sh_a[i] = v
-            cuda.syncthreads()
+            cuda.syncthreads()  # type: ignore[call-arg]
             d = np.float32(0.0)
             if interior:
                 d = ex_lo * sh_a[i - 1] + ex_di * v + ex_up * sh_a[i + 1]
@@ -682,7 +685,7 @@ def _fd_price_kernel(
                 )
                 d = np.float32(v_lo) if i == 0 else np.float32(v_hi)
             sh_b[i] = d
-            cuda.syncthreads()
+            cuda.syncthreads()  # type: ignore[call-arg]
             # reduce the right-hand side level by level, ping-ponging between sh_b and sh_c
             for level in range(levels):
                 stride = 1 << level
@@ -702,16 +705,16 @@ def _fd_price_kernel(
                         d_ab = sh_c[i + stride]
                     d = d - k_below[level] * d_bl - k_above[level] * d_ab
                     sh_b[i] = d
-                cuda.syncthreads()
+                cuda.syncthreads()  # type: ignore[call-arg]
             v = d * inv_b
             if is_american and i <= n:
                 v = max(v, pay32)
     sh_a[i] = v
-    cuda.syncthreads()
+    cuda.syncthreads()  # type: ignore[call-arg]
     if i == 0:
         f = (spot - s_lo) / ds
         j = min(max(int(math.floor(f + 0.5)), 2), n - 2)
-        p, d, g = _interpolate_gpu(
+        v_price, v_delta, v_gamma = _interpolate_gpu(
             np.float64(sh_a[j - 2]),
             np.float64(sh_a[j - 1]),
             np.float64(sh_a[j]),
@@ -721,10 +724,10 @@ def _fd_price_kernel(
             ds,
         )
         if is_american:
-            p = max(p, _payoff_gpu(spot, strike, is_call))
-        out[opt, PRICE] = p
-        out[opt, DELTA] = d
-        out[opt, GAMMA] = g
+            v_price = max(v_price, _payoff_gpu(spot, strike, is_call))
+        out[opt, PRICE] = v_price
+        out[opt, DELTA] = v_delta
+        out[opt, GAMMA] = v_gamma
 
 
 _kernel_cache: dict[str, Any] = {}

@@ -178,7 +178,7 @@ def test_bad_inputs_are_value_errors(window: GPWindow) -> None:
     for broken in ([17, 18, 19], [0, 17, 34, 18], [0, 1, 31, 17], [17, 18, 99], [17, 33]):
         p = np.asarray([broken], np.int16)
         with pytest.raises(ValueError, match="typed postfix"):
-            gp_eval.final_cash(p, [p.shape[1]], window.panel, window.close, device="cpu")
+            gp_eval.final_cash(p, np.array([p.shape[1]]), window.panel, window.close, device="cpu")
     assert window.panel.shape[1] == N_TERMINALS
 
 

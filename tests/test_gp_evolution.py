@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gpu import gp_eval
-from gpu.device import cuda_present
+from gpu.device import cuda_present, cuda_simulated
 from strategies.gp import reference
 from strategies.gp.evolution import EvolutionConfig, EvolutionResult, evolve, tournament
 from strategies.gp.representation import rules_programs
@@ -96,3 +96,13 @@ def test_tournament_picks_the_fittest_contestant() -> None:
 def test_bad_config_is_a_value_error(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         EvolutionConfig(**{"population": 100, **bad})  # type: ignore[arg-type]
+
+
+@pytest.mark.gpu
+def test_same_seed_same_run_on_cpu_and_real_gpu(shared_data) -> None:  # type: ignore[no-untyped-def]
+    if cuda_simulated():
+        pytest.skip("real GPU only")
+    w = load_window(shared_data / "sp500_5yr_daily", 16, 256, 0)
+    cpu = run(w, seed=11, device="cpu", population=2000, generations=3)
+    gpu = run(w, seed=11, device="cuda", population=2000, generations=3)
+    assert fingerprint(cpu) == fingerprint(gpu)

@@ -62,7 +62,7 @@ def _arrays(frames: Frames) -> Market:
 
 
 def _random_market(n_days: int, n_stocks: int, seed: int) -> Market:
-    """Random OHLCV with some repeated volumes, flat bars and unchanged closes."""
+    """Random OHLCV with repeated and zero volumes, flat bars (H == L) and unchanged closes."""
     rng = np.random.default_rng(seed)
     close = 50.0 * np.exp(np.cumsum(rng.normal(0.0, 0.02, (n_days, n_stocks)), axis=0))
     close = np.where(rng.random(close.shape) < 0.05, np.roll(close, 1, axis=0), close)
@@ -70,6 +70,7 @@ def _random_market(n_days: int, n_stocks: int, seed: int) -> Market:
     high = close * (1.0 + spread)
     low = close * (1.0 - rng.uniform(0.0, 1.0, close.shape) * spread)
     volume = rng.integers(1, 6, close.shape).astype(float) * 1e5
+    volume[rng.random(close.shape) < 0.03] = 0.0
     return close.copy(), high, low, close, volume
 
 
@@ -325,6 +326,25 @@ def test_rolling_sums_do_not_drift_over_two_million_bars() -> None:
     pos, neg = math.fsum(flow[up]), math.fsum(flow[down])
     mfi = 100.0 if neg == 0 else 100.0 - 100.0 / (1.0 + pos / neg)
     assert raw[RAW["mfi"]] == pytest.approx(mfi, rel=1e-11)
+
+
+def test_window_sums_return_to_exact_zero() -> None:
+    """Mixed-sign flows of wildly different sizes leave the window: the compensated running
+    sum tracks fsum of the window and is exactly 0 once only zeros remain (so MFI's
+    neg == 0 rule and EOM's sign see no rounding residue)."""
+    rng = np.random.default_rng(2)
+    window = 14
+    ring, sum_k, count_k = 4, 0, 2
+    for _ in range(3000):
+        values = rng.normal(0.0, 1.0, int(rng.integers(2, 30)))
+        values *= 10.0 ** rng.uniform(-5.0, 10.0, values.size)
+        values = np.concatenate([values, np.zeros(window)])
+        state = np.zeros(ring + window)
+        for t, x in enumerate(values):
+            total = core._window_push(state, ring, sum_k, count_k, t % window, x, t >= window)
+            exact = math.fsum(values[max(0, t - window + 1) : t + 1])
+            assert total == pytest.approx(exact, rel=1e-12, abs=1e-12 * np.abs(values).max())
+        assert total == 0.0
 
 
 def test_flat_market_follows_the_documented_zero_cases() -> None:

@@ -123,9 +123,9 @@ def test_default_grid_within_a_tenth_of_a_percent_from_a_week_to_two_years() -> 
             for z in np.linspace(-2.0, 2.0, 9):
                 for call in (True, False):
                     rows.append((100.0 * math.exp(z * vol * math.sqrt(t)), t, vol, call))
-    k, t, vol, call = (np.array(c) for c in zip(*rows, strict=True))
-    fd = price_options(100.0, k, t, vol, 0.03, call, grid="default", device="cpu")
-    ref = black_scholes(100.0, k, t, vol, 0.03, call)
+    ks, ts, vols, calls = (np.array(c) for c in zip(*rows, strict=True))
+    fd = price_options(100.0, ks, ts, vols, 0.03, calls, grid="default", device="cpu")
+    ref = black_scholes(100.0, ks, ts, vols, 0.03, calls)
     rel = np.abs(fd.price - ref.price) / ref.price
     assert rel.max() < 1e-3, rows[int(rel.argmax())]
 

@@ -293,8 +293,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             f"  implied vols: {result['iv_solved']} solved in {iterations} batched repricings "
             f"({iv_seconds:.2f} s); rejected: {rej or 'none'}"
         )
-        for e, atm in _atm_vols(chain, iv, status == IVStatus.OK, spot):
-            print(f"    {e}: ATM implied vol {atm:.3f}")
+        for exp, atm in _atm_vols(chain, iv, status == IVStatus.OK, spot):
+            print(f"    {exp}: ATM implied vol {atm:.3f}")
         print(f"  smile plot: {result['plot']}")
     return result
 
