@@ -145,4 +145,6 @@ def buy_and_hold_cash(
     shares = max(0, math.floor((cash - commission) / first_price))
     if shares == 0:
         return cash
-    return cash - shares * first_price - commission + shares * last_price - commission
+    # the same order of operations as `execute` (and the GP evaluator): identical cents
+    cash = cash - (shares * first_price + commission)
+    return cash + (shares * last_price - commission)

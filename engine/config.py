@@ -12,6 +12,7 @@ from typing import Literal
 import msgspec
 
 from engine.errors import UserError
+from engine.option_book import OptionGroupConfig
 
 
 class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -31,8 +32,8 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     #: "" keeps every bar in TRADE
     session: str = ""
     broker: BrokerConfig = BrokerConfig()
-    #: option groups repriced after each tick of their underlying (engine/option_book.py)
-    options: list[dict[str, object]] = []
+    #: option groups repriced after each tick of their underlying ([[options]] tables)
+    options: list[OptionGroupConfig] = []
     #: transport of a replay: inproc, ipc or tcp
     transport: Literal["inproc", "ipc", "tcp"] = "inproc"
     #: device of GPU-capable work in the engine (strategy evaluation, option groups)

@@ -167,10 +167,10 @@ async def replay_async(
     last_progress = 0
     try:
         while not engine.finished:
-            if not await sub.socket.poll(250, zmq.POLLIN):
+            if not await sub.socket.poll(250):
                 if not feed.alive():
                     # the feed ended; anything it sent is already queued: drain once more
-                    if await sub.socket.poll(500, zmq.POLLIN):
+                    if await sub.socket.poll(500):
                         continue
                     raise UserError(f"replay feed stopped before the end of data: "
                                     f"{feed.error or 'no final heartbeat received'}")
@@ -219,8 +219,8 @@ async def raw_limit_async(factory: SourceFactory, transport: str = "inproc") -> 
     try:
         done = False
         while not done:
-            if not await sub.socket.poll(250, zmq.POLLIN):
-                if not feed.alive() and not await sub.socket.poll(500, zmq.POLLIN):
+            if not await sub.socket.poll(250):
+                if not feed.alive() and not await sub.socket.poll(500):
                     raise UserError(f"feed stopped early: {feed.error}")
                 continue
             for _topic, payload in await sub.raw_batch():

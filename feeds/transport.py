@@ -267,7 +267,7 @@ class Subscriber:
             self.socket.setsockopt(zmq.SUBSCRIBE, t)
         self.socket.connect(endpoint)
         # a synchronous view of the same socket for the non-blocking drain
-        self._sync = zmq.Socket.shadow(self.socket.underlying)
+        self._sync: zmq.Socket[bytes] = zmq.Socket.shadow(self.socket.underlying)
         self.validator = Validator()
         self.max_batch = max_batch
 

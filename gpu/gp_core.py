@@ -96,18 +96,20 @@ def mul_rn(a: float, b: float) -> float:
     return a * b
 
 
-def decide(program: Any, length: int, panel: Any, day: int, stock: int) -> int:
-    """Decision code (bit 0 buy, bit 1 sell) of one postfix program on panel[day, :, stock].
+def decide(program: Any, length: int, row: Any, stock: int) -> int:
+    """Decision code (bit 0 buy, bit 1 sell) of one postfix program on row[:, stock], where
+    `row` is one day of the panel: (31, n_stocks) indicator values.
 
-    `program` must be type-correct (gp_eval checks programs before running them).
+    `program` must be type-correct (gp_eval checks programs before running them). Op codes
+    are read as unsigned so that indexing by them needs no negative-index handling.
     """
     bits = 0
     pc = 0
     while pc < length:
-        op = program[pc]
+        op = np.uint16(program[pc])
         if op < N_FLOAT:  # (float, float, < or >): one comparison
-            a = panel[day, op, stock]
-            b = panel[day, program[pc + 1], stock]
+            a = row[op, stock]
+            b = row[np.uint16(program[pc + 1]), stock]
             if program[pc + 2] == OP_LT:
                 bits = (bits << 1) | (1 if a < b else 0)
             else:
@@ -115,7 +117,7 @@ def decide(program: Any, length: int, panel: Any, day: int, stock: int) -> int:
             pc += 3
             continue
         if op < N_TERMINALS:
-            bits = (bits << 1) | (1 if panel[day, op, stock] > 0.5 else 0)
+            bits = (bits << 1) | (1 if row[op, stock] > 0.5 else 0)
         elif op == OP_NOT:
             bits = bits ^ 1
         elif op == OP_AND:
@@ -163,7 +165,7 @@ def simulate(program: Any, length: int, panel: Any, close: Any, stock: int,
     shares = 0.0
     cash = CASH0
     for day in range(day0, day1):
-        code = DECIDE(program, length, panel, day, stock)
+        code = DECIDE(program, length, panel[day], stock)
         signal, shares, cash = STEP_MONEY(code, signal, shares, cash, close[day, stock])
     return LIQUIDATE(shares, cash, close[day1 - 1, stock])
 

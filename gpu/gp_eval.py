@@ -10,8 +10,8 @@ Inputs, shared by both backends:
 CUDA layout: one thread per (program, stock), thread t -> program t // n_stocks, stock
 t % n_stocks, so the stocks of one program sit in consecutive threads of a warp, run the
 same op sequence without divergence and read the program row as a broadcast. The
-interpreter's stack is a few bits in a register (gp_core.decide). The CPU twin runs the same core
-functions in a prange over programs.
+interpreter's stack is a few bits in a register (gp_core.decide), never local memory. The
+CPU twin runs the same core functions in a prange over programs.
 
 Compiled CPU kernels are cached on disk (numba cache=True). numba invalidates a cache entry
 only when the caller's own source file changes, and these kernels inline gp_core: after
@@ -72,7 +72,7 @@ def _codes_cpu(programs: Any, lengths: Any, panel: Any, day0: int, day1: int, ou
         program = programs[i]
         for d in range(day0, day1):
             for s in range(n_stocks):
-                out[i, d - day0, s] = _decide_cpu(program, lengths[i], panel, d, s)
+                out[i, d - day0, s] = _decide_cpu(program, lengths[i], panel[d], s)
 
 
 @numba.njit(cache=True)
@@ -117,7 +117,7 @@ def _codes_kernel(programs: Any, lengths: Any, panel: Any, day0: int, day1: int,
         return
     s = t - i * n_stocks
     for d in range(day0, day1):
-        out[i, d - day0, s] = _decide_dev(programs[i], lengths[i], panel, d, s)
+        out[i, d - day0, s] = _decide_dev(programs[i], lengths[i], panel[d], s)
 
 
 def _blocks(n_threads: int) -> int:
@@ -176,6 +176,8 @@ def _check_panel(panel: np.ndarray, close: np.ndarray | None, day0: int, day1: i
     panel = np.ascontiguousarray(panel, np.float32)
     if panel.ndim != 3 or panel.shape[1] != N_TERMINALS:
         raise ValueError(f"panel must be (n_days, {N_TERMINALS}, n_stocks), got {panel.shape}")
+    if panel.shape[2] == 0:
+        raise ValueError("panel has no stocks")
     if not 0 <= day0 < day1 <= panel.shape[0]:
         raise ValueError(f"day range [{day0}, {day1}) outside the panel's {panel.shape[0]} days")
     if close is None:
@@ -329,6 +331,9 @@ class AsyncDecider:
             self._d_programs = cuda.to_device(self.programs, stream=self._stream)
             self._d_lengths = cuda.to_device(self.lengths, stream=self._stream)
             self._stream.synchronize()
+        # compile (or load) the kernel now, not at the engine's first bar close
+        self.start(np.zeros((1, N_TERMINALS), np.float32))
+        self.result()
 
     def _buffers(self, n_symbols: int) -> None:
         n = self.programs.shape[0]
@@ -344,11 +349,12 @@ class AsyncDecider:
             raise ValueError(f"features must be (n_symbols, {N_TERMINALS}), got {feats.shape}")
         n_symbols = feats.shape[0]
         panel = np.ascontiguousarray(feats.T)[None, :, :]
-        if self.device == "cpu":
+        if self.device == "cpu" or n_symbols == 0:
             out = np.zeros((self.programs.shape[0], 1, n_symbols), np.int8)
             if n_symbols:
                 _codes_cpu(self.programs, self.lengths, panel, 0, 1, out)
             self._result = out[:, 0, :]
+            self._event = None
             return
         if n_symbols != self._n_symbols:
             self._buffers(n_symbols)

@@ -160,7 +160,7 @@ def implied_vols(
     device: str = "auto",
     vol_min: float = 0.01,
     vol_max: float = 5.0,
-    vol_tol: float = 1e-6,
+    vol_tol: float | None = None,
     max_iter: int = 40,
     status: npt.ArrayLike | None = None,
     progress: Callable[[int, int], None] | None = None,
@@ -170,13 +170,18 @@ def implied_vols(
     price: the option prices to match (e.g. bid/ask mids), NaN where there is none.
     status: an initial IVStatus per row (e.g. from `quote_mids`); rows not PENDING are
       passed through unsolved.
-    vol_min, vol_max: the σ range searched, per year; vol_tol: convergence in σ.
+    vol_min, vol_max: the σ range searched, per year; vol_tol: convergence in σ (default
+      1e-7 on the CPU, 1e-5 on the GPU, whose float32 prices carry noise of ~1e-6 relative;
+      a residual below that noise also counts as converged).
     progress(iteration, still_active) is called after each batched repricing.
     The model is the PDE on `grid`, so American rows get American implied vols. On the
     GPU the model is float32: implied vols are then good to about 1e-5.
     """
     g = make_grid(grid)
     backend = resolve_device(device, "implied vols")
+    if vol_tol is None:
+        vol_tol = 1e-5 if backend == "cuda" else 1e-7
+    price_noise = 2e-6 if backend == "cuda" else 1e-13
     params = np.array(params, dtype=np.float64, copy=True)
     check_params(params)
     n = params.shape[0]
@@ -254,7 +259,11 @@ def implied_vols(
         inside = (step > lo_a) & (step < hi_a)
         nxt = np.where(inside, step, 0.5 * (lo_a + hi_a))
         nxt = np.where(go_min, vol_min, np.where(go_max, vol_max, nxt))
-        converged = (np.abs(nxt - s) < vol_tol) | (hi_a - lo_a < vol_tol) | (f == 0)
+        converged = (
+            (np.abs(nxt - s) < vol_tol)
+            | (hi_a - lo_a < vol_tol)
+            | (np.abs(f) <= price_noise * np.maximum(target[act], 1e-2))
+        )
         prev_sig[act] = s
         prev_f[act] = f
         sig[act] = nxt
@@ -265,7 +274,9 @@ def implied_vols(
         new_status[at_max] = IVStatus.VOL_ABOVE_MAX
         new_status[done_ok] = IVStatus.OK
         st[act] = new_status
-        iv[act[done_ok]] = np.where(f[done_ok] == 0, s[done_ok], nxt[done_ok])
+        # a Newton step converged in σ is taken; a residual at the noise floor keeps σ
+        small = np.abs(f[done_ok]) <= price_noise * np.maximum(target[act][done_ok], 1e-2)
+        iv[act[done_ok]] = np.where(small, s[done_ok], nxt[done_ok])
         if progress is not None:
             progress(iterations, int((st == IVStatus.PENDING).sum()))
     st[st == IVStatus.PENDING] = IVStatus.NOT_CONVERGED

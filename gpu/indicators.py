@@ -15,14 +15,19 @@ rounding of the threshold.
 
 Inputs: prices in the instrument's currency, volume in shares, float64. A close that is
 not finite and > 0 (NVI/PVI divide by the previous close), or a non-finite or negative
-volume, is rejected with ValueError; a non-finite high or
-low only makes the terminals that use it NaN for the windows containing that bar; open is
-not used by any terminal.
+volume, is rejected with ValueError; a non-finite high or low only makes the terminals that
+use it NaN for the windows containing that bar; open is not used by any terminal.
+
+numba's disk cache keys each compiled function on its own source file, while the drivers
+here inline the core: `_flush_caches_older_than_core` drops their cache entries whenever
+indicators_core.py is newer, so an edit of the core is never hidden by stale machine code.
 """
 
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 from typing import Any
 
 import numba
@@ -201,6 +206,31 @@ def _bank_reset_kernel(state, values):  # type: ignore[no-untyped-def]
         _init_dev(state[:, symbol])
         for k in range(values.shape[1]):
             values[symbol, k] = math.nan
+
+
+def _flush_caches_older_than_core() -> None:
+    """numba keys an on-disk cached function on its own source file only. The drivers in
+    this module inline the core, so once indicators_core.py is newer than a driver's cache
+    index, that cached machine code may be stale: flush it (recompiled on first call)."""
+    core_mtime = os.path.getmtime(core.__file__)
+    stem = Path(__file__).stem
+    for driver in (
+        _bar_error, _check_batch, _update_batch_cpu, _update_one_cpu, _feed_history_cpu,
+        _reset_cpu, _panel_cpu, _raw_panel_cpu,
+        _panel_kernel, _bank_kernel, _bank_history_kernel, _bank_reset_kernel,
+    ):
+        cache = getattr(driver, "_cache", None)
+        path = getattr(cache, "cache_path", None)
+        if cache is None or path is None:
+            continue
+        name = driver.py_func.__qualname__
+        for index in Path(path).glob(f"{stem}.{name}-*.nbi"):
+            if index.stat().st_mtime < core_mtime:
+                cache.flush()
+                break
+
+
+_flush_caches_older_than_core()
 
 
 def _blocks(n: int, block: int) -> int:

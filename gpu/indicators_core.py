@@ -28,12 +28,14 @@ Formulas (after Achelis, *Technical Analysis from A to Z*):
   when TP < previous TP, neither when equal. pos/neg = sums over the last 14 bars (bars
   t-13..t, so valid from bar 14). MFI = 100 - 100/(1 + pos/neg); when neg == 0 (no falling
   bar in the window, including a flat window) MFI = 100. mfi_above_80: MFI > 80,
-  mfi_below_20: MFI < 20.
+  mfi_below_20: MFI < 20. pos, neg (and EOM's EMV sum) are Neumaier running sums over
+  rings that are reset to exactly 0 once no non-zero entry is left in the window.
 - EOM: 14-bar SMA of EMV, EMV_t = ((H+L)/2 - (Hp+Lp)/2) / ((V/10000)/(H-L)), p = previous
   bar. When H == L or V == 0 the box ratio is undefined and EMV is defined as 0 for that
   bar. Valid from bar 14. eom_above_zero: EOM > 0; eom_below_zero: EOM < 0.
 - CCI(20): (TP - SMA20(TP)) / (0.015 * MD), MD = mean |TP_i - SMA20(TP)| over the same 20
-  bars; when MD == 0 (flat window) CCI is defined as 0. Valid from bar 19.
+  bars; when MD == 0 (flat window) CCI is defined as 0. Valid from bar 19. The mean is
+  summed as offsets from the current TP, so a flat window gives MD == 0 exactly.
   cci_above_100: CCI > 100; cci_below_minus_100: CCI < -100.
 - NVI/PVI: both 1000 on bar 0. NVI_t = NVI + NVI*(C - Cp)/Cp only on bars with V < Vp
   (else unchanged); PVI likewise only on bars with V > Vp. The paper's "NVI/PVI above

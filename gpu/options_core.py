@@ -2,10 +2,16 @@
 
 The option value V(S, τ) (τ = time to expiry in years, S = spot in price units) solves
 V_τ = ½σ²S²V_SS + rSV_S − rV on a uniform grid S_j = S_lo + j·ΔS, j = 0..N, with Dirichlet
-boundary values. Each time step solves (I − θΔτ L)Vⁿ⁺¹ = (I + (1−θ)Δτ L)Vⁿ, θ = ½
-(Crank–Nicolson); an optional Rannacher start replaces the first CN steps by two fully
-implicit half steps each, which damps the payoff kink so greeks do not oscillate and the
-scheme keeps second order. American options are projected onto the payoff after each step.
+boundary values (deep in/out of the money). In space the operator is discretised on three
+points, M·dV/dτ = L·V: plain central differences (M = I, second order) or, by default, the
+fourth-order compact scheme (M tridiagonal), with the payoff kink smoothed by a fourth-
+order kernel and the strike on a node. In time each step solves the tridiagonal system
+(M − θΔτ·L)·Vⁿ⁺¹ = (M + (1−θ)Δτ·L)·Vⁿ, θ = ½ (Crank–Nicolson); an optional Rannacher start
+replaces the first CN steps by two fully implicit half steps each, which damps the kink so
+greeks do not oscillate and the scheme keeps second order. American puts are projected
+onto the payoff after each step (an American call without dividends and with r ≥ 0 is
+never exercised early and is priced as the European one). Price, delta and gamma at the
+spot come from a quartic through the five nearest nodes.
 
 Two backends over the same per-node functions (DESIGN.md §3):
 - CUDA: one block per option, one thread per grid node, float32; the tridiagonal system is
@@ -156,14 +162,17 @@ def node_coefficients(
         q = 2.0 * (rate - 2.0 * vol * vol) / (vol * vol)
         kappa = (1.0 + q) * (vol * vol + rate) / 12.0
         skew = q / (24.0 * x)
-        return (
-            diffusion + kappa - drift,
-            -2.0 * (diffusion + kappa) - rate,
-            diffusion + kappa + drift,
-            1.0 / 12.0 - skew,
-            10.0 / 12.0,
-            1.0 / 12.0 + skew,
-        )
+        # where drift dominates (tiny σ, or the first nodes above S = 0) the compact
+        # stencil loses its signs and could oscillate: such nodes keep central differences
+        if abs(skew) <= 1.0 / 12.0 and diffusion + kappa >= abs(drift):
+            return (
+                diffusion + kappa - drift,
+                -2.0 * (diffusion + kappa) - rate,
+                diffusion + kappa + drift,
+                1.0 / 12.0 - skew,
+                10.0 / 12.0,
+                1.0 / 12.0 + skew,
+            )
     return diffusion - drift, -2.0 * diffusion - rate, diffusion + drift, 0.0, 1.0, 0.0
 
 

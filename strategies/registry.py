@@ -1,7 +1,8 @@
 """Turn a `--strategy` argument into a Strategy: a built-in name or a strategy file.
 
 - `sma-cross` (10/50 bars), `sma-cross:FAST,SLOW[,long-only]`
-- a GP strategy file (`*.json`, written by `run_engine.py evolve`)
+- a GP strategy file (`*.json`, written by `run_engine.py evolve`): its best rule, or with
+  `#ensemble` after the path (`best.json#ensemble`) the majority vote of its hall of fame
 - a Python file defining `make_strategy() -> Strategy`
 """
 
@@ -19,7 +20,8 @@ BUILT_IN = ("sma-cross",)
 def load_strategy(spec: str, device: str = "auto") -> Strategy:
     if spec.split(":", 1)[0] == "sma-cross":
         return parse_sma_cross(spec)
-    path = Path(spec)
+    ensemble = spec.endswith("#ensemble")
+    path = Path(spec.removesuffix("#ensemble"))
     if not path.exists():
         raise ValueError(
             f"unknown strategy {spec!r}: not a built-in ({', '.join(BUILT_IN)}) and no such file"
@@ -27,7 +29,7 @@ def load_strategy(spec: str, device: str = "auto") -> Strategy:
     if path.suffix == ".json":
         from strategies.gp.strategy_file import strategy_from_file
 
-        return strategy_from_file(path, device=device)
+        return strategy_from_file(path, device=device, ensemble=ensemble)
     if path.suffix == ".py":
         mod_spec = importlib.util.spec_from_file_location(f"user_strategy_{path.stem}", path)
         if mod_spec is None or mod_spec.loader is None:

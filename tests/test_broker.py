@@ -96,5 +96,6 @@ def test_invariants(prices: list[float], actions: list[str], short: bool, slippa
 
 
 def test_buy_and_hold_cash() -> None:
-    assert buy_and_hold_cash(10.0, 12.0, 10_000, 1.0) == pytest.approx(10_000 - 999 * 10 - 1 + 999 * 12 - 1)
+    want = 10_000 - 999 * 10 - 1 + 999 * 12 - 1
+    assert buy_and_hold_cash(10.0, 12.0, 10_000, 1.0) == pytest.approx(want)
     assert buy_and_hold_cash(20_000.0, 1.0, 10_000, 1.0) == 10_000

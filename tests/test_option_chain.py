@@ -98,6 +98,9 @@ def test_price_command_on_the_real_chain_with_implied_vols(
     assert isinstance(res["seconds"], float)
     assert res["iv_rejected"]["missing_bid"] == 495
     assert res["iv_solved"] + sum(res["iv_rejected"].values()) == 2192
+    # the whole chain is priced: unsolved contracts at their expiry's smile
+    assert res["priced"] == 2192
+    assert all(o["price"] is not None and o["price"] >= 0 for o in res["options"])
     solved = [o for o in res["options"] if o["iv_status"] == "ok"]
     # priced at its own implied vol, a contract is worth its mid
     assert max(abs(o["price"] - o["mid"]) for o in solved) < 1e-3

@@ -105,6 +105,7 @@ def plot_fitness(path: Path, history: list[GenerationStats], title: str) -> None
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     gens = [s.generation for s in history]
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -114,6 +115,7 @@ def plot_fitness(path: Path, history: list[GenerationStats], title: str) -> None
     ax.set_xlabel("generation")
     ax.set_ylabel("fitness: mean ROI - buy-and-hold ROI")
     ax.set_title(title, fontsize=9)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.legend()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

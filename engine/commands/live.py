@@ -84,7 +84,7 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
         while not stop.is_set():
             if args.max_seconds and time.perf_counter() - t0 > args.max_seconds:
                 break
-            if not await sub.socket.poll(100, zmq.POLLIN):
+            if not await sub.socket.poll(100):
                 continue
             await engine.process(await sub.batch())
             if len(engine.symbols) > known:

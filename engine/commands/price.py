@@ -182,11 +182,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         vol = np.full(n, args.vol)
         vol_source = "--vol"
     elif np.isfinite(chain.iv).any() and not generated:
-        vol = np.where(np.isfinite(chain.iv), chain.iv, iv)
+        vol = np.where(np.isfinite(chain.iv), chain.iv, iv)  # rows without either: unpriced
         vol_source = "iv column" + (" then implied vol" if args.iv else "")
     elif args.iv:
-        vol = iv
-        vol_source = "implied vol"
+        vol = _fill_from_smile(chain, iv, status == IVStatus.OK, spot)
+        vol_source = "implied vol (unsolved: the expiry's smile)"
     elif generated:
         vol = np.full(n, 0.25)
         vol_source = "default 0.25"
@@ -297,6 +297,32 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             print(f"    {exp}: ATM implied vol {atm:.3f}")
         print(f"  smile plot: {result['plot']}")
     return result
+
+
+def _fill_from_smile(
+    chain: OptionChain, iv: np.ndarray, ok: np.ndarray, spot: np.ndarray
+) -> np.ndarray:
+    """Solved implied vols, and for unsolved contracts the smile of their expiry at their
+    strike (linear in strike through the out-of-the-money solved quotes, flat beyond), or
+    the nearest expiry's at-the-money vol where an expiry has no solved quote at all."""
+    vol = np.where(ok, iv, np.nan)
+    otm = np.where(chain.is_call, chain.strike >= spot, chain.strike <= spot)
+    expiries = np.unique(chain.expiry)
+    atm = {e: v for e, v in ((np.datetime64(e), v) for e, v in _atm_vols(chain, iv, ok, spot))}
+    for e in expiries:
+        rows = (chain.expiry == e) & ~ok
+        if not rows.any():
+            continue
+        src = (chain.expiry == e) & ok & otm
+        if not src.any():
+            src = (chain.expiry == e) & ok
+        if src.any():
+            order = np.argsort(chain.strike[src])
+            vol[rows] = np.interp(chain.strike[rows], chain.strike[src][order], iv[src][order])
+        elif atm:
+            nearest = min(atm, key=lambda d: abs(int((d - e).astype(np.int64))))
+            vol[rows] = atm[nearest]
+    return vol
 
 
 def _atm_vols(

@@ -56,7 +56,7 @@ def source_factory(args: argparse.Namespace) -> Any:
         except ValueError as exc:
             raise UserError(str(exc)) from None
         kinds = ("trade", "quote") if args.quotes else ("trade",)
-        factory = functools.partial(open_sources, list(args.data), symbols=symbols,
+        factory: Any = functools.partial(open_sources, list(args.data), symbols=symbols,
                                     start=start, end=end, kinds=kinds)
     else:
         from feeds.synthetic import SyntheticMarket
@@ -97,13 +97,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     option_book = None
     if cfg.options:
-        from engine.option_book import OptionBook, OptionGroupConfig
+        from engine.option_book import OptionBook
 
-        try:
-            groups = [msgspec.convert(g, OptionGroupConfig) for g in cfg.options]
-        except msgspec.ValidationError as exc:
-            raise UserError(f"config [[options]]: {exc}") from None
-        option_book = OptionBook(groups, device=cfg.device)
+        option_book = OptionBook(list(cfg.options), device=cfg.device)
 
     def progress(n: int) -> None:
         print(f"  ... {n:,} ticks", file=sys.stderr, flush=True)

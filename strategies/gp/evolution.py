@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import msgspec
 import numpy as np
@@ -166,7 +166,6 @@ class EvolutionResult:
     seconds: float
     gp_ops: int = 0
     eval_seconds: float = 0.0
-    extra: dict[str, object] = field(default_factory=dict)
 
     @property
     def best(self) -> Champion:

@@ -1,0 +1,73 @@
+"""Option groups inside the engine: repriced after each underlying tick during a replay."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import run_engine
+from engine.config import EngineConfig, load_config
+from engine.option_book import OptionBook, OptionGroupConfig
+from engine.replay import replay
+from engine.report import build_report
+from feeds.messages import OptionValue
+from feeds.synthetic import SyntheticMarket
+from gpu.options import black_scholes
+from strategies.sma_cross import SmaCross
+
+
+def test_replay_reprices_option_group_on_underlying_ticks() -> None:
+    strikes = (20.0, 25.0, 30.0)  # around SYN000's price in this market (about 25)
+    group = OptionGroupConfig(underlying="SYN000", strikes=strikes, expiries=(30, 90),
+                              rights=("C", "P"), style="european", vol=0.3, rate=0.02,
+                              grid="default")
+    book = OptionBook([group], device="cpu")
+    market = functools.partial(SyntheticMarket, n_symbols=3, n_ticks=6000, seed=9)
+    res = replay(market, SmaCross(), EngineConfig(), option_book=book)
+    rep = build_report(res, "sma")
+    opts = rep["options"]
+    assert opts["options"] == 12
+    assert opts["repricings"] > 0
+    values = [m for m in res.engine.option_values if isinstance(m, OptionValue)]
+    assert values and all(v.underlying == "SYN000" for v in values)
+    # the newest value of each option agrees with the analytic Black-Scholes price
+    last: dict[str, OptionValue] = {}
+    for v in values:
+        last[v.symbol] = v
+    assert len(last) == 12
+    for sym, v in last.items():
+        days, rest = sym.split("+")[1].split("D")
+        right, strike = rest[0], int(rest[1:]) / 1000
+        ref = black_scholes(v.spot, strike, int(days) / 365, 0.3, 0.02, right == "C")
+        want = float(np.asarray(ref.price).ravel()[0])
+        assert abs(v.price - want) <= max(2e-3 * want, 2e-3), (sym, v.price, want)
+
+
+def test_options_in_toml_config(tmp_path: Path) -> None:
+    cfg = tmp_path / "engine.toml"
+    cfg.write_text(
+        'bar_seconds = 60\n[[options]]\nunderlying = "SYN001"\nstrikes = [90.0, 110.0]\n'
+        'expiries = [60]\nstyle = "american"\n'
+    )
+    loaded = load_config(cfg)
+    assert loaded.options[0].underlying == "SYN001"
+    rc = run_engine.main(["replay", "--ticks", "4000", "--n-symbols", "2", "--config", str(cfg),
+                          "--device", "cpu", "--json", str(tmp_path / "r.json")])
+    assert rc == 0
+    import json
+
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert rep["options"]["options"] == 4 and rep["options"]["repricings"] > 0
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[options]]\nunderlying = "X"\nstrikes = [-1.0]\nexpiries = [30]\n')
+    assert run_engine.main(["replay", "--config", str(bad)]) == 2
+
+
+@pytest.mark.parametrize("n", [1])
+def test_option_book_underlyings(n: int) -> None:
+    book = OptionBook([OptionGroupConfig(underlying="A", strikes=(1.0,), expiries=(10,))],
+                      device="cpu")
+    assert book.underlyings == {"A"}
