@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One device call: the real-GPU tests and the GPU benchmarks, logs and JSON into $OUT.
+# Usage on the GPU machine (after the wheel install line of ../shared/tools/device-wheels.sh):
+#   bash benchmarks/gpu_suite.sh [tests] [indicators] [options] [gp] [experiment]
+set -u
+export PYTHONUNBUFFERED=1
+OUT=${OUT:-benchmarks/out}
+mkdir -p "$OUT"
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(tests indicators options gp)
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python3 -c "import numba, numpy; from numba import cuda; print('numba', numba.__version__, 'numpy', numpy.__version__, 'cuda', cuda.is_available())"
+for s in "${steps[@]}"; do
+  echo "=== $s $(date -u +%H:%M:%S)"
+  case $s in
+    tests) timeout 300 python3 -m pytest -m gpu -q -p no:cacheprovider -x 2>&1 | tail -25 ;;
+    indicators) timeout 200 python3 benchmarks/indicators.py --json "$OUT/indicators.json" 2>&1 | tail -25 ;;
+    options) timeout 300 python3 benchmarks/options.py --json "$OUT/options.json" 2>&1 | tail -40 ;;
+    gp) timeout 300 python3 benchmarks/gp_evaluator.py --json "$OUT/gp_evaluator.json" 2>&1 | tail -25 ;;
+    experiment) timeout 560 python3 benchmarks/gp_experiment.py --json "$OUT/gp_experiment.json" 2>&1 | tail -40 ;;
+  esac
+done
+echo "=== done $(date -u +%H:%M:%S)"
