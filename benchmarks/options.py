@@ -201,6 +201,13 @@ def chain_implied_vols(backends: list[str]) -> dict[str, Any] | None:
     return out
 
 
+def _device_name() -> str:
+    from numba import cuda
+
+    name = cuda.get_current_device().name
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
@@ -225,9 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         "rows": rows,
     }
     if backend == "cuda":
-        from numba import cuda
-
-        result["gpu"] = cuda.get_current_device().name.decode()
+        result["gpu"] = _device_name()
     for gname, grid in grids.items():
         if backend == "cuda":
             for n in gpu_sizes:
