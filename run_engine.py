@@ -40,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr,
     )
+    # numba's CUDA driver logs every allocation at INFO: keep the summary readable
+    logging.getLogger("numba").setLevel(logging.WARNING)
     from engine.errors import UserError
 
     module = importlib.import_module(f"engine.commands.{args.command}")

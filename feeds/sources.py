@@ -27,11 +27,34 @@ _DAILY_COLUMNS = ("date", "open", "high", "low", "close")
 _CONTRACT_RE = re.compile(r"^[A-Z0-9]+[FGHJKMNQUVXZ]\d{2}$")
 
 
+def resolve_data_file(path: str | Path) -> Path:
+    """A data file, or the one *.csv / *.csv.gz inside a folder (like sp500_5yr_daily/)."""
+    p = Path(path)
+    if p.is_dir():
+        found = sorted(list(p.glob("*.csv")) + list(p.glob("*.csv.gz")))
+        if len(found) != 1:
+            raise ValueError(f"{p}: expected exactly one *.csv or *.csv.gz file, found "
+                             f"{len(found)}")
+        return found[0]
+    if not p.exists():
+        raise ValueError(f"{p}: no such file or directory")
+    return p
+
+
+def _csv_folder(p: Path) -> bool:
+    return p.is_dir() and not any(p.rglob("*.zip")) and (
+        any(p.glob("*.csv")) or any(p.glob("*.csv.gz")))
+
+
 def detect_format(path: str | Path) -> str:
-    """'lean', 'daily' or 'ticks' for a readable market-data path; ValueError otherwise."""
+    """'lean', 'daily' or 'ticks' for a readable market-data path; ValueError otherwise.
+
+    A folder holding CSV files and no zip stands for its one CSV file."""
     p = Path(path)
     if not p.exists():
         raise ValueError(f"data path not found: {p}")
+    if _csv_folder(p):
+        p = resolve_data_file(p)
     if p.is_dir() or p.suffix.lower() == ".zip":
         discover(p)  # raises a one-line ValueError when there is no LEAN tick zip
         return "lean"
@@ -61,6 +84,8 @@ def open_source(
     """
     start_ns, end_ns = to_ns(start), to_ns(end)
     fmt = detect_format(path)
+    if _csv_folder(Path(path)):
+        path = resolve_data_file(path)
     if fmt == "lean":
         return LeanSource(
             path, kinds=kinds, symbols=symbols, start=start_ns, end=end_ns, missing_ok=missing_ok

@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from feeds.daily import DailyMatrix, DailyTable, daily_matrix, load_daily
+from feeds.sources import resolve_data_file
 from gpu.indicators import compute_panel
 
 
@@ -61,20 +62,6 @@ class GPWindow:
             "last_date": str(self.dates[period.day1 - 1]),
             "days": period.days,
         }
-
-
-def resolve_data_file(path: str | Path) -> Path:
-    """A daily CSV file, or the one *.csv / *.csv.gz inside a directory."""
-    p = Path(path)
-    if p.is_dir():
-        found = sorted(list(p.glob("*.csv")) + list(p.glob("*.csv.gz")))
-        if len(found) != 1:
-            raise ValueError(f"{p}: expected exactly one *.csv or *.csv.gz file, found "
-                             f"{len(found)}")
-        return found[0]
-    if not p.exists():
-        raise ValueError(f"{p}: no such file or directory")
-    return p
 
 
 def _table(path: Path) -> DailyTable:
