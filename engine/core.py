@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -33,6 +34,7 @@ from strategies.base import Strategy
 log = logging.getLogger(__name__)
 
 NS = 1_000_000_000
+OPTION_VALUES_KEPT = 100_000
 
 
 @dataclass
@@ -44,6 +46,7 @@ class EngineStats:
     orders: int = 0
     fills: int = 0
     heartbeats: int = 0
+    option_values: int = 0
 
 
 @dataclass
@@ -106,7 +109,9 @@ class Engine:
             for s in self.option_book.underlyings:
                 if s in self.sym_index:
                     self._underlying[self.sym_index[s]] = True
-        self.option_values: list[Message] = []
+        # newest theoretical values (bounded: a replay may produce tens of millions);
+        # the live daemon publishes and clears them after every batch
+        self.option_values: deque[Message] = deque(maxlen=OPTION_VALUES_KEPT)
         self.strategy.reset(list(self.symbols))
 
     # ------------------------------------------------------------------ registration
@@ -177,7 +182,9 @@ class Engine:
         if msgs:
             self._now = max(self._now, msgs[-1].ts)
         if self.option_book is not None:
-            self.option_values.extend(self.option_book.poll())
+            ready = self.option_book.poll()
+            self.stats.option_values += len(ready)
+            self.option_values.extend(ready)
 
     def _on_flagged_tick(self, sym: int, msg: Trade) -> None:
         """Rare per-tick work: first trade of a symbol, pending orders, option groups."""
@@ -365,7 +372,9 @@ class Engine:
         else:
             self.equity_curve.append(EquityPoint(end_ts, self.broker.equity()))
         if self.option_book is not None:
-            self.option_values.extend(await self.option_book.drain())
+            ready = await self.option_book.drain()
+            self.stats.option_values += len(ready)
+            self.option_values.extend(ready)
         self.finished = True
 
     # ------------------------------------------------------------------ restart

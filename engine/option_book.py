@@ -134,7 +134,8 @@ class OptionBook:
             if key not in warmed:  # JIT before the first tick, not on it
                 warm_up(grid, self.device)
                 warmed.add(key)
-            pricer = OptionGroupPricer(params, grid, self.device)
+            # on the CPU the group reprices on a worker thread so the loop never waits
+            pricer = OptionGroupPricer(params, grid, self.device, background=True)
             group = _Group(cfg, pricer, symbols, days, dates)
             self._groups.setdefault(cfg.underlying, []).append(group)
 
@@ -163,8 +164,6 @@ class OptionBook:
                 g.pending = (spot, ts)
                 continue
             self._launch(g, spot, ts)
-            if self.device == "cpu":
-                self._collect(g)
 
     def _launch(self, g: _Group, spot: float, ts: int) -> None:
         day = _tick_date(ts)
@@ -202,8 +201,6 @@ class OptionBook:
             spot, ts = g.pending
             g.pending = None
             self._launch(g, spot, ts)
-            if self.device == "cpu":
-                self._collect(g)
 
     # -- results ---------------------------------------------------------------------------
 

@@ -103,6 +103,7 @@ def build_report(result: ReplayResult, strategy_name: str) -> dict[str, Any]:
     }
     if eng.option_book is not None:
         report["options"] = eng.option_book.summary()
+        report["options"]["values_published"] = eng.stats.option_values
     return report
 
 

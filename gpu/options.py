@@ -271,11 +271,14 @@ class OptionGroupPricer:
     host memory, so a new spot or a changed parameter is a plain host write and the
     results need no copy; each `launch` is one kernel on the group's own stream followed
     by a recorded event; `done()` polls the event and never blocks. On the CPU the launch
-    computes synchronously and `done()` is always true.
+    computes synchronously and `done()` is always true, unless `background=True`: then the
+    CPU twin runs on a worker thread without the GIL and `done()` polls its future, so an
+    event loop keeps running while the group is repriced, as on the GPU.
     """
 
     def __init__(
-        self, params: FloatArray, grid: str | FdGrid = "default", device: str = "auto"
+        self, params: FloatArray, grid: str | FdGrid = "default", device: str = "auto",
+        background: bool = False,
     ) -> None:
         check_params(params)
         self.grid = make_grid(grid)
@@ -291,6 +294,12 @@ class OptionGroupPricer:
             self._out = self._out_dev
             self._stream: Any = None
             self._event: Any = None
+            self._future: Any = None
+            self._executor: Any = None
+            if background:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._executor = ThreadPoolExecutor(1, thread_name_prefix="option-group")
             return
         from numba import cuda
 
@@ -331,7 +340,12 @@ class OptionGroupPricer:
         if self._in_flight:
             raise RuntimeError("a repricing of this group is already in flight")
         if self.device == "cpu":
-            core.fd_price_batch_cpu(self._params_dev, self._out_dev, *self._args)
+            if self._executor is not None:
+                self._future = self._executor.submit(
+                    core.fd_price_batch_cpu_serial, self._params_dev, self._out_dev,
+                    *self._args)
+            else:
+                core.fd_price_batch_cpu(self._params_dev, self._out_dev, *self._args)
             self._in_flight = True
             return
         self._kernel[self.n, self._threads, self._stream](
@@ -345,7 +359,7 @@ class OptionGroupPricer:
         if not self._in_flight:
             return True
         if self._event is None:
-            return True
+            return self._future is None or bool(self._future.done())
         query = getattr(self._event, "query", None)
         # the CUDA simulator's Event has no query(); it runs launches synchronously
         return True if query is None else bool(query())
@@ -354,10 +368,15 @@ class OptionGroupPricer:
         """Block until the launched repricing has finished (benchmarks, shutdown)."""
         if self._in_flight and self._event is not None:
             self._event.synchronize()
+        elif self._in_flight and self._future is not None:
+            self._future.result()
 
     def results(self) -> OptionValues:
         """Copy of the finished results; ends the in-flight state. Call only when done()."""
         if self._in_flight and not self.done():
             raise RuntimeError("results requested before the repricing finished")
         self._in_flight = False
+        if self._future is not None:
+            self._future.result()  # re-raises an error of the worker thread
+            self._future = None
         return _values(self._out)

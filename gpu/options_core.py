@@ -538,6 +538,52 @@ def fd_price_batch_cpu(
         out[o, GAMMA] = g
 
 
+@njit(cache=True, nogil=True)
+def fd_price_batch_cpu_serial(
+    params: np.ndarray,
+    out: np.ndarray,
+    price_steps: int,
+    dt_target: float,
+    fixed_steps: int,
+    min_steps: int,
+    rannacher: int,
+    domain: int,
+    smax_mult: float,
+    width: float,
+    compact: bool,
+    smooth: bool,
+) -> None:
+    """`fd_price_batch_cpu` on one core without the GIL: the engine's background repricing.
+
+    Numba's default threading layer must not be entered from two threads at once, so the
+    repricing that runs beside the event loop uses this serial loop instead of prange.
+    """
+    for o in range(params.shape[0]):
+        p, d, g = fd_price_one_cpu(
+            params[o, SPOT],
+            params[o, STRIKE],
+            params[o, EXPIRY],
+            params[o, VOL],
+            params[o, RATE],
+            params[o, IS_CALL] > 0.5,
+            params[o, IS_AMERICAN] > 0.5,
+            price_steps,
+            dt_target,
+            fixed_steps,
+            min_steps,
+            rannacher,
+            domain,
+            smax_mult,
+            width,
+            compact,
+            smooth,
+        )
+        out[o, PRICE] = p
+        out[o, DELTA] = d
+        out[o, GAMMA] = g
+
+
+
 # =========================================================================================
 # CUDA kernel: one block per option, one thread per grid node, float32, PCR.
 # =========================================================================================

@@ -63,14 +63,14 @@ def test_config_rejects_unknown_fields_and_bad_values() -> None:
     assert cfg.expiries == (dt.date(2024, 6, 21), 7)
 
 
-def test_cpu_book_prices_synchronously_and_poll_returns_messages() -> None:
+def test_cpu_book_prices_in_background_and_drain_returns_messages() -> None:
     cfg = small_group(grid="default", price_steps=0, time_steps=0)
     book = OptionBook([cfg], device="cpu")
     assert book.underlyings == {"ABC"}
     book.on_underlying_tick("XYZ", 100.0, TS0)  # not an underlying of ours
     book.on_underlying_tick("ABC", float("nan"), TS0)  # a bad price is never priced
     book.on_underlying_tick("ABC", 101.0, TS0)
-    msgs = book.poll()
+    msgs = asyncio.run(book.drain())  # the CPU twin ran on a worker thread
     assert len(msgs) == 4 and all(isinstance(m, OptionValue) for m in msgs)
     assert [m.seq for m in msgs] == [1, 2, 3, 4]
     assert {m.symbol for m in msgs} == {
@@ -95,8 +95,9 @@ def test_dated_expiries_shrink_with_the_tick_date() -> None:
     cfg = small_group(expiries=(dt.date(2024, 3, 31),), strikes=(100.0,), rights=("P",))
     book = OptionBook([cfg], device="cpu")
     book.on_underlying_tick("ABC", 100.0, TS0)  # 2024-03-01: 30 days
+    (first,) = asyncio.run(book.drain())
     book.on_underlying_tick("ABC", 100.0, TS0 + 10 * 86_400 * NS)  # 20 days
-    first, second = book.poll()
+    (second,) = asyncio.run(book.drain())
     np.testing.assert_allclose(first.price, expected(100.0, cfg, 30 / 365))
     np.testing.assert_allclose(second.price, expected(100.0, cfg, 20 / 365))
     assert first.symbol == "ABC240331P00100000"

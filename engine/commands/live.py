@@ -87,6 +87,8 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
             if not await sub.socket.poll(100):
                 continue
             await engine.process(await sub.batch())
+            while engine.option_values:  # theoretical values and greeks, newest last
+                out.send(engine.option_values.popleft())
             if len(engine.symbols) > known:
                 for i in range(known, len(engine.symbols)):
                     journal.record_symbol(engine.symbols[i], i)
