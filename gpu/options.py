@@ -287,6 +287,8 @@ class OptionGroupPricer:
         self._threads = core.threads_per_option(self.grid.price_steps)
         self._args = self.grid.kernel_args()
         self._in_flight = False
+        self._future: Any = None
+        self._executor: Any = None
         if self.device == "cpu":
             self._params_dev: Any = np.array(params, dtype=np.float64, copy=True)
             self.params = self._params_dev
@@ -294,8 +296,6 @@ class OptionGroupPricer:
             self._out = self._out_dev
             self._stream: Any = None
             self._event: Any = None
-            self._future: Any = None
-            self._executor: Any = None
             if background:
                 from concurrent.futures import ThreadPoolExecutor
 

@@ -477,10 +477,12 @@ def test_open_source_dispatch_and_errors(tmp_path: Path) -> None:
     got = _all(merged)
     assert got["kind"].tolist() == [KIND_TRADE, 2]
     other = _csv(tmp_path, "a,b,c\n1,2,3\n", "other.csv")
+    (tmp_path / "empty").mkdir()
     for bad, message in (
         (other, "unrecognised market data"),
         (tmp_path / "nope", "not found"),
-        (tmp_path, "no LEAN tick zips"),
+        (tmp_path, "expected exactly one"),  # a folder of several CSVs: ambiguous
+        (tmp_path / "empty", "no LEAN tick zips"),
     ):
         with pytest.raises(ValueError, match=message) as err:
             open_source(bad)
