@@ -21,6 +21,7 @@ import asyncio
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -107,10 +108,19 @@ class Publisher:
         self.sent = 0
 
     def wait_for_subscriber(self, timeout_s: float = 10.0) -> None:
-        """Block until one SUB has subscribed (XPUB delivers its subscribe frame)."""
-        if not self.socket.poll(int(timeout_s * 1000), zmq.POLLIN):
-            raise TimeoutError(f"no subscriber connected to {self.endpoint} in {timeout_s} s")
-        self.socket.recv()
+        """Block until a SUB subscribes (XPUB delivers its subscribe frame, first byte 1).
+
+        Unsubscribe frames (first byte 0) of subscribers that went away are skipped, so a
+        restarted subscriber is really waited for.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.socket.poll(int(left * 1000), zmq.POLLIN):
+                raise TimeoutError(
+                    f"no subscriber connected to {self.endpoint} in {timeout_s} s")
+            if self.socket.recv()[:1] == b"\x01":
+                return
 
     def next_seq(self, topic: bytes) -> int:
         s = self._seq.get(topic, 0) + 1

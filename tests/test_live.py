@@ -1,0 +1,124 @@
+"""The live daemon as a real process: ZeroMQ in, SQLite journal, SIGTERM, restart."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+import pytest
+import zmq
+
+from feeds.messages import Trade
+from feeds.synthetic import SyntheticMarket
+from feeds.transport import Publisher
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _trades(n: int, seed: int) -> list[Trade]:
+    src = SyntheticMarket(n_symbols=3, n_ticks=n, seed=seed)
+    seq: dict[str, int] = {}
+    out = []
+    for chunk in src.chunks():
+        for ts, sym, p, q in zip(chunk["ts"].tolist(), chunk["sym"].tolist(),
+                                 chunk["f0"].tolist(), chunk["f1"].tolist(), strict=True):
+            name = src.symbols[sym]
+            seq[name] = seq.get(name, 0) + 1
+            out.append(Trade(seq[name], ts, name, p, q))
+    return out
+
+
+def _start(journal: Path, ticks: str, orders: str, status: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "run_engine.py"), "live", "--ticks", ticks,
+         "--orders", orders, "--journal", str(journal), "--strategy", "sma-cross:5,10",
+         "--device", "cpu", "--json", str(status), "--max-seconds", "120"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _seq_done(journal: Path, topic: bytes, seq: int, proc: subprocess.Popen[str]) -> None:
+    """Wait until the daemon has committed `seq` of `topic` (it commits after each batch)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        try:
+            with sqlite3.connect(journal) as db:
+                row = db.execute("SELECT seq FROM stream_seq WHERE topic = ?", (topic,)).fetchone()
+            if row and row[0] >= seq:
+                return
+        except sqlite3.OperationalError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"daemon did not reach {topic!r} seq {seq}")
+
+
+def _stop(proc: subprocess.Popen[str], status: Path) -> dict:
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "live stopped" in out
+    return json.loads(status.read_text())
+
+
+@pytest.mark.slow
+def test_daemon_survives_bad_input_journals_and_restarts(tmp_path: Path) -> None:
+    journal = tmp_path / "journal.sqlite"
+    pub = Publisher("tcp://127.0.0.1:*", zmq.Context())
+    orders = f"tcp://127.0.0.1:{_free_port()}"
+    trades = _trades(12_000, seed=5)
+    first, second = trades[:8_000], trades[8_000:]
+
+    proc = _start(journal, pub.endpoint, orders, tmp_path / "s1.json")
+    pub.wait_for_subscriber(30)
+    time.sleep(0.3)  # let the daemon subscribe to every topic
+    for i, t in enumerate(first):
+        pub.send(t)
+        if i == 100:  # malformed input in the middle of the stream
+            pub.send_raw(b"T.SYN000", b"\xc1 not msgpack")
+            pub.send_raw(b"T.SYN000", msgspec.msgpack.encode(["T", 1, "bad"]))
+            # bad content on streams of their own, so good streams keep their sequence
+            pub.send(Trade(1, t.ts, "BAD1", float("nan"), 100.0))
+            pub.send(Trade(1, t.ts, "BAD2", 10.0, -5.0))
+    last = {t.symbol: t.seq for t in first}
+    for sym, seq in last.items():
+        _seq_done(journal, b"T." + sym.encode(), seq, proc)
+    s1 = _stop(proc, tmp_path / "s1.json")
+    assert s1["ticks"] == len(first)
+    assert s1["skipped"]["undecodable"] == 1 and s1["skipped"]["wrong_schema"] == 1
+    assert s1["skipped"]["bad_price"] == 1 and s1["skipped"]["bad_size"] == 1
+    assert s1["orders"] > 0 and s1["fills"] > 0
+    with sqlite3.connect(journal) as db:
+        n_fills = db.execute("SELECT COUNT(*) FROM fills").fetchone()[0]
+        n_orders = db.execute("SELECT COUNT(*) FROM orders").fetchone()[0]
+    assert (n_fills, n_orders) == (s1["fills"], s1["orders"])
+
+    # restart on the same journal: money and stream positions come back
+    proc = _start(journal, pub.endpoint, orders, tmp_path / "s2.json")
+    pub.wait_for_subscriber(30)
+    time.sleep(0.3)
+    pub.send(first[-1])  # a re-sent old message: a duplicate after the restart
+    for t in second:
+        pub.send(t)
+    last2 = {t.symbol: t.seq for t in second}
+    for sym, seq in last2.items():
+        _seq_done(journal, b"T." + sym.encode(), seq, proc)
+    s2 = _stop(proc, tmp_path / "s2.json")
+    assert s2["skipped"].get("duplicate") == 1
+    assert s2["ticks"] == len(second)
+    assert s2["fills"] >= s1["fills"] and s2["orders"] >= s1["orders"]
+    with sqlite3.connect(journal) as db:
+        assert db.execute("SELECT COUNT(*) FROM fills").fetchone()[0] == s2["fills"]
+    pub.close()
