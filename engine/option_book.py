@@ -88,6 +88,8 @@ class _Group:
     latencies_ns: list[int] = field(default_factory=list)
     repricings: int = 0
     coalesced: int = 0
+    #: (spot, prices, deltas, gammas) of the newest repricing
+    last_values: tuple[float, list[float], list[float], list[float]] | None = None
 
 
 def _tick_date(ts: int) -> dt.date:
@@ -103,7 +105,6 @@ class OptionBook:
         self._ready: list[OptionValue] = []
         self._seq = 0
         self._ticks = 0
-        self._last: dict[str, dict[str, float]] = {}
         warmed: set[tuple[object, ...]] = set()
         for cfg in groups:
             grid = make_grid(
@@ -186,17 +187,17 @@ class OptionBook:
         g.repricings += 1
         g.launched = None
         underlying = g.config.underlying
-        for i, sym in enumerate(g.symbols):
-            self._seq += 1
-            price, delta, gamma = (
-                float(values.price[i]),
-                float(values.delta[i]),
-                float(values.gamma[i]),
-            )
-            self._ready.append(
-                OptionValue(self._seq, ts, sym, underlying, spot, price, delta, gamma)
-            )
-            self._last[sym] = {"spot": spot, "price": price, "delta": delta, "gamma": gamma}
+        prices, deltas, gammas = (
+            values.price.tolist(), values.delta.tolist(), values.gamma.tolist())
+        seq0 = self._seq
+        # one comprehension over plain lists: a busy group publishes millions of these
+        self._ready.extend([
+            OptionValue(seq0 + i + 1, ts, sym, underlying, spot, p, d, gm)
+            for i, (sym, p, d, gm) in enumerate(
+                zip(g.symbols, prices, deltas, gammas, strict=True))
+        ])
+        self._seq = seq0 + len(g.symbols)
+        g.last_values = (spot, prices, deltas, gammas)
         if g.pending is not None:
             spot, ts = g.pending
             g.pending = None
@@ -221,6 +222,17 @@ class OptionBook:
             out.extend(self.poll())
         return out
 
+    def _last_by_symbol(self) -> dict[str, dict[str, float]]:
+        last: dict[str, dict[str, float]] = {}
+        for gs in self._groups.values():
+            for g in gs:
+                if g.last_values is None:
+                    continue
+                spot, prices, deltas, gammas = g.last_values
+                for sym, p, d, gm in zip(g.symbols, prices, deltas, gammas, strict=True):
+                    last[sym] = {"spot": spot, "price": p, "delta": d, "gamma": gm}
+        return last
+
     def summary(self) -> dict[str, object]:
         """Counts, latency (launch → results on the host, as observed by poll) and last values."""
         lat = [x for gs in self._groups.values() for g in gs for x in g.latencies_ns]
@@ -235,5 +247,5 @@ class OptionBook:
             "latency_us_mean": float(lat_us.mean()) if lat else None,
             "latency_us_p50": float(np.median(lat_us)) if lat else None,
             "latency_us_max": float(lat_us.max()) if lat else None,
-            "last": dict(self._last),
+            "last": self._last_by_symbol(),
         }
