@@ -3,6 +3,8 @@
 Workloads: 1,000,000 synthetic ticks over 100 symbols, and the real SPY + BAC trades of
 lean_ticks_2013-10 (2.46 M ticks). For each transport, in the same run: the raw limit
 (publish -> receive -> decode, no engine) and the full engine with the sma-cross strategy.
+A "pre-filled" row first publishes everything into an inproc socket and then times only
+the receiving side, raw and engine: the engine's capacity when no feed shares its cores.
 Runs here (no GPU needed). Prints a table and writes JSON.
 
     python benchmarks/replay_throughput.py [--transports ipc,inproc] [--json PATH]
@@ -19,15 +21,58 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import zmq  # noqa: E402
+import zmq.asyncio  # noqa: E402
+
 from engine.config import EngineConfig  # noqa: E402
+from engine.core import Engine  # noqa: E402
 from engine.replay import raw_limit_async, replay_async  # noqa: E402
 from feeds.datadir import data_dir  # noqa: E402
+from feeds.messages import Heartbeat, make_decoder  # noqa: E402
+from feeds.publish import publish_source  # noqa: E402
 from feeds.sources import open_sources  # noqa: E402
 from feeds.synthetic import SyntheticMarket  # noqa: E402
+from feeds.transport import Publisher, Subscriber  # noqa: E402
 from strategies.sma_cross import SmaCross  # noqa: E402
+
+
+async def prefilled(factory: functools.partial, with_engine: bool) -> tuple[int, float, Any]:
+    """Publish everything into an inproc socket first, then time only the receiving side.
+
+    This separates the engine's own capacity (receive, decode, validate, bars, strategy,
+    orders) from the feed's, which on a small machine shares its cores.
+    """
+    ctx = zmq.asyncio.Context()
+    name = f"inproc://prefill-{time.monotonic_ns()}"
+    pub = Publisher(name, zmq.Context.shadow(ctx.underlying), sndhwm=0)
+    sub = Subscriber(name, ctx, rcvhwm=0)
+    pub.wait_for_subscriber(5.0)
+    source = factory()
+    publish_source(source, pub)
+    engine = Engine(list(source.symbols), SmaCross(), EngineConfig()) if with_engine else None
+    decode = make_decoder().decode
+    n = 0
+    t0 = time.perf_counter()
+    if engine is not None:
+        while not engine.finished:
+            await engine.process(await sub.batch())
+        n = engine.stats.ticks + engine.stats.quotes
+    else:
+        done = False
+        while not done:
+            for _topic, payload in await sub.raw_batch():
+                m = decode(payload)
+                n += 1
+                done = type(m) is Heartbeat and m.final
+    wall = time.perf_counter() - t0
+    pub.close()
+    sub.close()
+    ctx.destroy(linger=0)
+    return n, wall, engine
 
 
 def workloads(ticks: int, symbols: int) -> dict[str, functools.partial]:
@@ -46,10 +91,27 @@ def main() -> None:
     ap.add_argument("--ticks", type=int, default=1_000_000)
     ap.add_argument("--symbols", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--no-prefilled", dest="prefilled", action="store_false",
+                    help="skip the pre-filled socket rows (engine capacity without the feed)")
     ap.add_argument("--json", type=Path, default=Path("benchmarks/out/replay_throughput.json"))
     args = ap.parse_args()
     rows = []
     for wname, factory in workloads(args.ticks, args.symbols).items():
+        if args.prefilled:
+            n_raw, t_raw, _ = asyncio.run(prefilled(factory, with_engine=False))
+            n_eng, t_eng, eng_obj = asyncio.run(prefilled(factory, with_engine=True))
+            row = {
+                "workload": wname, "transport": "inproc pre-filled", "repeat": 0,
+                "messages": n_raw, "raw_seconds": t_raw, "raw_per_second": n_raw / t_raw,
+                "engine_ticks": n_eng, "engine_seconds": t_eng,
+                "engine_per_second": n_eng / t_eng, "bars": eng_obj.stats.bars,
+                "orders": eng_obj.stats.orders, "fills": eng_obj.stats.fills,
+            }
+            row["engine_over_raw"] = row["engine_per_second"] / row["raw_per_second"]
+            rows.append(row)
+            print(f"{wname:45s} prefill raw {row['raw_per_second']:>10,.0f}/s  "
+                  f"engine {row['engine_per_second']:>10,.0f}/s  "
+                  f"ratio {row['engine_over_raw']:.2f}", flush=True)
         for transport in args.transports.split(","):
             for rep in range(args.repeats):
                 n_raw, t_raw = asyncio.run(raw_limit_async(factory, transport))

@@ -152,7 +152,7 @@ class Validator:
         self.last_seq: dict[bytes, int] = {}
         self.received = 0
 
-    def validate(self, frames: list[bytes]) -> Message | None:
+    def validate(self, frames: list[bytes] | tuple[bytes, ...]) -> Message | None:
         self.received += 1
         if len(frames) != 2:
             self.skipped.add("bad_framing", frames)
@@ -217,7 +217,7 @@ class Validator:
         return msg
 
 
-    def validate_batch(self, batch: list[list[bytes]]) -> list[Message]:
+    def validate_batch(self, batch: list[Any]) -> list[Message]:
         """`validate` over a batch, with an inlined path for the common case.
 
         A well-formed trade in sequence and in time order takes the fast path below; any
@@ -281,17 +281,19 @@ class Subscriber:
         self.validator = Validator()
         self.max_batch = max_batch
 
-    async def raw_batch(self) -> list[list[bytes]]:
+    async def raw_batch(self) -> list[Any]:
         """One await for the first message, then non-blocking receives until empty.
 
         The drain calls `recv` twice per message with plain int flags: pyzmq's
         `recv_multipart` and the RCVMORE option cost several microseconds per message in
-        Python, more than everything else the engine does. A message with the wrong number
-        of frames is detected by its topic's shape (kind letter, '.') and re-synchronised
-        with RCVMORE; it is counted as bad framing (and may take the message after it along).
+        Python, more than everything else the engine does. A frame pair that does not look
+        like [topic, MessagePack array] takes a slow path that reads RCVMORE; a message with
+        the wrong number of frames is counted as bad framing (a lone frame may take the
+        message after it along).
         """
         first = await self.socket.recv_multipart()
-        out = [first]
+        out: list[Any] = [first]
+        append = out.append
         sock = self._sync
         recv = sock.recv
         noblock = _NOBLOCK
@@ -301,17 +303,21 @@ class Subscriber:
                 try:
                     payload = recv(noblock)
                 except zmq.Again:
-                    out.append([topic])  # a lone frame: bad framing
+                    append([topic])  # a lone frame: bad framing
                     break
-                if topic[1:2] != b"." or payload[1:2] == b".":
-                    frames = [topic, payload]
-                    while sock.getsockopt(zmq.RCVMORE):
-                        frames.append(recv(0))
-                    if len(frames) == 2:
-                        frames.append(b"")  # shape was wrong even though the count was not
-                    out.append(frames)
+                try:  # every payload is a MessagePack fixarray (0x90..0x9f)
+                    aligned = payload[0] >> 4 == 9 and topic[1] == 46  # 46 = "."
+                except IndexError:
+                    aligned = False
+                if aligned:
+                    append((topic, payload))
                     continue
-                out.append([topic, payload])
+                # unusual: read the rest of this message, so a wrong frame count is seen as
+                # such and a two-frame message with a bad payload is judged by its content
+                frames = [topic, payload]
+                while sock.getsockopt(zmq.RCVMORE):
+                    frames.append(recv(0))
+                append(frames)
         except zmq.Again:
             pass
         return out
