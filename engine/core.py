@@ -133,7 +133,7 @@ class Engine:
         )
         self._signal = np.concatenate([self._signal, np.zeros(1, np.int8)])
         if len(self.symbols) > self.bank.n_symbols:
-            self.bank = _grown_bank(self.bank, 2 * self.bank.n_symbols)
+            self.bank = self.bank.grown(2 * self.bank.n_symbols)
         return i
 
     # ------------------------------------------------------------------ hot path
@@ -407,19 +407,6 @@ class Engine:
 
     def feature_row(self, symbol: str) -> np.ndarray:
         return self.bank.values[self.sym_index[symbol]].copy()
-
-
-def _grown_bank(bank: IndicatorBank, capacity: int) -> IndicatorBank:
-    """A bank with room for more symbols that keeps every existing symbol's rolling state."""
-    new = IndicatorBank(capacity, device=bank.device)
-    n = bank.n_symbols
-    if bank.device == "cpu":
-        new._state[:n] = bank._state
-    else:
-        new._state_dev[:, :n].copy_to_device(bank._state_dev)  # type: ignore[attr-defined]
-    new.values[:n] = bank.values
-    new.bars_seen[:n] = bank.bars_seen
-    return new
 
 
 assert N_TERMINALS == 31

@@ -363,6 +363,23 @@ class IndicatorBank:
     def bars_seen(self) -> I64:
         return self._bars_seen
 
+    def grown(self, capacity: int) -> IndicatorBank:
+        """A bank for `capacity` symbols that keeps every existing symbol's rolling state
+        (a live engine meets new symbols); the new rows start empty."""
+        if capacity < self.n_symbols:
+            raise ValueError(f"capacity {capacity} is below the {self.n_symbols} symbols held")
+        new = IndicatorBank(capacity, device=self.device)
+        n = self.n_symbols
+        if self.device == "cpu":
+            new._state[:n] = self._state
+        else:
+            state = new._state_dev.copy_to_host()
+            state[:, :n] = self._state_dev.copy_to_host()
+            new._state_dev.copy_to_device(state)
+        new._values[:n] = self._values
+        new._bars_seen[:n] = self._bars_seen
+        return new
+
     def reset(self) -> None:
         """Forget every bar of every symbol."""
         self._bars_seen[:] = 0

@@ -52,3 +52,27 @@ def test_replay_matches_evaluator_to_the_cent(shared_data: Path, tmp_path: Path)
     assert rep["fills"] > 0
     roi = float(np.mean(got / 10_000 - 1))
     assert roi == pytest.approx(train["roi"], abs=1e-9)
+
+
+@pytest.mark.gpu
+def test_engine_gp_strategy_on_cuda_trades_like_cpu(shared_data: Path, tmp_path: Path) -> None:
+    """The engine's batched GPU launch per bar close gives the CPU twin's trades exactly."""
+    data = shared_data / "sp500_5yr_daily" / "all_stocks_5yr.csv.gz"
+    best = tmp_path / "best.json"
+    assert run_engine.main([
+        "evolve", "--data", str(data), "--stocks", "32", "--train-days", "300",
+        "--test-days", "50", "--population", "500", "--generations", "4", "--seed", "2",
+        "--device", "cpu", "--quiet", "--out", str(best), "--json", str(tmp_path / "e.json"),
+    ]) == 0
+    train = json.loads((tmp_path / "e.json").read_text())["train"]
+    reports = {}
+    for device in ("cpu", "cuda"):
+        out = tmp_path / device
+        assert run_engine.main([
+            "replay", "--data", str(data), "--symbols", ",".join(train["symbols"]),
+            "--start", train["first_date"], "--end", train["last_date"],
+            "--strategy", f"{best}#ensemble", "--device", device, "--out", str(out),
+        ]) == 0
+        reports[device] = json.loads((out / "report.json").read_text())
+    assert reports["cpu"]["per_symbol"] == reports["cuda"]["per_symbol"]
+    assert reports["cpu"]["fills"] > 0

@@ -479,3 +479,25 @@ def test_real_gpu_matches_cpu_on_all_complete_sp500_stocks(sp500: Frames) -> Non
     for d in range(n_days):
         bank.update(symbols, *(a[d] for a in arrays))
     assert np.array_equal(bank.values, gpu[-1].T, equal_nan=True)
+
+
+def test_grown_bank_keeps_state_of_existing_symbols() -> None:
+    """A bank grown for new symbols continues the old symbols exactly (live engine)."""
+    rng = np.random.default_rng(3)
+    n_bars = 60
+    c = 50 + np.cumsum(rng.normal(0, 0.5, (n_bars, 3)), axis=0)
+    h, l = c + 0.3, c - 0.3
+    v = rng.integers(1_000, 5_000, (n_bars, 3)).astype(np.float64)
+    ref = IndicatorBank(3)
+    small = IndicatorBank(2)
+    for d in range(n_bars):
+        ref.update(np.arange(3, dtype=np.int32), c[d], h[d], l[d], c[d], v[d])
+        if d == 30:
+            small = small.grown(3)
+        if d < 30:
+            small.update(np.arange(2, dtype=np.int32), c[d, :2], h[d, :2], l[d, :2], c[d, :2],
+                         v[d, :2])
+        else:
+            small.update(np.arange(3, dtype=np.int32), c[d], h[d], l[d], c[d], v[d])
+    np.testing.assert_array_equal(small.values[:2], ref.values[:2])
+    assert small.bars_seen.tolist() == [n_bars, n_bars, n_bars - 30]

@@ -141,3 +141,28 @@ def test_replay_real_daily_bars(shared_data: Path, tmp_path: Path) -> None:
     assert rep["bars"] == 3 * 756  # 756 NYSE sessions in 2014-2016
     assert set(rep["per_symbol"]) == {"AAPL", "MSFT", "XOM"}
     assert not math.isnan(rep["sharpe"])
+
+
+def test_symbols_first_seen_live_trade_like_known_ones() -> None:
+    """An engine that meets 40 symbols in the stream (growing its indicator bank twice)
+    ends exactly like one that knew them up front."""
+    src = SyntheticMarket(n_symbols=40, n_ticks=30_000, seed=8)
+    seq: dict[str, int] = {}
+    msgs: list = []
+    for chunk in src.chunks():
+        for ts, sym, p, q in zip(chunk["ts"].tolist(), chunk["sym"].tolist(),
+                                 chunk["f0"].tolist(), chunk["f1"].tolist(), strict=True):
+            name = src.symbols[sym]
+            seq[name] = seq.get(name, 0) + 1
+            msgs.append(Trade(seq[name], ts, name, p, q))
+    msgs.append(Heartbeat(1, msgs[-1].ts, "", True))
+    known = Engine(list(src.symbols), SmaCross(), EngineConfig(bar_seconds=30))
+    live = Engine([], SmaCross(), EngineConfig(bar_seconds=30))
+    asyncio.run(known.process(msgs))
+    asyncio.run(live.process(msgs))
+    assert live.bank.n_symbols >= 40 and live.stats.fills == known.stats.fills > 0
+    for s in src.symbols:
+        a = known.broker.accounts[known.sym_index[s]]
+        b = live.broker.accounts[live.sym_index[s]]
+        assert (a.cash, a.position, a.trades) == (b.cash, b.position, b.trades), s
+        np.testing.assert_array_equal(known.feature_row(s), live.feature_row(s))
