@@ -497,10 +497,11 @@ def fd_price_one_cpu(
     return p, d, g
 
 
-@njit(cache=True, parallel=True)
-def fd_price_batch_cpu(
+@njit(cache=True)
+def _price_row(
     params: np.ndarray,
     out: np.ndarray,
+    o: int,
     price_steps: int,
     dt_target: float,
     fixed_steps: int,
@@ -512,76 +513,47 @@ def fd_price_batch_cpu(
     compact: bool,
     smooth: bool,
 ) -> None:
-    """CPU twin of `fd_price_kernel`: every parameter row priced, on all cores."""
+    p, d, g = fd_price_one_cpu(
+        params[o, SPOT],
+        params[o, STRIKE],
+        params[o, EXPIRY],
+        params[o, VOL],
+        params[o, RATE],
+        params[o, IS_CALL] > 0.5,
+        params[o, IS_AMERICAN] > 0.5,
+        price_steps,
+        dt_target,
+        fixed_steps,
+        min_steps,
+        rannacher,
+        domain,
+        smax_mult,
+        width,
+        compact,
+        smooth,
+    )
+    out[o, PRICE] = p
+    out[o, DELTA] = d
+    out[o, GAMMA] = g
+
+
+@njit(cache=True, parallel=True)
+def fd_price_batch_cpu(params: np.ndarray, out: np.ndarray, *grid: Any) -> None:
+    """CPU twin of `fd_price_kernel`: every parameter row priced, on all cores.
+
+    `grid` is `FdGrid.kernel_args()`: price_steps, dt_target, fixed_steps, min_steps,
+    rannacher, domain, smax_mult, width, compact, smooth."""
     for o in prange(params.shape[0]):
-        p, d, g = fd_price_one_cpu(
-            params[o, SPOT],
-            params[o, STRIKE],
-            params[o, EXPIRY],
-            params[o, VOL],
-            params[o, RATE],
-            params[o, IS_CALL] > 0.5,
-            params[o, IS_AMERICAN] > 0.5,
-            price_steps,
-            dt_target,
-            fixed_steps,
-            min_steps,
-            rannacher,
-            domain,
-            smax_mult,
-            width,
-            compact,
-            smooth,
-        )
-        out[o, PRICE] = p
-        out[o, DELTA] = d
-        out[o, GAMMA] = g
+        _price_row(params, out, o, *grid)
 
 
 @njit(cache=True, nogil=True)
-def fd_price_batch_cpu_serial(
-    params: np.ndarray,
-    out: np.ndarray,
-    price_steps: int,
-    dt_target: float,
-    fixed_steps: int,
-    min_steps: int,
-    rannacher: int,
-    domain: int,
-    smax_mult: float,
-    width: float,
-    compact: bool,
-    smooth: bool,
-) -> None:
-    """`fd_price_batch_cpu` on one core without the GIL: the engine's background repricing.
-
-    Numba's default threading layer must not be entered from two threads at once, so the
-    repricing that runs beside the event loop uses this serial loop instead of prange.
-    """
+def fd_price_batch_cpu_serial(params: np.ndarray, out: np.ndarray, *grid: Any) -> None:
+    """The same on one core without the GIL: the engine's background repricing. Numba's
+    default threading layer must not be entered from two threads at once, and the event
+    loop's thread may use it."""
     for o in range(params.shape[0]):
-        p, d, g = fd_price_one_cpu(
-            params[o, SPOT],
-            params[o, STRIKE],
-            params[o, EXPIRY],
-            params[o, VOL],
-            params[o, RATE],
-            params[o, IS_CALL] > 0.5,
-            params[o, IS_AMERICAN] > 0.5,
-            price_steps,
-            dt_target,
-            fixed_steps,
-            min_steps,
-            rannacher,
-            domain,
-            smax_mult,
-            width,
-            compact,
-            smooth,
-        )
-        out[o, PRICE] = p
-        out[o, DELTA] = d
-        out[o, GAMMA] = g
-
+        _price_row(params, out, o, *grid)
 
 
 # =========================================================================================

@@ -18,6 +18,7 @@ import zmq
 from feeds.messages import Trade
 from feeds.synthetic import SyntheticMarket
 from feeds.transport import Publisher
+from tests.helpers import trade_messages
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,16 +30,7 @@ def _free_port() -> int:
 
 
 def _trades(n: int, seed: int) -> list[Trade]:
-    src = SyntheticMarket(n_symbols=3, n_ticks=n, seed=seed)
-    seq: dict[str, int] = {}
-    out = []
-    for chunk in src.chunks():
-        for ts, sym, p, q in zip(chunk["ts"].tolist(), chunk["sym"].tolist(),
-                                 chunk["f0"].tolist(), chunk["f1"].tolist(), strict=True):
-            name = src.symbols[sym]
-            seq[name] = seq.get(name, 0) + 1
-            out.append(Trade(seq[name], ts, name, p, q))
-    return out
+    return trade_messages(SyntheticMarket(n_symbols=3, n_ticks=n, seed=seed))
 
 
 def _start(journal: Path, ticks: str, orders: str, status: Path) -> subprocess.Popen[str]:

@@ -21,6 +21,7 @@ from feeds.messages import Heartbeat, Trade
 from feeds.synthetic import SyntheticMarket
 from gpu.terminals import TERMINAL_INDEX
 from strategies.sma_cross import SmaCross
+from tests.helpers import trade_messages
 
 DESIGN_KEYS = {"ticks", "bars", "orders", "fills", "wall_seconds", "ticks_per_second",
                "final_equity", "roi", "roi_buy_hold", "sharpe", "max_drawdown"}
@@ -147,14 +148,7 @@ def test_symbols_first_seen_live_trade_like_known_ones() -> None:
     """An engine that meets 40 symbols in the stream (growing its indicator bank twice)
     ends exactly like one that knew them up front."""
     src = SyntheticMarket(n_symbols=40, n_ticks=30_000, seed=8)
-    seq: dict[str, int] = {}
-    msgs: list = []
-    for chunk in src.chunks():
-        for ts, sym, p, q in zip(chunk["ts"].tolist(), chunk["sym"].tolist(),
-                                 chunk["f0"].tolist(), chunk["f1"].tolist(), strict=True):
-            name = src.symbols[sym]
-            seq[name] = seq.get(name, 0) + 1
-            msgs.append(Trade(seq[name], ts, name, p, q))
+    msgs: list = list(trade_messages(src))
     msgs.append(Heartbeat(1, msgs[-1].ts, "", True))
     known = Engine(list(src.symbols), SmaCross(), EngineConfig(bar_seconds=30))
     live = Engine([], SmaCross(), EngineConfig(bar_seconds=30))
