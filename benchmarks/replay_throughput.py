@@ -17,6 +17,7 @@ import asyncio
 import functools
 import json
 import platform
+import statistics
 import sys
 import time
 from datetime import UTC, datetime
@@ -59,7 +60,7 @@ async def prefilled(factory: functools.partial, with_engine: bool) -> tuple[int,
     t0 = time.perf_counter()
     if engine is not None:
         while not engine.finished:
-            await engine.process(await sub.batch())
+            await engine.consume(await sub.raw_batch(), sub.validator)
         n = engine.stats.ticks + engine.stats.quotes
     else:
         done = False
@@ -97,11 +98,11 @@ def main() -> None:
     args = ap.parse_args()
     rows = []
     for wname, factory in workloads(args.ticks, args.symbols).items():
-        if args.prefilled:
+        for rep in range(args.repeats if args.prefilled else 0):
             n_raw, t_raw, _ = asyncio.run(prefilled(factory, with_engine=False))
             n_eng, t_eng, eng_obj = asyncio.run(prefilled(factory, with_engine=True))
             row = {
-                "workload": wname, "transport": "inproc pre-filled", "repeat": 0,
+                "workload": wname, "transport": "inproc pre-filled", "repeat": rep,
                 "messages": n_raw, "raw_seconds": t_raw, "raw_per_second": n_raw / t_raw,
                 "engine_ticks": n_eng, "engine_seconds": t_eng,
                 "engine_per_second": n_eng / t_eng, "bars": eng_obj.stats.bars,
@@ -137,11 +138,21 @@ def main() -> None:
             "strategy": "sma-cross(10,50)", "time": time.time()}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-    print("\n| workload | transport | raw msgs/s | engine ticks/s | engine/raw |")
-    print("|---|---|---:|---:|---:|")
+    print("\nmedians over repeats")
+    print("| workload | transport | runs | raw msgs/s | engine ticks/s | engine/raw |")
+    print("|---|---|---:|---:|---:|---:|")
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
-        print(f"| {r['workload']} | {r['transport']} | {r['raw_per_second']:,.0f} | "
-              f"{r['engine_per_second']:,.0f} | {r['engine_over_raw']:.2f} |")
+        groups.setdefault((r["workload"], r["transport"]), []).append(r)
+    summary = []
+    for (w, t), rs in groups.items():
+        raw = statistics.median(r["raw_per_second"] for r in rs)
+        eng = statistics.median(r["engine_per_second"] for r in rs)
+        ratio = statistics.median(r["engine_over_raw"] for r in rs)
+        summary.append({"workload": w, "transport": t, "runs": len(rs),
+                        "raw_per_second": raw, "engine_per_second": eng, "engine_over_raw": ratio})
+        print(f"| {w} | {t} | {len(rs)} | {raw:,.0f} | {eng:,.0f} | {ratio:.2f} |")
+    args.json.write_text(json.dumps({"meta": meta, "rows": rows, "medians": summary}, indent=2))
 
 
 if __name__ == "__main__":

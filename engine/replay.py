@@ -175,7 +175,7 @@ async def replay_async(
                     raise UserError(f"replay feed stopped before the end of data: "
                                     f"{feed.error or 'no final heartbeat received'}")
                 continue
-            await engine.process(await sub.batch())
+            await engine.consume(await sub.raw_batch(), sub.validator)
             if progress is not None and engine.stats.ticks - last_progress >= 250_000:
                 last_progress = engine.stats.ticks
                 progress(engine.stats.ticks)

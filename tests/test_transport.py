@@ -197,3 +197,55 @@ async def test_wrong_frame_counts_on_a_real_socket() -> None:
     pub.close()
     sub.close()
     ctx.destroy(linger=0)
+
+
+def test_engine_fused_path_equals_validate_then_process() -> None:
+    """Engine.consume (validation inlined) ends in the same state as validate_batch + process."""
+    import asyncio as aio
+    import random
+
+    from engine.config import EngineConfig
+    from engine.core import Engine
+    from feeds.transport import Validator
+    from strategies.sma_cross import SmaCross
+
+    rng = random.Random(5)
+    frames: list = []
+    seq: dict[str, int] = {}
+    ts = 1_700_000_000 * 10**9
+    for _ in range(20_000):
+        s = rng.choice(["A", "B", "C"])
+        seq[s] = seq.get(s, 0) + 1
+        ts += rng.randint(0, 2 * 10**9)
+        price = 50 + rng.random()
+        r = rng.random()
+        if r < 0.01:
+            price = math.nan
+        elif r < 0.015:
+            frames.append((b"T." + s.encode(), b"\xc1"))
+            continue
+        elif r < 0.02:
+            frames.append((b"T." + s.encode(), encode(Trade(max(1, seq[s] - 2), ts, s, 50.0,
+                                                             1.0))))
+            continue
+        elif r < 0.025:
+            frames.append((b"Q." + s.encode(), encode(Quote(seq[s], ts, s, 49.9, 1, 50.1, 1))))
+        frames.append((b"T." + s.encode(), encode(Trade(seq[s], ts, s, price, 100.0))))
+    frames.append((b"H.", encode(Heartbeat(1, ts, "", True))))
+    batches = [frames[i:i + 700] for i in range(0, len(frames), 700)]
+
+    ref_v, ref_e = Validator(), Engine(["A", "B", "C"], SmaCross(), EngineConfig(bar_seconds=60))
+    fus_v, fus_e = Validator(), Engine(["A", "B", "C"], SmaCross(), EngineConfig(bar_seconds=60))
+
+    async def run() -> None:
+        for b in batches:
+            await ref_e.process(ref_v.validate_batch(b))
+            await fus_e.consume(b, fus_v)
+
+    aio.run(run())
+    assert fus_v.skipped.counts == ref_v.skipped.counts and fus_v.received == ref_v.received
+    assert vars(fus_e.stats) == vars(ref_e.stats)
+    assert [(f.ts, f.symbol, f.quantity, f.price) for f in fus_e.broker.fills] == \
+        [(f.ts, f.symbol, f.quantity, f.price) for f in ref_e.broker.fills]
+    assert [p.equity for p in fus_e.equity_curve] == [p.equity for p in ref_e.equity_curve]
+    assert fus_e.finished and ref_e.stats.fills > 0

@@ -86,7 +86,7 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
                 break
             if not await sub.socket.poll(100):
                 continue
-            await engine.process(await sub.batch())
+            await engine.consume(await sub.raw_batch(), sub.validator)
             while engine.option_values:  # theoretical values and greeks, newest last
                 out.send(engine.option_values.popleft())
             if len(engine.symbols) > known:
