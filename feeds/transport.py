@@ -217,47 +217,6 @@ class Validator:
         return msg
 
 
-    def validate_batch(self, batch: list[Any]) -> list[Message]:
-        """`validate` over a batch, with an inlined path for the common case.
-
-        A well-formed trade in sequence and in time order takes the fast path below; any
-        other message, or any check that fails, goes through `validate`, which alone decides
-        and counts. Both paths update the same stream state.
-        """
-        out: list[Message] = []
-        append = out.append
-        decode = self.decoder.decode
-        last_seq = self.last_seq
-        seq_get = last_seq.get
-        last_ts = self.last_ts
-        ts_get = last_ts.get
-        validate = self.validate
-        inf = math.inf
-        n_fast = 0
-        for frames in batch:
-            if len(frames) == 2:
-                topic, payload = frames
-                try:
-                    msg = decode(payload)
-                except msgspec.MsgspecError:
-                    msg = None
-                if type(msg) is Trade:
-                    sym = msg.symbol
-                    ts = msg.ts
-                    if (msg.seq == seq_get(topic, 0) + 1 and 0.0 < msg.price < inf
-                            and msg.size > 0.0 and ts >= ts_get(sym, ts)):
-                        last_seq[topic] = msg.seq
-                        last_ts[sym] = ts
-                        append(msg)
-                        n_fast += 1
-                        continue
-            m = validate(frames)  # the one place that judges and counts bad input
-            if m is not None:
-                append(m)
-        self.received += n_fast
-        return out
-
-
 class Subscriber:
     """Asyncio SUB socket: `await batch()` returns every message that is ready."""
 
@@ -323,7 +282,10 @@ class Subscriber:
         return out
 
     async def batch(self) -> list[Message]:
-        return self.validator.validate_batch(await self.raw_batch())
+        """Every ready message, validated (the engine's hot path is Engine.consume, which
+        inlines this validation for well-formed trades)."""
+        validate = self.validator.validate
+        return [m for f in await self.raw_batch() if (m := validate(f)) is not None]
 
     def close(self) -> None:
         self.socket.close()

@@ -121,8 +121,8 @@ async def test_drains_a_burst_in_few_awaits() -> None:
     ctx.destroy(linger=0)
 
 
-def test_fast_batch_path_agrees_with_the_reference_validator() -> None:
-    """validate_batch (inlined fast path) must judge and count exactly like validate."""
+def test_fused_engine_path_judges_like_the_reference_validator() -> None:
+    """Engine.consume (validation inlined) must judge and count exactly like validate."""
     import random
 
     from feeds.transport import Validator
@@ -159,10 +159,18 @@ def test_fast_batch_path_agrees_with_the_reference_validator() -> None:
             continue
         size = 0.0 if r > 0.985 else 100.0
         frames.append([b"T." + s.encode(), encode(Trade(q_seq, q_ts, s, price, size))])
+    from engine.config import EngineConfig
+    from engine.core import Engine
+    from strategies.sma_cross import SmaCross
+
     ref, fast = Validator(), Validator()
     want = [m for f in frames if (m := ref.validate(f)) is not None]
-    got = fast.validate_batch(frames)
-    assert got == want
+    ref_engine = Engine(["A", "B"], SmaCross(), EngineConfig())
+    fused_engine = Engine(["A", "B"], SmaCross(), EngineConfig())
+    asyncio.run(ref_engine.process(want))
+    asyncio.run(fused_engine.consume(frames, fast))
+    assert vars(fused_engine.stats) == vars(ref_engine.stats)
+    assert fused_engine.stats.ticks == sum(isinstance(m, Trade) for m in want)
     assert fast.skipped.counts == ref.skipped.counts
     assert fast.received == ref.received == len(frames)
     assert fast.last_seq == ref.last_seq and fast.last_ts == ref.last_ts
@@ -200,7 +208,7 @@ async def test_wrong_frame_counts_on_a_real_socket() -> None:
 
 
 def test_engine_fused_path_equals_validate_then_process() -> None:
-    """Engine.consume (validation inlined) ends in the same state as validate_batch + process."""
+    """Engine.consume (validation inlined) ends in the same state as validate + process."""
     import asyncio as aio
     import random
 
@@ -239,7 +247,7 @@ def test_engine_fused_path_equals_validate_then_process() -> None:
 
     async def run() -> None:
         for b in batches:
-            await ref_e.process(ref_v.validate_batch(b))
+            await ref_e.process([m for f in b if (m := ref_v.validate(f)) is not None])
             await fus_e.consume(b, fus_v)
 
     aio.run(run())
