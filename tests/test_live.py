@@ -114,3 +114,47 @@ def test_daemon_survives_bad_input_journals_and_restarts(tmp_path: Path) -> None
     with sqlite3.connect(journal) as db:
         assert db.execute("SELECT COUNT(*) FROM fills").fetchone()[0] == s2["fills"]
     pub.close()
+
+
+@pytest.mark.slow
+def test_daemon_publishes_option_values(tmp_path: Path) -> None:
+    """With [[options]] in its config the daemon reprices the group on underlying ticks and
+    publishes theoretical values on its orders endpoint."""
+    from feeds.messages import OptionValue, make_decoder
+
+    cfg = tmp_path / "engine.toml"
+    cfg.write_text('[[options]]\nunderlying = "SYN000"\nstrikes = [35.0, 40.0]\n'
+                   'expiries = [30]\nrights = ["C"]\nstyle = "european"\ngrid = "seed"\n')
+    pub = Publisher("tcp://127.0.0.1:*", zmq.Context())
+    orders = f"tcp://127.0.0.1:{_free_port()}"
+    journal = tmp_path / "j.sqlite"
+    status = tmp_path / "s.json"
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "run_engine.py"), "live", "--ticks", pub.endpoint,
+         "--orders", orders, "--journal", str(journal), "--config", str(cfg),
+         "--device", "cpu", "--json", str(status), "--max-seconds", "120"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ctx = zmq.Context()
+    values = ctx.socket(zmq.SUB)
+    values.setsockopt(zmq.SUBSCRIBE, b"V.")
+    values.connect(orders)
+    pub.wait_for_subscriber(30)
+    time.sleep(0.5)  # the daemon binds its orders socket and our SUB joins it
+    trades = [t for t in _trades(3_000, seed=5)]
+    for t in trades:
+        pub.send(t)
+    last = max(t.seq for t in trades if t.symbol == "SYN000")
+    _seq_done(journal, b"T.SYN000", last, proc)
+    dec = make_decoder()
+    got = []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and len(got) < 2:
+        if values.poll(200):
+            _topic, payload = values.recv_multipart()
+            got.append(dec.decode(payload))
+    _stop(proc, status)
+    values.close()
+    ctx.term()
+    pub.close()
+    assert got and all(isinstance(m, OptionValue) and m.underlying == "SYN000" for m in got)
+    assert all(m.price > 0 and 0 < m.delta < 1 for m in got)

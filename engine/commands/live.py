@@ -67,7 +67,13 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
         journal.record_fill(f)
         out.send(f)
 
-    engine = Engine(list(state.symbols), strategy, cfg, on_order=on_order, on_fill=on_fill)
+    option_book = None
+    if cfg.options:  # option groups repriced after each underlying tick, values published
+        from engine.option_book import OptionBook
+
+        option_book = OptionBook(list(cfg.options), device=args.device)
+    engine = Engine(list(state.symbols), strategy, cfg, option_book=option_book,
+                    on_order=on_order, on_fill=on_fill)
     engine.restore(state.orders, state.fills)
     known = len(engine.symbols)
     for i, s in enumerate(engine.symbols):
