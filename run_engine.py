@@ -43,11 +43,12 @@ def main(argv: list[str] | None = None) -> int:
     # numba's CUDA driver logs every allocation at INFO: keep the summary readable
     logging.getLogger("numba").setLevel(logging.WARNING)
     from engine.errors import UserError
+    from gpu.device import DeviceUnavailable
 
     module = importlib.import_module(f"engine.commands.{args.command}")
     try:
         results: dict[str, Any] = module.run(args)
-    except UserError as exc:
+    except (UserError, DeviceUnavailable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

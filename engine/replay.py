@@ -40,6 +40,8 @@ class ReplayResult:
     wall_seconds: float
     source_name: str
     skipped: dict[str, int] = field(default_factory=dict)
+    #: records the file readers skipped or repaired (bad rows), by kind
+    source_skipped: dict[str, int] = field(default_factory=dict)
     received: int = 0
     sent: int = 0
     transport: str = "inproc"
@@ -56,6 +58,12 @@ def _endpoint(transport: str, tmpdir: str) -> str:
     raise UserError(f"unknown transport {transport!r}: expected inproc, ipc or tcp")
 
 
+def _source_skips(source: Source) -> dict[str, int]:
+    """Records the readers counted and skipped (or repaired) while reading the files."""
+    counter = getattr(source, "skipped", None)
+    return dict(getattr(counter, "counts", {}) or {})
+
+
 def _feed_process(factory: SourceFactory, endpoint: str, conn: Any) -> None:
     """Child process: bind, report the endpoint, wait for the subscriber, publish."""
     try:
@@ -64,6 +72,7 @@ def _feed_process(factory: SourceFactory, endpoint: str, conn: Any) -> None:
         conn.send(("endpoint", pub.endpoint))
         pub.wait_for_subscriber(30.0)
         sent = publish_source(source, pub)
+        conn.send(("source_skipped", _source_skips(source)))
         conn.send(("done", sent))
         pub.close()
         pub.context.term()
@@ -79,6 +88,7 @@ class _Feed:
         self.transport = transport
         self.error: str | None = None
         self.sent = 0
+        self.source_skipped: dict[str, int] = {}
         endpoint = _endpoint(transport, tmpdir)
         try:
             # opened here in every case: a bad file fails now with one line, and the engine
@@ -135,6 +145,8 @@ class _Feed:
                     break
                 if kind == "error":
                     self.error = value
+                elif kind == "source_skipped":
+                    self.source_skipped = dict(value)
                 elif kind == "done":
                     self.sent = int(value)
 
@@ -142,6 +154,7 @@ class _Feed:
         if self.thread is not None:
             self.thread.join(timeout=5)
             self.pub.close()
+            self.source_skipped = _source_skips(self.source)
         elif self.proc is not None:
             self.proc.join(timeout=10)
             self._collect()
@@ -190,8 +203,8 @@ async def replay_async(
         raise UserError(f"replay feed failed: {feed.error}")
     return ReplayResult(
         engine=engine, wall_seconds=wall, source_name=getattr(feed.source, "name", "source"),
-        skipped=dict(sub.validator.skipped.counts), received=sub.validator.received,
-        sent=feed.sent, transport=config.transport,
+        skipped=dict(sub.validator.skipped.counts), source_skipped=feed.source_skipped,
+        received=sub.validator.received, sent=feed.sent, transport=config.transport,
     )
 
 

@@ -98,6 +98,7 @@ def build_report(result: ReplayResult, strategy_name: str) -> dict[str, Any]:
         "first_time": _iso(eng.equity_curve[0].ts) if eng.equity_curve else None,
         "last_time": _iso(eng.equity_curve[-1].ts) if eng.equity_curve else None,
         "skipped": result.skipped,
+        "source_skipped": result.source_skipped,
         "messages_received": result.received,
         "per_symbol": per_symbol,
     }

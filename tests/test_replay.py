@@ -160,3 +160,43 @@ def test_symbols_first_seen_live_trade_like_known_ones() -> None:
         b = live.broker.accounts[live.sym_index[s]]
         assert (a.cash, a.position, a.trades) == (b.cash, b.position, b.trades), s
         np.testing.assert_array_equal(known.feature_row(s), live.feature_row(s))
+
+
+@pytest.mark.parametrize("transport", ["inproc", "ipc"])
+def test_malformed_rows_of_a_file_are_counted_in_the_report(tmp_path: Path,
+                                                            transport: str) -> None:
+    csv = tmp_path / "ticks.csv"
+    csv.write_text(
+        "ts,symbol,price,size\n"
+        "1700000000000000000,A,10,100\n"
+        "1700000000000000001,A,nan,100\n"      # bad price
+        "not-a-time,A,1,1\n"                    # bad timestamp
+        "1700000000000000002,A,11,-5\n"         # bad size
+        "1700000000000000003,A,12,100\n"
+    )
+    out = tmp_path / "r.json"
+    assert run_engine.main(["replay", "--data", str(csv), "--transport", transport,
+                            "--json", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    assert rep["ticks"] == 2
+    assert rep["source_skipped"] == {"bad_price": 1, "bad_ts": 1, "bad_size": 1}
+    assert rep["skipped"] == {}
+
+
+def test_cuda_without_a_gpu_is_a_one_line_error() -> None:
+    """Run as a separate process without the CUDA simulator, as a user would."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    root = Path(__file__).resolve().parent.parent
+    probe = subprocess.run([sys.executable, "-c", "from gpu.device import cuda_present as c;"
+                            "print(c())"], cwd=root, env=env, capture_output=True, text=True)
+    if probe.stdout.strip() == "True":
+        pytest.skip("this machine has a GPU")
+    res = subprocess.run([sys.executable, "run_engine.py", "replay", "--device", "cuda"],
+                         cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2
+    err = res.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "no CUDA GPU" in err[0]

@@ -26,6 +26,7 @@ from engine.errors import UserError
 from engine.journal import Journal
 from feeds.messages import Fill, Order
 from feeds.transport import Publisher, Subscriber
+from gpu.device import resolve_device
 from strategies.registry import load_strategy
 
 
@@ -42,6 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 async def run_live(args: argparse.Namespace) -> dict[str, Any]:
+    resolve_device(args.device, "engine")  # --device cuda without a GPU: a clear error now
     cfg = load_config(args.config)
     try:
         strategy = load_strategy(args.strategy, device=args.device)

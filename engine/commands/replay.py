@@ -14,6 +14,7 @@ from engine.config import load_config
 from engine.errors import UserError
 from engine.replay import replay
 from engine.report import build_report, write_outputs
+from gpu.device import resolve_device
 from strategies.registry import load_strategy
 
 
@@ -69,6 +70,7 @@ def source_factory(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    resolve_device(args.device, "engine")  # --device cuda without a GPU: a clear error now
     cfg = load_config(args.config)
     overrides: dict[str, Any] = {}
     if args.transport:
@@ -114,6 +116,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def summary(r: dict[str, Any]) -> str:
     skipped = sum(r["skipped"].values()) if r["skipped"] else 0
+    bad_rows = ", ".join(f"{k} {v:,}" for k, v in sorted(r.get("source_skipped", {}).items()))
     lines = [
         f"replay of {r['source']} with {r['strategy']} ({r['transport']})",
         f"  {r['ticks']:,} ticks, {r['bars']:,} bars, {r['orders']:,} orders, "
@@ -123,6 +126,8 @@ def summary(r: dict[str, Any]) -> str:
         f"ROI {r['roi'] * 100:+.2f}% (buy & hold {r['roi_buy_hold'] * 100:+.2f}%), "
         f"Sharpe {r['sharpe']:.2f}, max drawdown {r['max_drawdown'] * 100:.2f}%",
     ]
+    if bad_rows:
+        lines.insert(2, f"  input rows skipped by the readers: {bad_rows}")
     if "files" in r:
         lines.append(f"  wrote {r['files']['report']}, {r['files']['fills']}, {r['files']['plot']}")
     return "\n".join(lines)
