@@ -200,3 +200,31 @@ def test_cuda_without_a_gpu_is_a_one_line_error() -> None:
     assert res.returncode == 2
     err = res.stderr.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and "no CUDA GPU" in err[0]
+
+
+def test_session_schedule_trades_only_in_trade_phase_and_ends_days_flat() -> None:
+    """WAIT before t1, entries only in TRADE, LIQUIDATE/STOP leave every day flat."""
+    from zoneinfo import ZoneInfo
+
+    market = functools.partial(SyntheticMarket, n_symbols=4, n_ticks=60_000, seed=12)
+    cfg = EngineConfig(bar_seconds=60, session="10:00,15:00,15:30")
+    res = replay(market, SmaCross(), cfg)
+    ny = ZoneInfo("America/New_York")
+    orders = res.engine.broker.orders
+    fills = res.engine.broker.fills
+    assert any(o.reason == "enter" for o in orders) and fills
+    import datetime as dt
+
+    def local(ts: int) -> dt.datetime:
+        return dt.datetime.fromtimestamp(ts / 1e9, dt.UTC).astimezone(ny)
+
+    for o in orders:
+        t = local(o.ts)
+        minutes = t.hour * 60 + t.minute
+        if o.reason == "enter":  # decided at a bar close inside TRADE
+            assert 10 * 60 < minutes <= 15 * 60, (o, t)
+    net: dict[tuple[str, dt.date], float] = {}
+    for f in fills:
+        key = (f.symbol, local(f.ts).date())
+        net[key] = net.get(key, 0.0) + f.side * f.quantity
+    assert all(abs(q) < 1e-9 for q in net.values()), net
