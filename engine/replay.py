@@ -117,10 +117,20 @@ class _Feed:
             self.proc = mpctx.Process(target=_feed_process, args=(factory, endpoint, child),
                                       daemon=True)
             self.proc.start()
-            if self.conn.poll(60):
-                kind, value = self.conn.recv()
-            else:
-                kind, value = "error", "feed never started"
+            kind, value = "error", "feed process did not start within 60 s"
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                if self.conn.poll(0.05):
+                    kind, value = self.conn.recv()
+                    break
+                if not self.proc.is_alive():
+                    # spawn re-imports the caller's main module: a script that calls
+                    # replay() at import time without a main guard kills the child
+                    kind, value = "error", (
+                        f"feed process exited with code {self.proc.exitcode} before it "
+                        "started; a script calling replay() with ipc/tcp must do so under "
+                        "`if __name__ == '__main__':`")
+                    break
             if kind != "endpoint":
                 raise UserError(f"replay feed failed: {value}")
             self.endpoint = value
