@@ -268,12 +268,14 @@ class Engine:
     def _on_flagged_tick(self, sym: int, msg: Trade) -> None:
         """Rare per-tick work: first trade of a symbol, pending orders, option groups."""
         p = msg.price
+        if self._underlying[sym]:  # every tick of an underlying: keep this path short
+            self.option_book.on_underlying_tick(msg.symbol, p, msg.ts)
+            if not self._has_pending[sym] and self._first_price[sym] == self._first_price[sym]:
+                return
         if self._first_price[sym] != self._first_price[sym]:
             self._first_price[sym] = p
         if self._has_pending[sym]:
             self._fill_pending(sym, p, msg.ts)
-        if self._underlying[sym]:
-            self.option_book.on_underlying_tick(msg.symbol, p, msg.ts)
         self._refresh_flag(sym)
 
     def _refresh_flag(self, sym: int) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import itertools
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -88,8 +89,13 @@ class _Group:
     latencies_ns: list[int] = field(default_factory=list)
     repricings: int = 0
     coalesced: int = 0
+    since_check: int = 0  # coalesced ticks since the event was last queried
     #: (spot, prices, deltas, gammas) of the newest repricing
     last_values: tuple[float, list[float], list[float], list[float]] | None = None
+
+
+#: while a group is busy, query its event on every this many underlying ticks
+CHECK_EVERY_TICKS = 8
 
 
 def _tick_date(ts: int) -> dt.date:
@@ -155,7 +161,7 @@ class OptionBook:
         groups = self._groups.get(symbol)
         if groups is None:
             return
-        if not (spot > 0 and np.isfinite(spot)):
+        if not (0.0 < spot < math.inf):  # NaN fails too; called on every underlying tick
             return  # bad prices are the feed's to count; a group is never priced on one
         self._ticks += 1
         for g in groups:
@@ -163,6 +169,15 @@ class OptionBook:
                 if g.pending is not None:
                     g.coalesced += 1
                 g.pending = (spot, ts)
+                # the engine polls once per received batch; while the underlying ticks
+                # densely, also look at the group's event every few ticks, so a finished
+                # repricing is collected and the newest spot launched without waiting
+                # for the batch to end (an event query costs a few microseconds)
+                g.since_check += 1
+                if g.since_check >= CHECK_EVERY_TICKS:
+                    g.since_check = 0
+                    if g.pricer.done():
+                        self._collect(g)
                 continue
             self._launch(g, spot, ts)
 
