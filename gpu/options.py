@@ -264,22 +264,6 @@ def warm_up(grid: str | FdGrid = "default", device: str = "auto") -> str:
     return backend
 
 
-def _compiled_kernel(dispatcher: Any, args: tuple[Any, ...]) -> Any:
-    """The compiled kernel for these arguments' types, or None.
-
-    A group is relaunched on every tick with arguments of the same types; numba's launch
-    path types every argument again on each call, which costs the event loop tens of
-    microseconds for this kernel's twelve arguments. Launching the compiled kernel skips
-    that. None (plain dispatch) where the API differs, e.g. under the CUDA simulator.
-    """
-    try:
-        sig = tuple(dispatcher.typeof_pyval(a) for a in args)
-        kernel = dispatcher.overloads.get(sig)
-    except Exception:
-        return None
-    return kernel if callable(getattr(kernel, "launch", None)) else None
-
-
 class OptionGroupPricer:
     """A group of options repriced again and again, e.g. on every tick of its underlying.
 
@@ -332,8 +316,6 @@ class OptionGroupPricer:
         except TypeError:  # the CUDA simulator's Event takes no arguments
             self._event = cuda.event()
         self._kernel = core.fd_price_kernel()
-        # the compiled kernel of this group's argument types, found after the first launch
-        self._compiled: Any = None
 
     @property
     def in_flight(self) -> bool:
@@ -366,12 +348,9 @@ class OptionGroupPricer:
                 core.fd_price_batch_cpu(self._params_dev, self._out_dev, *self._args)
             self._in_flight = True
             return
-        args = (self._params_dev, self._out_dev, *self._args)
-        if self._compiled is not None:
-            self._compiled.launch(args, self.n, self._threads, self._stream, 0)
-        else:
-            self._kernel[self.n, self._threads, self._stream](*args)
-            self._compiled = _compiled_kernel(self._kernel, args)
+        self._kernel[self.n, self._threads, self._stream](
+            self._params_dev, self._out_dev, *self._args
+        )
         self._event.record(self._stream)
         self._in_flight = True
 
