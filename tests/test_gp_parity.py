@@ -38,10 +38,9 @@ def test_replay_matches_evaluator_to_the_cent(shared_data: Path, tmp_path: Path)
 
     # the same strategy through the engine: real sockets, bars, phases, broker
     out = tmp_path / "replay"
-    rc = run_engine.main([
-        "replay", "--data", str(data), "--symbols", ",".join(train["symbols"]),
-        "--start", train["first_date"], "--end", train["last_date"],
-        "--strategy", str(best), "--device", "cpu", "--fill", "bar-close", "--out", str(out),
+    rc = run_engine.main([  # the window (symbols, dates, data file) comes from best.json
+        "replay", "--strategy", str(best), "--window", "train", "--device", "cpu",
+        "--out", str(out),
     ])
     assert rc == 0
     rep = json.loads((out / "report.json").read_text())

@@ -40,6 +40,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--commission", type=float, help="per trade, $ (default 1)")
     p.add_argument("--slippage-bps", type=float)
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--window", choices=("train",),
+                   help="with a GP strategy file: replay its training window (its symbols and "
+                        "dates, and its data file unless --data is given), where the engine "
+                        "must end with the evaluator's money per stock")
 
 
 def source_factory(args: argparse.Namespace) -> Any:
@@ -69,8 +73,34 @@ def source_factory(args: argparse.Namespace) -> Any:
     return factory
 
 
+def apply_window(args: argparse.Namespace) -> None:
+    """Fill --symbols/--start/--end (and --data, --fill) from a GP strategy file's window."""
+    from strategies.gp.strategy_file import load_strategy as load_gp_file
+
+    path = args.strategy.removesuffix("#ensemble")
+    if not path.endswith(".json"):
+        raise UserError("--window needs a GP strategy file (*.json) as --strategy")
+    try:
+        sf = load_gp_file(path)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    period = sf.train
+    if period is None:
+        raise UserError(f"{path} records no training window")
+    if not args.data:
+        if not sf.data or not Path(sf.data).exists():
+            raise UserError(f"{path} was evolved on {sf.data!r}, which is not here: give --data")
+        args.data = [sf.data]
+    args.symbols = args.symbols or ",".join(period.symbols)
+    args.start = args.start or period.first_date
+    args.end = args.end or period.last_date
+    args.fill = args.fill or "bar-close"  # the evaluator trades at the close
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     resolve_device(args.device, "engine")  # --device cuda without a GPU: a clear error now
+    if args.window:
+        apply_window(args)
     cfg = load_config(args.config)
     overrides: dict[str, Any] = {}
     if args.transport:
