@@ -183,10 +183,7 @@ class Engine:
         self.stats.ticks += n_trades
         if msgs:
             self._now = max(self._now, msgs[-1].ts)
-        if self.option_book is not None:
-            ready = self.option_book.poll()
-            self.stats.option_values += len(ready)
-            self.option_values.extend(ready)
+        self.poll_options()
 
     async def consume(self, frames_batch: list[Any], validator: Validator) -> None:
         """Validate and apply a received batch in one pass.
@@ -260,10 +257,16 @@ class Engine:
         self.stats.ticks += n_fast
         validator.received += n_fast
         self._now = max(self._now, newest)
-        if self.option_book is not None:
-            ready = self.option_book.poll()
-            self.stats.option_values += len(ready)
-            self.option_values.extend(ready)
+        self.poll_options()
+
+    def poll_options(self) -> bool:
+        """Collect finished option repricings (never blocks); True while any is in flight."""
+        if self.option_book is None:
+            return False
+        ready = self.option_book.poll()
+        self.stats.option_values += len(ready)
+        self.option_values.extend(ready)
+        return bool(self.option_book.in_flight)
 
     def _on_flagged_tick(self, sym: int, msg: Trade) -> None:
         """Rare per-tick work: first trade of a symbol, pending orders, option groups."""

@@ -259,8 +259,11 @@ def warm_up(grid: str | FdGrid = "default", device: str = "auto") -> str:
     """Compile the kernels (JIT ≈0.8 s on first use, then disk-cached) before live work."""
     backend = resolve_device(device, "option pricing")
     g = make_grid(grid)
-    price_params(option_params(100.0, 100.0, 0.1, 0.2), g._replace(price_steps=8, time_steps=2),
-                 backend)
+    tiny = g._replace(price_steps=8, time_steps=2)
+    params = option_params(100.0, 100.0, 0.1, 0.2)
+    price_params(params, tiny, backend)
+    if backend == "cpu":  # the background repricing's serial twin too, not on the first tick
+        core.fd_price_batch_cpu_serial(params, np.empty((1, core.N_OUT)), *tiny.kernel_args())
     return backend
 
 

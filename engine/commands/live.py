@@ -92,12 +92,17 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
         while not stop.is_set():
             if args.max_seconds and time.perf_counter() - t0 > args.max_seconds:
                 break
-            if not await sub.socket.poll(100):
-                continue
-            await engine.consume(await sub.raw_batch(), sub.validator)
+            # while option groups are repricing, wake up often to publish their results
+            # even when the tick stream has gone quiet
+            busy = engine.poll_options()
+            got = await sub.socket.poll(1 if busy else 100)
+            if got:
+                await engine.consume(await sub.raw_batch(), sub.validator)
             while engine.option_values:  # theoretical values and greeks, newest last
                 out.send(engine.option_values.popleft())
-            if len(engine.symbols) > known:
+            if not got:
+                continue
+            if len(engine.symbols) > known:  # symbols first seen in this batch
                 for i in range(known, len(engine.symbols)):
                     journal.record_symbol(engine.symbols[i], i)
                 known = len(engine.symbols)
