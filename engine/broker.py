@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from feeds.messages import Fill, Order, Side
+from feeds.messages import Fill, Order
 
 Sizing = Literal["all-in", "fixed"]
 
@@ -80,12 +80,19 @@ class PaperBroker:
         return price * (1.0 + side * self.slippage_bps * 1e-4)
 
     def entry_quantity(self, sym: int, side: int, price: float) -> float:
-        """Shares an entry of `side` would take at `price` (0 when cash does not allow one)."""
+        """Shares an entry of `side` would take at `price` (0 when the money allows none).
+
+        All-in sizes from the symbol's money once any position is closed (a switch of sides
+        closes first, paying one more commission); `execute` sizes it exactly at fill time.
+        """
         if self.sizing == "fixed":
             return self.quantity
         acct = self.accounts[sym]
         fill_price = self._fill_price(side, price)
-        return float(max(0, math.floor((acct.cash - self.commission) / fill_price)))
+        money = acct.cash - self.commission
+        if acct.position != 0.0:
+            money += acct.position * price - self.commission
+        return float(max(0, math.floor(money / fill_price)))
 
     def new_order(self, ts: int, sym: int, side: int, quantity: float, reason: str) -> Order:
         self._order_id += 1
@@ -113,8 +120,10 @@ class PaperBroker:
         fill_price = self._fill_price(side, price)
         if order.reason == "close":
             qty = abs(acct.position)
-        elif self.sizing == "all-in" and (side == Side.BUY or acct.position == 0.0):
-            qty = min(qty, float(max(0, math.floor((acct.cash - self.commission) / fill_price))))
+        elif self.sizing == "all-in" and acct.position == 0.0:
+            # all-in means the cash at fill time: a pending entry behind a pending close
+            # (a switch of sides under next-tick fills) was sized before the close freed it
+            qty = float(max(0, math.floor((acct.cash - self.commission) / fill_price)))
         if qty <= 0.0:
             return None
         acct.cash -= side * qty * fill_price + self.commission

@@ -228,3 +228,34 @@ def test_session_schedule_trades_only_in_trade_phase_and_ends_days_flat() -> Non
         key = (f.symbol, local(f.ts).date())
         net[key] = net.get(key, 0.0) + f.side * f.quantity
     assert all(abs(q) < 1e-9 for q in net.values()), net
+
+
+@pytest.mark.parametrize("fill", ["bar-close", "next-tick"])
+def test_switching_sides_all_in_takes_the_freed_cash(fill: str) -> None:
+    """Long -> short: the short is sized from the cash the close frees, whichever fill model
+    (under next-tick fills the entry is ordered before the close has filled)."""
+    from engine.config import BrokerConfig
+    from feeds.messages import Bar
+
+    class Flip:
+        name = "flip"
+        enter_on_from_zero = True
+        long_only = False
+
+        def reset(self, symbols: list[str]) -> None:
+            self.calls = 0
+
+        async def target_signals(self, features, closed):  # type: ignore[no-untyped-def]
+            self.calls += 1
+            return np.array([1 if self.calls < 5 else -1], np.int8)
+
+    day = 86_400 * 10**9
+    msgs: list = [Bar(i + 1, (i + 1) * day, "A", 100.0, 100.0, 100.0, 100.0, 1e6)
+                  for i in range(10)]
+    msgs.append(Heartbeat(1, 11 * day, "", True))
+    eng = Engine(["A"], Flip(), EngineConfig(broker=BrokerConfig(fill=fill)))
+    asyncio.run(eng.process(msgs))
+    got = [(f.side, f.quantity) for f in eng.broker.fills]
+    # buy 99 (= floor(9,999 / 100)), sell 99 to close, short 99 from 9,998 freed, cover
+    assert got == [(1, 99.0), (-1, 99.0), (-1, 99.0), (1, 99.0)]
+    assert eng.broker.accounts[0].cash == pytest.approx(10_000 - 4)
