@@ -221,6 +221,17 @@ def payoff_smoothing(offset: int) -> float:
     return 0.0
 
 
+def rannacher_phase(
+    phase: int, dt: float, n_implicit: int, m: int
+) -> tuple[float, float, int, float]:
+    """(theta, step length, number of steps, tau at the phase's start) of time-stepping phase
+    0 (Rannacher start: each of the first `n_implicit` CN steps as two fully implicit
+    halves) or phase 1 (Crank-Nicolson for the remaining `m - n_implicit` steps)."""
+    if phase == 0:
+        return 1.0, 0.5 * dt, 2 * n_implicit, 0.0
+    return 0.5, dt, m - n_implicit, n_implicit * dt
+
+
 def early_exercise(is_call: bool, is_american: bool, rate: float) -> bool:
     """Whether the American feature can matter: without dividends and with r ≥ 0 an
     American call is never exercised early, so it is priced as the European call (the
@@ -317,6 +328,7 @@ _CORE = (
     node_coefficients,
     step_coefficients,
     payoff_smoothing,
+    rannacher_phase,
     early_exercise,
     payoff,
     boundary_values,
@@ -366,6 +378,8 @@ _early_exercise_gpu = _gpu_ns["early_exercise"]
 _boundary_values_gpu = _gpu_ns["boundary_values"]
 _interpolate_gpu = _gpu_ns["interpolate_at_spot"]
 _pcr_factors_gpu = _gpu_ns["pcr_factors"]
+_rannacher_phase_cpu = _cpu_ns["rannacher_phase"]
+_rannacher_phase_gpu = _gpu_ns["rannacher_phase"]
 
 
 # =========================================================================================
@@ -448,16 +462,7 @@ def fd_price_one_cpu(
             v[j] += ds * _payoff_smoothing_cpu(j - j_strike)
 
     for phase in range(2):
-        if phase == 0:  # Rannacher start: each of the first CN steps as two implicit halves
-            theta = 1.0
-            step_dt = 0.5 * dt
-            n_steps = 2 * n_implicit
-            tau0 = 0.0
-        else:
-            theta = 0.5
-            step_dt = dt
-            n_steps = m - n_implicit
-            tau0 = n_implicit * dt
+        theta, step_dt, n_steps, tau0 = _rannacher_phase_cpu(phase, dt, n_implicit, m)
         if n_steps == 0:
             continue
         for j in range(1, n):
@@ -645,16 +650,7 @@ def _fd_price_kernel(
         v = np.float32(0.0)
 
     for phase in range(2):
-        if phase == 0:  # Rannacher start: each of the first CN steps as two implicit halves
-            theta = 1.0
-            step_dt = 0.5 * dt
-            n_steps = 2 * n_implicit
-            tau0 = 0.0
-        else:
-            theta = 0.5
-            step_dt = dt
-            n_steps = m - n_implicit
-            tau0 = n_implicit * dt
+        theta, step_dt, n_steps, tau0 = _rannacher_phase_gpu(phase, dt, n_implicit, m)
         if n_steps == 0:
             continue
         lo = 0.0
