@@ -1,0 +1,97 @@
+"""gpu.twin: one core compiled for the CPU and CUDA (simulator in CI), and its cache policy."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from numba import cuda, njit
+
+from gpu.twin import compile_twin, flush_stale_caches
+
+
+def _hypot_scaled(x: float, y: float) -> float:
+    return SCALE * math.sqrt(x * x + y * y)  # type: ignore[name-defined]  # noqa: F821
+
+
+def _sum_of_hypots(x: float, y: float) -> float:
+    return _hypot_scaled(x, y) + _hypot_scaled(y, x)
+
+
+CORE = compile_twin(__name__, (_hypot_scaled, _sum_of_hypots), {"SCALE": 0.5, "math": math})
+
+
+def test_cpu_backend_matches_plain_python_formula() -> None:
+    rng = np.random.default_rng(3)
+    for x, y in rng.normal(size=(20, 2)):
+        assert CORE.cpu._sum_of_hypots(x, y) == pytest.approx(math.hypot(x, y), rel=1e-15)
+
+
+def test_cpu_backend_callable_from_njit_driver() -> None:
+    f = CORE.cpu._sum_of_hypots
+
+    @njit
+    def driver(xs: np.ndarray, ys: np.ndarray, out: np.ndarray) -> None:
+        for i in range(xs.shape[0]):
+            out[i] = f(xs[i], ys[i])
+
+    xs, ys = np.arange(5.0), np.arange(5.0) + 1
+    out = np.empty(5)
+    driver(xs, ys, out)
+    np.testing.assert_allclose(out, np.hypot(xs, ys), rtol=1e-15)
+
+
+def test_cuda_backend_matches_cpu_backend() -> None:
+    g = CORE.cuda._sum_of_hypots
+
+    @cuda.jit
+    def kernel(xs, ys, out):  # type: ignore[no-untyped-def]
+        i: int = cuda.grid(1)  # type: ignore[call-arg]
+        if i < xs.shape[0]:
+            out[i] = g(xs[i], ys[i])
+
+    xs, ys = np.linspace(-2, 2, 7), np.linspace(1, 3, 7)
+    out = np.zeros(7)
+    kernel[1, 32](xs, ys, out)
+    expected = [CORE.cpu._sum_of_hypots(a, b) for a, b in zip(xs, ys, strict=True)]
+    np.testing.assert_allclose(out, expected, rtol=1e-12)
+
+
+def test_backend_by_device_name() -> None:
+    assert CORE.backend("cpu") is CORE.cpu
+    assert CORE.backend("cuda") is CORE.cuda
+    with pytest.raises(ValueError, match="resolved"):
+        CORE.backend("auto")
+
+
+def test_duplicate_names_rejected() -> None:
+    with pytest.raises(ValueError, match="distinct"):
+        compile_twin(__name__, (_hypot_scaled, _hypot_scaled))
+
+
+def test_flush_removes_only_cache_entries_older_than_the_core(tmp_path: Path) -> None:
+    module = tmp_path / "kernels.py"
+    core = tmp_path / "kernels_core.py"
+    module.write_text("")
+    cache = tmp_path / "__pycache__"
+    cache.mkdir()
+    old_index = cache / "kernels.driver-10.py311.nbi"
+    old_data = cache / "kernels.driver-10.py311.1.nbc"
+    other = cache / "other.driver-3.py311.nbi"
+    for f in (old_index, old_data, other):
+        f.write_text("x")
+    past = time.time() - 100
+    for f in (old_index, old_data, other):
+        os.utime(f, (past, past))
+    core.write_text("")  # the core is newer than the cache entries
+    assert flush_stale_caches(str(module), [str(core)]) == 1
+    assert not old_index.exists() and not old_data.exists()
+    assert other.exists()  # another module's cache is left alone
+    fresh = cache / "kernels.driver-10.py311.nbi"
+    fresh.write_text("x")
+    assert flush_stale_caches(str(module), [str(core)]) == 0
+    assert fresh.exists()
