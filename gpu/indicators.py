@@ -7,9 +7,9 @@
   day x indicator x stock, the layout the GP interpreter reads (a warp's reads coalesce).
 
 Both forms run the same core (`gpu.indicators_core.update_state`, formulas in its
-docstring), compiled with `numba.njit` for the CPU and `numba.cuda.jit(device=True)` for the
-GPU. On one backend `compute_panel(...)[d, :, s]` equals, bit for bit, the bank's values of
-stock s after bars 0..d. CPU and CUDA may differ in the last bits (the GPU compiler fuses
+docstring), compiled by `gpu.twin` for the CPU (`numba.njit`) and the GPU (CUDA device
+functions). On one backend `compute_panel(...)[d, :, s]` equals, bit for bit, the bank's
+values of stock s after bars 0..d. CPU and CUDA may differ in the last bits (the GPU compiler fuses
 multiply-adds), so a boolean can flip between backends only where its input sits within
 rounding of the threshold.
 
@@ -18,16 +18,14 @@ not finite and > 0 (NVI/PVI divide by the previous close), or a non-finite or ne
 volume, is rejected with ValueError; a non-finite high or low only makes the terminals that
 use it NaN for the windows containing that bar; open is not used by any terminal.
 
-numba's disk cache keys each compiled function on its own source file, while the drivers
-here inline the core: `_flush_caches_older_than_core` drops their cache entries whenever
-indicators_core.py is newer, so an edit of the core is never hidden by stale machine code.
+The core is compiled for both backends by `gpu.twin`; the drivers here inline it, so the
+twin's cache policy (`flush_stale_caches`) drops their cache entries whenever
+indicators_core.py is newer: an edit of the core is never hidden by stale machine code.
 """
 
 from __future__ import annotations
 
 import math
-import os
-from pathlib import Path
 from typing import Any
 
 import numba
@@ -38,6 +36,7 @@ from numba import cuda
 from gpu import indicators_core as core
 from gpu.device import cuda_simulated, resolve_device
 from gpu.terminals import N_TERMINALS
+from gpu.twin import compile_twin, flush_stale_caches
 
 F64 = npt.NDArray[np.float64]
 F32 = npt.NDArray[np.float32]
@@ -55,8 +54,10 @@ _BAD_CLOSE = 3
 _BAD_VOLUME = 4
 
 # ---- CPU backend ---------------------------------------------------------------------------
-_update_cpu = numba.njit(cache=True)(core.update_state)
-_init_cpu = numba.njit(cache=True)(core.init_state)
+# The core, compiled for both backends by gpu.twin (its helpers are register_jitable).
+_twin = compile_twin(core.__name__, (core.update_state, core.init_state), vars(core))
+_update_cpu = _twin.cpu.update_state
+_init_cpu = _twin.cpu.init_state
 
 
 @numba.njit(cache=True)
@@ -158,8 +159,8 @@ def _raw_panel_cpu(o: F64, h: F64, l: F64, c: F64, v: F64, raw: F64) -> None:
 # ---- CUDA backend --------------------------------------------------------------------------
 # Kernels are compiled on first launch; cache them on disk except under the simulator.
 _cuda_options: dict[str, Any] = {} if cuda_simulated() else {"cache": True}
-_update_dev = cuda.jit(device=True)(core.update_state)
-_init_dev = cuda.jit(device=True)(core.init_state)
+_update_dev = _twin.cuda.update_state
+_init_dev = _twin.cuda.init_state
 
 
 @cuda.jit(device=True)
@@ -208,29 +209,9 @@ def _bank_reset_kernel(state, values):  # type: ignore[no-untyped-def]
             values[symbol, k] = math.nan
 
 
-def _flush_caches_older_than_core() -> None:
-    """numba keys an on-disk cached function on its own source file only. The drivers in
-    this module inline the core, so once indicators_core.py is newer than a driver's cache
-    index, that cached machine code may be stale: flush it (recompiled on first call)."""
-    core_mtime = os.path.getmtime(core.__file__)
-    stem = Path(__file__).stem
-    for driver in (
-        _bar_error, _check_batch, _update_batch_cpu, _update_one_cpu, _feed_history_cpu,
-        _reset_cpu, _panel_cpu, _raw_panel_cpu,
-        _panel_kernel, _bank_kernel, _bank_history_kernel, _bank_reset_kernel,
-    ):
-        cache = getattr(driver, "_cache", None)
-        path = getattr(cache, "cache_path", None)
-        if cache is None or path is None:
-            continue
-        name = driver.py_func.__qualname__
-        for index in Path(path).glob(f"{stem}.{name}-*.nbi"):
-            if index.stat().st_mtime < core_mtime:
-                cache.flush()
-                break
-
-
-_flush_caches_older_than_core()
+# The drivers above inline the core: the one cache policy of gpu.twin drops their stale
+# cache entries whenever indicators_core.py is newer.
+flush_stale_caches(__file__, [core.__file__])
 
 
 def _blocks(n: int, block: int) -> int:

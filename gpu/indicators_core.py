@@ -1,7 +1,7 @@
 """Arithmetic of the 31 GP terminals, one symbol advanced by one bar: the shared core.
 
-Plain Python functions over a float64 state row, compiled twice by `gpu.indicators`: with
-`numba.njit` for the CPU and `numba.cuda.jit(device=True)` for the GPU. The helpers are
+Plain Python functions over a float64 state row, compiled twice by `gpu.indicators` through
+`gpu.twin` (numba.njit for the CPU, CUDA device functions for the GPU). The helpers are
 `register_jitable`, so either target inlines them. The core never decides array layout: it
 indexes `state[k]` and `out[i]`, and the kernels hand it views (a row of a C array on the
 CPU, a strided column `state[:, stock]` on the GPU so that neighbouring threads touch

@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import math
 import os
-import types
 from typing import Any
 
 import numpy as np
 from numba import cuda, njit, prange
+
+from gpu.twin import compile_twin
 
 # -- parameter-row layout -----------------------------------------------------------------
 SPOT, STRIKE, EXPIRY, VOL, RATE, IS_CALL, IS_AMERICAN = range(7)
@@ -336,23 +337,21 @@ _CORE = (
     pcr_factors,
 )
 
-# The compiled functions resolve callees through the module globals, so each backend gets a
-# namespace copy in which the helper names point at that backend's compiled helpers.
-def _compile_for(decorate: Any) -> dict[str, Any]:
-    # __name__ lets numba's disk cache rebuild the functions' environment from this module
-    ns: dict[str, Any] = {"__name__": __name__}
-    for f in _CORE:
-        g = types.FunctionType(f.__code__, ns, f.__name__, f.__defaults__, f.__closure__)
-        ns[f.__name__] = decorate(g)
-    ns.update({"math": math, "SQRT1_2": SQRT1_2, "INV_SQRT_2PI": INV_SQRT_2PI})
-    ns.update(
-        {"DOMAIN_STRIKE_MULTIPLE": DOMAIN_STRIKE_MULTIPLE, "DOMAIN_LOG_WIDTH": DOMAIN_LOG_WIDTH}
-    )
-    return ns
-
-
-_cpu_ns = _compile_for(lambda f: njit(cache=True)(f))
-_gpu_ns = _compile_for(lambda f: cuda.jit(device=True)(f))
+# Compiled twice by gpu.twin (the drivers below live in this same file, so numba's cache,
+# keyed on this file, is invalidated by any edit of the core: no flush needed).
+_twin = compile_twin(
+    __name__,
+    _CORE,
+    {
+        "math": math,
+        "SQRT1_2": SQRT1_2,
+        "INV_SQRT_2PI": INV_SQRT_2PI,
+        "DOMAIN_STRIKE_MULTIPLE": DOMAIN_STRIKE_MULTIPLE,
+        "DOMAIN_LOG_WIDTH": DOMAIN_LOG_WIDTH,
+    },
+)
+_cpu_ns = vars(_twin.cpu)
+_gpu_ns = vars(_twin.cuda)
 
 
 bs_price_greeks_cpu = _cpu_ns["bs_price_greeks"]

@@ -84,8 +84,8 @@ def _namespace(
     decorate: Callable[[Callable[..., Any]], Any],
 ) -> dict[str, Any]:
     # __name__ lets numba's disk cache rebuild a function's environment from the module.
-    ns: dict[str, Any] = {"__name__": module_name}
-    ns.update(constants)
+    ns: dict[str, Any] = {k: v for k, v in constants.items() if not k.startswith("__")}
+    ns["__name__"] = module_name
     for f in functions:
         clone = types.FunctionType(f.__code__, ns, f.__name__, f.__defaults__, f.__closure__)
         clone.__qualname__ = f.__qualname__
@@ -104,7 +104,8 @@ def compile_twin(
 
     numba compiles lazily, so the order of `functions` does not matter: any function may
     call any other of the core by name. `constants` are the globals the core reads
-    (numbers, tuples, modules such as `math`).
+    (numbers, tuples, modules such as `math`); `vars(core_module)` passes all of a core
+    module's globals (dunder names are dropped; `module_name` names the namespace).
     """
     functions = tuple(functions)
     consts = dict(constants or {})
