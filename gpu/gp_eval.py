@@ -191,11 +191,14 @@ def _check_panel(panel: np.ndarray, close: np.ndarray | None, day0: int, day1: i
 
 # --------------------------------------------------------------------------- public API
 def final_cash(programs: np.ndarray, lengths: np.ndarray, panel: np.ndarray, close: np.ndarray,
-               day0: int = 0, day1: int | None = None, device: str = "auto") -> F64:
+               day0: int = 0, day1: int | None = None, device: str = "auto",
+               method: str = "stack") -> F64:
     """Final cash in dollars (n_programs, n_stocks) of each program trading each stock over
-    days [day0, day1) from CASH0, liquidated at the last close."""
+    days [day0, day1) from CASH0, liquidated at the last close (`method` as in
+    PopulationEvaluator; for one-off calls the interpreter needs no mask build)."""
     day1 = panel.shape[0] if day1 is None else day1
-    return PopulationEvaluator(panel, close, day0, day1, device).final_cash(programs, lengths)
+    return PopulationEvaluator(panel, close, day0, day1, device, method).final_cash(
+        programs, lengths)
 
 
 def decision_codes(programs: np.ndarray, lengths: np.ndarray, panel: np.ndarray,
@@ -258,13 +261,25 @@ def gp_ops(lengths: np.ndarray, n_stocks: int, n_days: int) -> int:
 class PopulationEvaluator:
     """Evaluates many populations over one fixed window; on CUDA the panel stays resident.
 
+    `method`: "bitwise" (default; `gpu.gp_bitwise`, 64 days per word over shared comparison
+    masks, `last_ops` counts credited GP ops) or "stack" (the postfix stack interpreter of
+    this module, `last_ops` counts interpreted nodes). Both give identical final cash.
+
     `panel` (n_days, 31, n_stocks) float32, `close` (n_days, n_stocks) float64, trading days
     [day0, day1). `last_seconds` is the wall time of the latest evaluation (transfers
     included, synchronised), `last_ops` its GP operation count.
     """
 
     def __init__(self, panel: np.ndarray, close: np.ndarray, day0: int, day1: int,
-                 device: str = "auto") -> None:
+                 device: str = "auto", method: str = "bitwise") -> None:
+        if method not in ("bitwise", "stack"):
+            raise ValueError(f"unknown GP evaluation method {method!r}: bitwise or stack")
+        self.method = method
+        self._bits: Any = None
+        if method == "bitwise":
+            from gpu.gp_bitwise import BitwiseEvaluator
+
+            self._bits = BitwiseEvaluator(panel, close, day0, day1, device)
         panel_c, close_c = _check_panel(panel, close, day0, day1)
         assert close_c is not None
         if not np.all(np.isfinite(close_c[day0:day1])) or np.any(close_c[day0:day1] <= 0):
@@ -279,6 +294,8 @@ class PopulationEvaluator:
         self.last_ops = 0
         self._d_panel: Any = None
         self._d_close: Any = None
+        if self._bits is not None:
+            return
         if self.device == "cuda":
             self._d_panel = cuda.to_device(panel_c)
             self._d_close = cuda.to_device(close_c)
@@ -287,6 +304,11 @@ class PopulationEvaluator:
         self.final_cash(warm, np.full(1, 2, np.int32))
 
     def final_cash(self, programs: np.ndarray, lengths: np.ndarray) -> F64:
+        if self._bits is not None:
+            out: F64 = self._bits.final_cash(programs, lengths)
+            self.last_seconds = self._bits.last_seconds
+            self.last_ops = self._bits.last_ops
+            return out
         programs, lengths = _check_programs(programs, lengths)
         n = programs.shape[0]
         t0 = time.perf_counter()

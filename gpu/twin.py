@@ -98,6 +98,8 @@ def compile_twin(
     functions: Iterable[Callable[..., Any]],
     constants: Mapping[str, Any] | None = None,
     *,
+    cpu_constants: Mapping[str, Any] | None = None,
+    cuda_constants: Mapping[str, Any] | None = None,
     fastmath: bool = False,
 ) -> Twin:
     """Compile a core of plain functions for the CPU and for CUDA (see the module docstring).
@@ -106,6 +108,9 @@ def compile_twin(
     call any other of the core by name. `constants` are the globals the core reads
     (numbers, tuples, modules such as `math`); `vars(core_module)` passes all of a core
     module's globals (dunder names are dropped; `module_name` names the namespace).
+    `cpu_constants` / `cuda_constants` add or replace names for one backend only, for the
+    rare callee that must differ (an already compiled function of another core, or a
+    libdevice intrinsic such as `dmul_rn`).
     """
     functions = tuple(functions)
     consts = dict(constants or {})
@@ -113,10 +118,16 @@ def compile_twin(
     if len(set(names)) != len(names):
         raise ValueError(f"core functions must have distinct names: {names}")
     cpu_ns = _namespace(
-        module_name, functions, consts, lambda f: njit(cache=True, fastmath=fastmath)(f)
+        module_name,
+        functions,
+        {**consts, **(cpu_constants or {})},
+        lambda f: njit(cache=True, fastmath=fastmath)(f),
     )
     gpu_ns = _namespace(
-        module_name, functions, consts, lambda f: cuda.jit(device=True, fastmath=fastmath)(f)
+        module_name,
+        functions,
+        {**consts, **(cuda_constants or {})},
+        lambda f: cuda.jit(device=True, fastmath=fastmath)(f),
     )
     return Twin(Backend(cpu_ns, names), Backend(gpu_ns, names))
 

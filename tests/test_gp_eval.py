@@ -50,7 +50,7 @@ def test_reference_cpu_identical_money_and_fitness(window: GPWindow) -> None:
     programs, lengths = rules_programs(rules)
     for period in (window.train, window.test):
         ev = gp_eval.PopulationEvaluator(window.panel, window.close, period.day0, period.day1,
-                                         "cpu")
+                                         "cpu", method="stack")
         fit, cash = ev.fitness(programs, lengths)
         ref_fit, ref_cash = reference.fitness(rules, window.panel, window.close, period.day0,
                                               period.day1)
@@ -111,7 +111,7 @@ def test_buy_always_equals_buy_and_hold(window: GPWindow) -> None:
     programs, lengths = rule.programs()
     for period in (window.train, window.test):
         ev = gp_eval.PopulationEvaluator(window.panel, window.close, period.day0, period.day1,
-                                         "cpu")
+                                         "cpu", method="stack")
         fit, cash = ev.fitness(programs, lengths)
         assert np.array_equal(cash[0], ev.bh_cash)
         assert fit[0] == 0.0

@@ -1,0 +1,422 @@
+"""Bit-parallel GP evaluation: 64 trading days in one 64-bit word, comparisons shared.
+
+The stack interpreter (`gpu.gp_eval`) runs every node of every program for every (stock,
+day). Here the same decisions come out of far fewer machine operations:
+
+1. *Shared comparison masks*, built once per window (`build_masks`): every GP comparison
+   compares two of the 17 float terminals, and every boolean terminal is a threshold, so
+   all a program can ask of one (stock, day) is one of `N_MASKS` = 17 x 17 + 14 = 303
+   bits. `masks[k, w, s]` packs bit k of days `day0 + 64 w ... + 63` of stock s into one
+   uint64 (bit j = day `day0 + 64 w + j`). Mask `a * 17 + b` is `terminal a < terminal b`
+   (so `a > b` is mask `b * 17 + a`); mask `289 + t` is boolean terminal `17 + t` > 0.5.
+   The comparisons are the interpreter's own (float32 against float32, the boolean
+   threshold in float64, NaN compares false), so every bit equals the interpreter's.
+2. *Linear mask programs* (`to_mask_programs`): the postfix program with each comparison
+   triple (a, b, < or >) replaced by one mask load, AND/OR/NOT kept; a 98-node program
+   becomes about 60 instructions, each a 64-bit word operation for 64 days at once. The
+   stack holds words in local memory with its top in a register.
+3. *Money on trading days only*: the paper's money rules change state only on a day where
+   a flat position meets buy & !sell or a long one meets sell & !buy, so the simulation
+   jumps from one such day to the next (count trailing zeros) and calls the same
+   `step_money` as the interpreter (`gpu.gp_core`, the single statement of those rules) on
+   those days. Final cash therefore equals the interpreter's bit for bit (tested), so
+   fitness, evolution and the engine's replay parity are unchanged.
+
+One thread per (program, stock), the stocks of a program in consecutive threads so a
+warp's mask loads coalesce; the CPU twin runs the same core in a `prange` over programs.
+Both backends compile one core through `gpu.twin`.
+
+Operation counts (`BitwiseCounts`): *credited* GP ops = linear instructions x stocks x days
+(one bit of a word operation is one node evaluated for one fitness case; a comparison is
+credited once per individual as its mask load, its arithmetic is shared and counted once
+per window in `mask_ops`); *executed* = 64-bit word operations actually run; and the
+*node-equivalent* count `gp_eval.gp_ops` of the stack interpreter, for comparison.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numba
+import numpy as np
+import numpy.typing as npt
+from numba import cuda, prange
+
+from gpu import gp_core
+from gpu.device import resolve_device
+from gpu.gp_core import CASH0, CODE_BUY, CODE_SELL, OP_AND, OP_GT, OP_NOT, STACK_SIZE
+from gpu.terminals import N_FLOAT, N_TERMINALS
+from gpu.twin import compile_twin
+
+F64 = npt.NDArray[np.float64]
+I16 = npt.NDArray[np.int16]
+I32 = npt.NDArray[np.int32]
+U64 = npt.NDArray[np.uint64]
+
+DAYS_PER_WORD = 64
+N_COMPARE = N_FLOAT * N_FLOAT                      # 289 ordered pairs (a < b)
+N_MASKS = N_COMPARE + (N_TERMINALS - N_FLOAT)      # 303
+INS_NOT = N_MASKS                                   # linear op codes after the mask loads
+INS_AND = N_MASKS + 1
+INS_OR = N_MASKS + 2
+THREADS_PER_BLOCK = 128
+
+# uint64 constants: numba types a mix of uint64 and int64 as float64, so the word
+# arithmetic below uses these and never a plain int literal.
+ZERO = np.uint64(0)
+ONE = np.uint64(1)
+ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+LOW32, LOW16, LOW8 = np.uint64(0xFFFFFFFF), np.uint64(0xFFFF), np.uint64(0xFF)
+LOW4, LOW2 = np.uint64(0xF), np.uint64(0x3)
+SH32, SH16, SH8, SH4, SH2 = (np.uint64(n) for n in (32, 16, 8, 4, 2))
+
+# The money rules are gp_core's. As plain Python (the reference path of the CUDA simulator)
+# these names are gp_core's plain functions; compile_twin binds each backend's compiled ones.
+STEP_MONEY = gp_core.step_money
+LIQUIDATE = gp_core.liquidate
+
+
+# --------------------------------------------------------------------------- the core
+def lt_word(panel: Any, day_start: int, n_valid: int, a: int, b: int, stock: int) -> Any:
+    """Bits j < n_valid set where panel[day_start + j, a, stock] < panel[.., b, stock]."""
+    word = ZERO
+    bit = ONE
+    for j in range(n_valid):
+        if panel[day_start + j, a, stock] < panel[day_start + j, b, stock]:
+            word |= bit
+        bit = bit << ONE
+    return word
+
+
+def true_word(panel: Any, day_start: int, n_valid: int, t: int, stock: int) -> Any:
+    """Bits j < n_valid set where boolean terminal t is true (value > 0.5)."""
+    word = ZERO
+    bit = ONE
+    for j in range(n_valid):
+        if panel[day_start + j, t, stock] > 0.5:
+            word |= bit
+        bit = bit << ONE
+    return word
+
+
+def mask_word(panel: Any, day0: int, day1: int, k: int, w: int, stock: int) -> Any:
+    """Word w of mask k (see the module docstring) for one stock over days [day0, day1)."""
+    day_start = day0 + w * DAYS_PER_WORD
+    n_valid = min(DAYS_PER_WORD, day1 - day_start)
+    if k < N_COMPARE:
+        return lt_word(panel, day_start, n_valid, k // N_FLOAT, k % N_FLOAT, stock)
+    return true_word(panel, day_start, n_valid, N_FLOAT + k - N_COMPARE, stock)
+
+
+def eval_word(code: Any, length: int, masks: Any, w: int, stock: int, stack: Any
+              ) -> tuple[Any, Any]:
+    """(buy word, sell word) of one linear mask program on word w of one stock."""
+    top = ZERO
+    sp = 0  # words below the top, in stack[0..sp)
+    for pc in range(length):
+        op = code[pc]
+        if op < N_MASKS:
+            stack[sp] = top
+            sp += 1
+            top = masks[op, w, stock]
+        elif op == INS_NOT:
+            top = ~top
+        elif op == INS_AND:
+            sp -= 1
+            top = stack[sp] & top
+        else:
+            sp -= 1
+            top = stack[sp] | top
+    # the bottom slot holds the empty-stack filler pushed by the first load
+    return stack[1], top
+
+
+def ctz64(m: Any) -> int:
+    """Index of the lowest set bit of a non-zero uint64."""
+    n = 0
+    if (m & LOW32) == ZERO:
+        n += 32
+        m = m >> SH32
+    if (m & LOW16) == ZERO:
+        n += 16
+        m = m >> SH16
+    if (m & LOW8) == ZERO:
+        n += 8
+        m = m >> SH8
+    if (m & LOW4) == ZERO:
+        n += 4
+        m = m >> SH4
+    if (m & LOW2) == ZERO:
+        n += 2
+        m = m >> SH2
+    if (m & ONE) == ZERO:
+        n += 1
+    return n
+
+
+def trade_word(buy: Any, sell: Any, valid: Any, close: Any, day_start: int, stock: int,
+               signal: int, shares: float, cash: float) -> tuple[int, float, float]:
+    """The paper's money rules over one word of days, visiting trading days only."""
+    buy_only = buy & ~sell & valid
+    sell_only = sell & ~buy & valid
+    while True:
+        m = buy_only if signal == 0 else sell_only
+        if m == ZERO:
+            break
+        j = ctz64(m)
+        code = CODE_BUY if signal == 0 else CODE_SELL
+        signal, shares, cash = STEP_MONEY(code, signal, shares, cash, close[day_start + j, stock])
+        low = m & (~m + ONE)          # lowest set bit
+        done = low | (low - ONE)      # days up to and including day j
+        buy_only = buy_only & ~done
+        sell_only = sell_only & ~done
+    return signal, shares, cash
+
+
+def simulate_bits(code: Any, length: int, masks: Any, close: Any, stock: int, day0: int,
+                  day1: int, stack: Any) -> float:
+    """Final cash of one linear program trading one stock over [day0, day1)."""
+    signal = 0
+    shares = 0.0
+    cash = CASH0
+    n_words = (day1 - day0 + DAYS_PER_WORD - 1) // DAYS_PER_WORD
+    for w in range(n_words):
+        day_start = day0 + w * DAYS_PER_WORD
+        n_valid = day1 - day_start
+        valid = ALL if n_valid >= DAYS_PER_WORD else (ONE << np.uint64(n_valid)) - ONE
+        buy, sell = eval_word(code, length, masks, w, stock, stack)
+        signal, shares, cash = trade_word(buy, sell, valid, close, day_start, stock,
+                                          signal, shares, cash)
+    return LIQUIDATE(shares, cash, close[day1 - 1, stock])
+
+
+_CORE = (lt_word, true_word, mask_word, eval_word, ctz64, trade_word, simulate_bits)
+_cuda_money = gp_core.cuda_backend()
+# the money rules are gp_core's, compiled per backend there (dmul_rn on the GPU)
+_twin = compile_twin(
+    __name__, _CORE, dict(globals()),
+    cpu_constants={"STEP_MONEY": gp_core.CPU.step_money, "LIQUIDATE": gp_core.CPU.liquidate},
+    cuda_constants={"STEP_MONEY": _cuda_money.step_money, "LIQUIDATE": _cuda_money.liquidate},
+)
+_mask_word_cpu = _twin.cpu.mask_word
+_simulate_cpu = _twin.cpu.simulate_bits
+
+
+# --------------------------------------------------------------------------- translation
+@numba.njit(cache=True)
+def _translate(programs: Any, lengths: Any, out: Any, out_lengths: Any) -> None:
+    for i in range(programs.shape[0]):
+        pc = 0
+        n = 0
+        while pc < lengths[i]:
+            op = programs[i, pc]
+            if op < N_FLOAT:
+                a = op
+                b = programs[i, pc + 1]
+                if programs[i, pc + 2] == OP_GT:
+                    a, b = b, a
+                out[i, n] = a * N_FLOAT + b
+                pc += 3
+            elif op < N_TERMINALS:
+                out[i, n] = N_COMPARE + op - N_FLOAT
+                pc += 1
+            elif op == OP_NOT:
+                out[i, n] = INS_NOT
+                pc += 1
+            elif op == OP_AND:
+                out[i, n] = INS_AND
+                pc += 1
+            else:
+                out[i, n] = INS_OR
+                pc += 1
+            n += 1
+        out_lengths[i] = n
+
+
+def to_mask_programs(programs: np.ndarray, lengths: np.ndarray) -> tuple[I16, I32]:
+    """Linear mask programs (int16 codes, lengths) of type-checked postfix programs."""
+    out = np.zeros(programs.shape, np.int16)
+    out_lengths = np.zeros(programs.shape[0], np.int32)
+    if programs.shape[0]:
+        _translate(programs, lengths, out, out_lengths)
+    return out, out_lengths
+
+
+# --------------------------------------------------------------------------- CPU drivers
+@numba.njit(parallel=True, cache=True)
+def _masks_cpu(panel: Any, day0: int, day1: int, out: Any) -> None:
+    n_words, n_stocks = out.shape[1], out.shape[2]
+    for k in prange(out.shape[0]):
+        for w in range(n_words):
+            for s in range(n_stocks):
+                out[k, w, s] = _mask_word_cpu(panel, day0, day1, k, w, s)
+
+
+@numba.njit(parallel=True, cache=True)
+def _final_cash_bits_cpu(code: Any, lengths: Any, masks: Any, close: Any, day0: int, day1: int,
+                         out: Any) -> None:
+    n_stocks = close.shape[1]
+    for i in prange(code.shape[0]):
+        stack = np.empty(STACK_SIZE + 1, np.uint64)
+        for s in range(n_stocks):
+            out[i, s] = _simulate_cpu(code[i], lengths[i], masks, close, s, day0, day1, stack)
+
+
+# --------------------------------------------------------------------------- CUDA kernels
+def _make_kernels() -> tuple[Any, Any]:
+    core = _twin.cuda
+    mask_word_dev = core.mask_word
+    simulate_dev = core.simulate_bits
+
+    @cuda.jit
+    def masks_kernel(panel: Any, day0: int, day1: int, out: Any) -> None:
+        t = cuda.grid(1)  # type: ignore[call-arg,var-annotated]
+        n_stocks = out.shape[2]
+        n_words = out.shape[1]
+        if t >= out.shape[0] * n_words * n_stocks:
+            return
+        s = t % n_stocks
+        rest = t // n_stocks
+        w = rest % n_words
+        k = rest // n_words
+        out[k, w, s] = mask_word_dev(panel, day0, day1, k, w, s)
+
+    @cuda.jit
+    def final_cash_kernel(code: Any, lengths: Any, masks: Any, close: Any, day0: int,
+                          day1: int, out: Any) -> None:
+        t = cuda.grid(1)  # type: ignore[call-arg,var-annotated]
+        n_stocks = close.shape[1]
+        i = t // n_stocks
+        if i >= code.shape[0]:
+            return
+        s = t - i * n_stocks
+        stack = cuda.local.array(STACK_SIZE + 1, numba.uint64)
+        out[i, s] = simulate_dev(code[i], lengths[i], masks, close, s, day0, day1, stack)
+
+    return masks_kernel, final_cash_kernel
+
+
+_kernels: tuple[Any, Any] | None = None
+
+
+def _cuda_kernels() -> tuple[Any, Any]:
+    global _kernels
+    if _kernels is None:
+        _kernels = _make_kernels()
+    return _kernels
+
+
+def _blocks(n_threads: int) -> int:
+    return max(1, math.ceil(n_threads / THREADS_PER_BLOCK))
+
+
+def n_words(n_days: int) -> int:
+    return (n_days + DAYS_PER_WORD - 1) // DAYS_PER_WORD
+
+
+def build_masks(panel: np.ndarray, day0: int, day1: int, device: str = "cpu") -> U64:
+    """The shared comparison masks (N_MASKS, n_words, n_stocks) of a window, on the host."""
+    panel = np.ascontiguousarray(panel, np.float32)
+    shape = (N_MASKS, n_words(day1 - day0), panel.shape[2])
+    if resolve_device(device, "GP masks") == "cpu":
+        out = np.empty(shape, np.uint64)
+        _masks_cpu(panel, day0, day1, out)
+        return out
+    masks_kernel, _ = _cuda_kernels()
+    d_out = cuda.device_array(shape, np.uint64)
+    masks_kernel[_blocks(d_out.size), THREADS_PER_BLOCK](cuda.to_device(panel), day0, day1, d_out)
+    return np.asarray(d_out.copy_to_host())
+
+
+@dataclass
+class BitwiseCounts:
+    """Operation counts of one evaluation (see the module docstring)."""
+
+    credited: int       # linear instructions x stocks x days (each bit one GP op)
+    executed: int       # 64-bit word operations run
+    node_equivalent: int  # the stack interpreter's count for the same programs
+
+
+class BitwiseEvaluator:
+    """Evaluates populations over one window with shared masks; drop-in for the interpreter.
+
+    Same interface as `gpu.gp_eval.PopulationEvaluator` (`final_cash`, `fitness`, `bh_cash`,
+    `last_seconds`, `last_ops`); `last_ops` is the credited count, `last_counts` all three,
+    `mask_seconds` / `mask_ops` the one-off shared work of building the masks.
+    """
+
+    def __init__(self, panel: F64 | np.ndarray, close: np.ndarray, day0: int, day1: int,
+                 device: str = "auto") -> None:
+        from gpu.gp_eval import _check_panel, buy_hold_cash
+
+        panel_c, close_c = _check_panel(panel, close, day0, day1)
+        assert close_c is not None
+        if not np.all(np.isfinite(close_c[day0:day1])) or np.any(close_c[day0:day1] <= 0):
+            raise ValueError("close prices must be finite and > 0 on every day of the window")
+        self.device = resolve_device(device, "GP evaluation")
+        self.panel, self.close = panel_c, close_c
+        self.day0, self.day1 = day0, day1
+        self.n_stocks = panel_c.shape[2]
+        self.n_days = day1 - day0
+        self.bh_cash = buy_hold_cash(close_c, day0, day1)
+        self.last_seconds = 0.0
+        self.last_ops = 0
+        self.last_counts = BitwiseCounts(0, 0, 0)
+        shape = (N_MASKS, n_words(self.n_days), self.n_stocks)
+        self.mask_ops = N_MASKS * self.n_stocks * self.n_days
+        t0 = time.perf_counter()
+        if self.device == "cpu":
+            self._masks: Any = np.empty(shape, np.uint64)
+            _masks_cpu(panel_c, day0, day1, self._masks)
+            self._close: Any = close_c
+        else:
+            masks_kernel, _ = _cuda_kernels()
+            self._masks = cuda.device_array(shape, np.uint64)
+            masks_kernel[_blocks(self._masks.size), THREADS_PER_BLOCK](
+                cuda.to_device(panel_c), day0, day1, self._masks)
+            self._close = cuda.to_device(close_c)
+            cuda.synchronize()
+        self.mask_seconds = time.perf_counter() - t0
+        # compile (or load) the evaluation kernel now, so timings of real work exclude the JIT
+        warm = np.array([[N_TERMINALS - 1, N_TERMINALS - 1]], np.int16)
+        self.final_cash(warm, np.full(1, 2, np.int32))
+
+    def final_cash(self, programs: np.ndarray, lengths: np.ndarray) -> F64:
+        from gpu.gp_eval import _check_programs, gp_ops
+
+        programs, lengths = _check_programs(programs, lengths)
+        n = programs.shape[0]
+        t0 = time.perf_counter()
+        out = np.empty((n, self.n_stocks), np.float64)
+        if n == 0:
+            return out
+        code, code_lengths = to_mask_programs(programs, lengths)
+        if self.device == "cpu":
+            _final_cash_bits_cpu(code, code_lengths, self._masks, self._close, self.day0,
+                                 self.day1, out)
+        else:
+            _, final_cash_kernel = _cuda_kernels()
+            d_out = cuda.device_array(out.shape, np.float64)
+            final_cash_kernel[_blocks(n * self.n_stocks), THREADS_PER_BLOCK](
+                cuda.to_device(code), cuda.to_device(code_lengths), self._masks, self._close,
+                self.day0, self.day1, d_out)
+            d_out.copy_to_host(out)
+        self.last_seconds = time.perf_counter() - t0
+        instructions = int(code_lengths.astype(np.int64).sum())
+        self.last_counts = BitwiseCounts(
+            credited=instructions * self.n_stocks * self.n_days,
+            executed=instructions * self.n_stocks * n_words(self.n_days),
+            node_equivalent=gp_ops(lengths, self.n_stocks, self.n_days),
+        )
+        self.last_ops = self.last_counts.credited
+        return out
+
+    def fitness(self, programs: np.ndarray, lengths: np.ndarray) -> tuple[F64, F64]:
+        """(fitness (n,), final cash (n, n_stocks))."""
+        from gpu.gp_eval import fitness_from_cash
+
+        cash = self.final_cash(programs, lengths)
+        return fitness_from_cash(cash, self.bh_cash), cash

@@ -1,0 +1,138 @@
+"""Bit-parallel GP evaluation equals the plain-Python reference evaluator, cent for cent.
+
+The reference (`strategies.gp.reference`, a tree walk in plain Python) and the stack
+interpreter share no code with the bitwise path except the money step; masks are checked
+bit by bit against numpy comparisons of the panel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpu import gp_bitwise, gp_eval
+from gpu.device import cuda_present, cuda_simulated
+from gpu.terminals import N_FLOAT, N_TERMINALS
+from strategies.gp import reference
+from strategies.gp.init import ramped_half_and_half
+from strategies.gp.operators import breed
+from strategies.gp.representation import GPRule, Population, rules_programs
+from strategies.gp.window import GPWindow, load_window
+
+needs_cuda = pytest.mark.skipif(not cuda_present(), reason="no CUDA device or simulator")
+
+
+@pytest.fixture(scope="module")
+def window(shared_data) -> GPWindow:  # type: ignore[no-untyped-def]
+    # 5 stocks; a 150-day window spans three words, the last one partial (22 days)
+    return load_window(shared_data / "sp500_5yr_daily", 5, 150, 70)
+
+
+def population(n: int, seed: int) -> Population:
+    rng = np.random.default_rng(seed)
+    pop = ramped_half_and_half(n, rng, 1, 6)
+    return breed(pop, rng.integers(0, n, n), rng.integers(0, n, n), rng)
+
+
+HAND_RULES = [
+    GPRule.from_infix("(close > sma10)", "(close < sma10)"),
+    GPRule.from_infix("(macd_above_signal AND (ema5 > ema25))", "NOT macd_above_zero"),
+    GPRule.from_infix("(sma200 < close)", "(sma200 > close)"),       # NaN while warming up
+    GPRule.from_infix("NOT (close < close)", "(close < close)"),     # buy always, never sell
+    GPRule.from_infix("NOT (close < close)", "NOT (close < close)"),  # both: never trades
+]
+
+
+def test_masks_equal_numpy_comparisons(window: GPWindow) -> None:
+    day0, day1 = window.train.day0, window.train.day1
+    masks = gp_bitwise.build_masks(window.panel, day0, day1, "cpu")
+    days = np.arange(day0, day1)
+    for k in (0, 5, 3 * N_FLOAT + 7, gp_bitwise.N_COMPARE - 1, gp_bitwise.N_COMPARE,
+              gp_bitwise.N_MASKS - 1):
+        if k < gp_bitwise.N_COMPARE:
+            a, b = divmod(k, N_FLOAT)
+            want = window.panel[days, a, :] < window.panel[days, b, :]
+        else:
+            t = N_FLOAT + k - gp_bitwise.N_COMPARE
+            want = window.panel[days, t, :].astype(np.float64) > 0.5
+        bits = (masks[k][:, None, :] >> np.arange(64, dtype=np.uint64)[None, :, None]) & 1
+        got = bits.reshape(-1, window.panel.shape[2])[: day1 - day0].astype(bool)
+        assert np.array_equal(got, want), k
+        # days past the window are zero bits
+        assert not bits.reshape(-1, window.panel.shape[2])[day1 - day0:].any()
+
+
+def test_translation_maps_every_comparison_to_its_mask() -> None:
+    rule = GPRule.from_infix("((close > sma10) AND NOT macd_above_zero)", "(ema5 < ema25)")
+    programs, lengths = rules_programs([rule])
+    code, n = gp_bitwise.to_mask_programs(programs, lengths)
+    from gpu.terminals import TERMINAL_INDEX as T
+
+    expected = [T["sma10"] * N_FLOAT + T["close"],            # close > sma10 == sma10 < close
+                gp_bitwise.N_COMPARE + T["macd_above_zero"] - N_FLOAT,
+                gp_bitwise.INS_NOT, gp_bitwise.INS_AND,
+                T["ema5"] * N_FLOAT + T["ema25"]]
+    assert list(code[0, : n[0]]) == expected
+
+
+def test_cpu_bitwise_equals_reference_evaluator(window: GPWindow) -> None:
+    pop = population(60, 5)
+    rules = [pop.rule(i) for i in range(len(pop))] + HAND_RULES
+    programs, lengths = rules_programs(rules)
+    for period in (window.train, window.test):
+        ev = gp_bitwise.BitwiseEvaluator(window.panel, window.close, period.day0, period.day1,
+                                         "cpu")
+        fit, cash = ev.fitness(programs, lengths)
+        ref_fit, ref_cash = reference.fitness(rules, window.panel, window.close, period.day0,
+                                              period.day1)
+        assert np.array_equal(cash, ref_cash)
+        assert np.array_equal(fit, ref_fit)
+        counts = ev.last_counts
+        assert counts.credited < counts.node_equivalent  # comparisons collapse to one load
+        assert counts.executed * 64 >= counts.credited
+
+
+def test_cpu_bitwise_equals_stack_interpreter_on_larger_population(window: GPWindow) -> None:
+    pop = population(400, 9)
+    programs, lengths = pop.compile()
+    period = window.train
+    stack = gp_eval.PopulationEvaluator(window.panel, window.close, period.day0, period.day1,
+                                        "cpu", method="stack")
+    default = gp_eval.PopulationEvaluator(window.panel, window.close, period.day0, period.day1,
+                                          "cpu")
+    assert default.method == "bitwise"
+    bits = gp_bitwise.BitwiseEvaluator(window.panel, window.close, period.day0, period.day1,
+                                       "cpu")
+    want = stack.final_cash(programs, lengths)
+    assert np.array_equal(bits.final_cash(programs, lengths), want)
+    assert np.array_equal(default.final_cash(programs, lengths), want)
+    assert default.last_ops == bits.last_counts.credited
+
+
+@needs_cuda
+def test_cuda_bitwise_equals_cpu(window: GPWindow) -> None:
+    pop = population(6 if cuda_simulated() else 3000, 13)
+    programs, lengths = pop.compile()
+    period = window.test  # short window keeps the simulator quick
+    cpu = gp_bitwise.BitwiseEvaluator(window.panel, window.close, period.day0, period.day1, "cpu")
+    gpu = gp_bitwise.BitwiseEvaluator(window.panel, window.close, period.day0, period.day1,
+                                      "cuda")
+    assert np.array_equal(gpu.final_cash(programs, lengths), cpu.final_cash(programs, lengths))
+
+
+def test_bad_programs_rejected(window: GPWindow) -> None:
+    ev = gp_bitwise.BitwiseEvaluator(window.panel, window.close, window.test.day0,
+                                     window.test.day1, "cpu")
+    bad = np.array([[N_TERMINALS + 1, N_TERMINALS - 1]], np.int16)  # OR with one argument
+    with pytest.raises(ValueError, match="typed postfix"):
+        ev.final_cash(bad, np.array([2], np.int32))
+
+
+@pytest.mark.gpu
+def test_cuda_bitwise_equals_stack_interpreter_at_paper_size(shared_data) -> None:  # type: ignore[no-untyped-def]
+    w = load_window(shared_data / "sp500_5yr_daily", 32, 768, 0)
+    programs, lengths = population(3000, 21).compile()
+    day1 = w.panel.shape[0]
+    stack = gp_eval.PopulationEvaluator(w.panel, w.close, 0, day1, "cpu", method="stack")
+    bits = gp_eval.PopulationEvaluator(w.panel, w.close, 0, day1, "cuda", method="bitwise")
+    assert np.array_equal(bits.final_cash(programs, lengths), stack.final_cash(programs, lengths))
