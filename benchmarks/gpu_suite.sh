@@ -17,6 +17,7 @@ for s in "${steps[@]}"; do
     indicators) timeout 200 python3 benchmarks/indicators.py --json "$OUT/indicators.json" 2>&1 | tail -25 ;;
     options) timeout 300 python3 benchmarks/options.py --json "$OUT/options.json" 2>&1 | tail -40 ;;
     gp) timeout 300 python3 benchmarks/gp_evaluator.py --json "$OUT/gp_evaluator.json" 2>&1 | tail -25 ;;
+    gp_eval) timeout 400 python3 benchmarks/gp_eval.py --json "$OUT/gp_eval.json" 2>&1 | grep -v repaired | tail -40 ;;
     experiment) timeout 560 python3 benchmarks/gp_experiment.py --json "$OUT/gp_experiment.json" 2>&1 | tail -40 ;;
   esac
 done
