@@ -49,7 +49,7 @@ from gpu import gp_core
 from gpu.device import resolve_device
 from gpu.gp_core import CASH0, CODE_BUY, CODE_SELL, OP_AND, OP_GT, OP_NOT, STACK_SIZE
 from gpu.terminals import N_FLOAT, N_TERMINALS
-from gpu.twin import compile_twin
+from gpu.twin import compile_twin, cuda_kernel_cache, flush_stale_caches
 
 F64 = npt.NDArray[np.float64]
 I16 = npt.NDArray[np.int16]
@@ -63,6 +63,8 @@ INS_NOT = N_MASKS                                   # linear op codes after the 
 INS_AND = N_MASKS + 1
 INS_OR = N_MASKS + 2
 THREADS_PER_BLOCK = 128
+# the interpreter's stack plus the filler slot below the first load (see eval_word)
+STACK_WORDS = STACK_SIZE + 1
 
 # uint64 constants: numba types a mix of uint64 and int64 as float64, so the word
 # arithmetic below uses these and never a plain int literal.
@@ -201,6 +203,8 @@ _twin = compile_twin(
     cpu_constants={"STEP_MONEY": gp_core.CPU.step_money, "LIQUIDATE": gp_core.CPU.liquidate},
     cuda_constants={"STEP_MONEY": _cuda_money.step_money, "LIQUIDATE": _cuda_money.liquidate},
 )
+# The drivers inline gp_core's money rules: flush their cache entries when gp_core changes.
+flush_stale_caches(__file__, [gp_core.__file__])
 _mask_word_cpu = _twin.cpu.mask_word
 _simulate_cpu = _twin.cpu.simulate_bits
 
@@ -260,53 +264,47 @@ def _final_cash_bits_cpu(code: Any, lengths: Any, masks: Any, close: Any, day0: 
                          out: Any) -> None:
     n_stocks = close.shape[1]
     for i in prange(code.shape[0]):
-        stack = np.empty(STACK_SIZE + 1, np.uint64)
+        stack = np.empty(STACK_WORDS, np.uint64)
         for s in range(n_stocks):
             out[i, s] = _simulate_cpu(code[i], lengths[i], masks, close, s, day0, day1, stack)
 
 
 # --------------------------------------------------------------------------- CUDA kernels
-def _make_kernels() -> tuple[Any, Any]:
-    core = _twin.cuda
-    mask_word_dev = core.mask_word
-    simulate_dev = core.simulate_bits
-
-    @cuda.jit
-    def masks_kernel(panel: Any, day0: int, day1: int, out: Any) -> None:
-        t = cuda.grid(1)  # type: ignore[call-arg,var-annotated]
-        n_stocks = out.shape[2]
-        n_words = out.shape[1]
-        if t >= out.shape[0] * n_words * n_stocks:
-            return
-        s = t % n_stocks
-        rest = t // n_stocks
-        w = rest % n_words
-        k = rest // n_words
-        out[k, w, s] = mask_word_dev(panel, day0, day1, k, w, s)
-
-    @cuda.jit
-    def final_cash_kernel(code: Any, lengths: Any, masks: Any, close: Any, day0: int,
-                          day1: int, out: Any) -> None:
-        t = cuda.grid(1)  # type: ignore[call-arg,var-annotated]
-        n_stocks = close.shape[1]
-        i = t // n_stocks
-        if i >= code.shape[0]:
-            return
-        s = t - i * n_stocks
-        stack = cuda.local.array(STACK_SIZE + 1, numba.uint64)
-        out[i, s] = simulate_dev(code[i], lengths[i], masks, close, s, day0, day1, stack)
-
-    return masks_kernel, final_cash_kernel
+# Module-level kernels, so numba's disk cache keeps them across processes on a real GPU
+# (the headline `evolve` otherwise spends a second or more on JIT in every run).
+_mask_word_dev = _twin.cuda.mask_word
+_simulate_dev = _twin.cuda.simulate_bits
 
 
-_kernels: tuple[Any, Any] | None = None
+@cuda.jit(cache=cuda_kernel_cache())
+def _masks_kernel(panel: Any, day0: int, day1: int, out: Any) -> None:
+    t = cuda.grid(1)  # type: ignore[call-arg,var-annotated]
+    n_stocks = out.shape[2]
+    n_words = out.shape[1]
+    if t >= out.shape[0] * n_words * n_stocks:
+        return
+    s = t % n_stocks
+    rest = t // n_stocks
+    w = rest % n_words
+    k = rest // n_words
+    out[k, w, s] = _mask_word_dev(panel, day0, day1, k, w, s)
+
+
+@cuda.jit(cache=cuda_kernel_cache())
+def _final_cash_kernel(code: Any, lengths: Any, masks: Any, close: Any, day0: int, day1: int,
+                       out: Any) -> None:
+    t = cuda.grid(1)  # type: ignore[call-arg,var-annotated]
+    n_stocks = close.shape[1]
+    i = t // n_stocks
+    if i >= code.shape[0]:
+        return
+    s = t - i * n_stocks
+    stack = cuda.local.array(STACK_WORDS, numba.uint64)
+    out[i, s] = _simulate_dev(code[i], lengths[i], masks, close, s, day0, day1, stack)
 
 
 def _cuda_kernels() -> tuple[Any, Any]:
-    global _kernels
-    if _kernels is None:
-        _kernels = _make_kernels()
-    return _kernels
+    return _masks_kernel, _final_cash_kernel
 
 
 def _blocks(n_threads: int) -> int:
