@@ -93,7 +93,7 @@ def cuda_kernel_seconds(ev: Any, programs: np.ndarray, lengths: np.ndarray,
     if isinstance(ev, gp_bitwise.BitwiseEvaluator):
         code, code_len = gp_bitwise.to_mask_programs(programs, lengths)
         d_code, d_len = cuda.to_device(code), cuda.to_device(code_len)
-        kernel = gp_bitwise._cuda_kernels()[1][gp_bitwise._blocks(n * s),
+        kernel = gp_bitwise._final_cash_kernel[gp_bitwise._blocks(n * s),
                                                gp_bitwise.THREADS_PER_BLOCK]
 
         def launch() -> None:
@@ -170,22 +170,51 @@ def deap_rate(window: GPWindow, pop: Population, n_rules: int, n_stocks: int) ->
 
 def headline_evolve(population: int, generations: int, stocks: int, quick: bool
                     ) -> dict[str, Any]:
-    """Wall time of the issue's headline `evolve` command (a subprocess, JIT caches warm)."""
-    out = Path(os.environ.get("OUT", "/tmp")) / "headline_best.json"
+    """Wall time of the issue's headline `evolve` command (a subprocess) and where it goes."""
+    out_dir = Path(os.environ.get("OUT", "/tmp"))
+    out, js = out_dir / "headline_best.json", out_dir / "headline_evolve.json"
     cmd = [sys.executable, str(REPO / "run_engine.py"), "evolve", "--data",
            str(data_dir() / "sp500_5yr_daily"), "--stocks", str(stocks), "--train-days",
            "768" if not quick else "200", "--test-days", "256" if not quick else "60",
            "--population", str(population), "--generations", str(generations), "--seed", "1",
-           "--out", str(out)]
+           "--out", str(out), "--json", str(js), "--quiet"]
     runs = []
     for _ in range(2):  # the first run fills numba's disk caches
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         runs.append(time.perf_counter() - t0)
         if proc.returncode != 0:
-            return {"error": proc.stderr.strip().splitlines()[-1:]}
-    return {"command": " ".join(cmd[1:]), "wall_seconds_first": runs[0],
-            "wall_seconds": runs[1], "best_fitness": json.loads(out.read_text())["best"]["fitness"]}
+            return {"error": proc.stderr.strip().splitlines()[-3:]}
+    rep = json.loads(js.read_text())
+    gens = rep["generations"]
+    gen_seconds = sum(g["seconds"] for g in gens)
+    eval_seconds = sum(g["eval_seconds"] for g in gens)
+    return {"command": " ".join(cmd[2:]), "wall_seconds_first": runs[0], "wall_seconds": runs[1],
+            "command_seconds": rep["seconds"], "generations_seconds": gen_seconds,
+            "evaluation_seconds": eval_seconds, "breeding_seconds": gen_seconds - eval_seconds,
+            "startup_and_io_seconds": runs[1] - gen_seconds,
+            "best_fitness": rep["best"]["fitness"], "best_buy": rep["best"]["buy"],
+            "best_sell": rep["best"]["sell"]}
+
+
+def evolution_parity(window: GPWindow, population: int, generations: int, device: str
+                     ) -> dict[str, Any]:
+    """The same seeded evolution with the stack interpreter and the bitwise evaluator."""
+    results = {}
+    for method in ("stack", "bitwise"):
+        ev = gp_eval.PopulationEvaluator(window.panel, window.close, window.train.day0,
+                                         window.train.day1, device, method)
+        t0 = time.perf_counter()
+        res = evolve(ev, EvolutionConfig(population=population, generations=generations, seed=1))
+        results[method] = (res, time.perf_counter() - t0)
+    stack, bits = results["stack"][0], results["bitwise"][0]
+    same = ([c.fitness for c in stack.hall_of_fame] == [c.fitness for c in bits.hall_of_fame]
+            and all(a.rule == b.rule for a, b in zip(stack.hall_of_fame, bits.hall_of_fame,
+                                                     strict=True)))
+    return {"population": population, "generations": generations, "device": device,
+            "stack_seconds": results["stack"][1], "bitwise_seconds": results["bitwise"][1],
+            "hall_of_fame_identical": same, "best_fitness_stack": stack.best.fitness,
+            "best_fitness_bitwise": bits.best.fitness}
 
 
 def bench_window(w: GPWindow, n_stocks: int, days: int, pop_name: str, pop: Population,
@@ -280,11 +309,15 @@ def main() -> None:
     except ImportError:
         deap = {"skipped": "deap not installed"}
     print(f"DEAP peer: {deap}")
+    parity = evolution_parity(big, population, 3 if quick else 50,
+                              "cuda" if use_cuda else "cpu")
+    print(f"evolution parity, stack vs bitwise: {parity}")
     headline = headline_evolve(population, 50 if not quick else 3, max(sizes), quick) \
         if use_cuda or quick else {"skipped": "no GPU"}
     print(f"headline evolve: {headline}")
     print(f"final cash mismatches against the CPU stack interpreter: {mismatches}")
     args.json.write_text(json.dumps({"rows": rows, "deap": deap, "headline_evolve": headline,
+                                     "evolution_parity": parity,
                                      "mismatches": mismatches}, indent=2, default=float))
     print(f"wrote {args.json}")
 

@@ -303,10 +303,6 @@ def _final_cash_kernel(code: Any, lengths: Any, masks: Any, close: Any, day0: in
     out[i, s] = _simulate_dev(code[i], lengths[i], masks, close, s, day0, day1, stack)
 
 
-def _cuda_kernels() -> tuple[Any, Any]:
-    return _masks_kernel, _final_cash_kernel
-
-
 def _blocks(n_threads: int) -> int:
     return max(1, math.ceil(n_threads / THREADS_PER_BLOCK))
 
@@ -323,9 +319,8 @@ def build_masks(panel: np.ndarray, day0: int, day1: int, device: str = "cpu") ->
         out = np.empty(shape, np.uint64)
         _masks_cpu(panel, day0, day1, out)
         return out
-    masks_kernel, _ = _cuda_kernels()
     d_out = cuda.device_array(shape, np.uint64)
-    masks_kernel[_blocks(d_out.size), THREADS_PER_BLOCK](cuda.to_device(panel), day0, day1, d_out)
+    _masks_kernel[_blocks(d_out.size), THREADS_PER_BLOCK](cuda.to_device(panel), day0, day1, d_out)
     return np.asarray(d_out.copy_to_host())
 
 
@@ -365,15 +360,16 @@ class BitwiseEvaluator:
         self.last_counts = BitwiseCounts(0, 0, 0)
         shape = (N_MASKS, n_words(self.n_days), self.n_stocks)
         self.mask_ops = N_MASKS * self.n_stocks * self.n_days
+        self._h_out: Any = None
+        self._d_out: Any = None
         t0 = time.perf_counter()
         if self.device == "cpu":
             self._masks: Any = np.empty(shape, np.uint64)
             _masks_cpu(panel_c, day0, day1, self._masks)
             self._close: Any = close_c
         else:
-            masks_kernel, _ = _cuda_kernels()
             self._masks = cuda.device_array(shape, np.uint64)
-            masks_kernel[_blocks(self._masks.size), THREADS_PER_BLOCK](
+            _masks_kernel[_blocks(self._masks.size), THREADS_PER_BLOCK](
                 cuda.to_device(panel_c), day0, day1, self._masks)
             self._close = cuda.to_device(close_c)
             cuda.synchronize()
@@ -396,12 +392,18 @@ class BitwiseEvaluator:
             _final_cash_bits_cpu(code, code_lengths, self._masks, self._close, self.day0,
                                  self.day1, out)
         else:
-            _, final_cash_kernel = _cuda_kernels()
-            d_out = cuda.device_array(out.shape, np.float64)
-            final_cash_kernel[_blocks(n * self.n_stocks), THREADS_PER_BLOCK](
+            # only the used columns travel; the cash comes back through a reused pinned
+            # buffer (a pageable copy of 25,000 x 128 doubles costs several ms)
+            code = np.ascontiguousarray(code[:, : max(1, int(code_lengths.max()))])
+            if self._h_out is None or self._h_out.shape[0] < n:
+                self._h_out = cuda.pinned_array((n, self.n_stocks), np.float64)
+                self._d_out = cuda.device_array((n, self.n_stocks), np.float64)
+            d_out = self._d_out[:n]
+            _final_cash_kernel[_blocks(n * self.n_stocks), THREADS_PER_BLOCK](
                 cuda.to_device(code), cuda.to_device(code_lengths), self._masks, self._close,
                 self.day0, self.day1, d_out)
-            d_out.copy_to_host(out)
+            d_out.copy_to_host(self._h_out[:n])
+            out[...] = self._h_out[:n]
         self.last_seconds = time.perf_counter() - t0
         instructions = int(code_lengths.astype(np.int64).sum())
         self.last_counts = BitwiseCounts(
