@@ -34,23 +34,22 @@ the GPU. NVVM contracts a multiply feeding an add into one fused multiply-add by
 which rounds once instead of twice; `dmul_rn` forbids that, so GPU money equals CPU money
 bit for bit.
 
-The plain functions below refer to each other through module globals in CAPITALS
-(DECIDE, STEP_MONEY, LIQUIDATE, MUL_RN). `build_backend` rebinds those names to the
-compiled versions of one backend, so the same source compiles for numba's CPU and CUDA
-targets.
+The plain functions below call each other by name; `gpu.twin.compile_twin` compiles them
+once for numba's CPU target and once as CUDA device functions, each backend's names
+bound to its own compiled functions. These functions are the single statement of the
+paper's money rules: the evaluators (gp_eval, gp_bitwise) call them, and the engine's
+broker is tested against them to the cent (tests/test_gp_parity.py).
 """
 
 from __future__ import annotations
 
 import math
-import types
-from collections.abc import Callable
 from typing import Any
 
-import numba
 import numpy as np
 
 from gpu.terminals import N_BOOL, N_FLOAT, N_TERMINALS
+from gpu.twin import Backend, compile_twin
 
 OP_AND = N_TERMINALS          # 31
 OP_OR = N_TERMINALS + 1       # 32
@@ -141,12 +140,12 @@ def step_money(code: int, signal: int, shares: float, cash: float, price: float
             signal = 1
             n = float(math.floor((cash - COMMISSION) / price))
             if n >= 1.0:
-                cash = cash - (MUL_RN(n, price) + COMMISSION)
+                cash = cash - (mul_rn(n, price) + COMMISSION)
                 shares = n
     elif code == CODE_SELL and signal == 1:
         signal = 0
         if shares > 0.0:
-            cash = cash + (MUL_RN(shares, price) - COMMISSION)
+            cash = cash + (mul_rn(shares, price) - COMMISSION)
             shares = 0.0
     return signal, shares, cash
 
@@ -154,7 +153,7 @@ def step_money(code: int, signal: int, shares: float, cash: float, price: float
 def liquidate(shares: float, cash: float, price: float) -> float:
     """Cash after selling whatever is held at `price` (end of the window)."""
     if shares > 0.0:
-        cash = cash + (MUL_RN(shares, price) - COMMISSION)
+        cash = cash + (mul_rn(shares, price) - COMMISSION)
     return cash
 
 
@@ -165,9 +164,9 @@ def simulate(program: Any, length: int, panel: Any, close: Any, stock: int,
     shares = 0.0
     cash = CASH0
     for day in range(day0, day1):
-        code = DECIDE(program, length, panel[day], stock)
-        signal, shares, cash = STEP_MONEY(code, signal, shares, cash, close[day, stock])
-    return LIQUIDATE(shares, cash, close[day1 - 1, stock])
+        code = decide(program, length, panel[day], stock)
+        signal, shares, cash = step_money(code, signal, shares, cash, close[day, stock])
+    return liquidate(shares, cash, close[day1 - 1, stock])
 
 
 def simulate_codes(codes: Any, close: Any, stock: int, day0: int, day1: int) -> float:
@@ -176,68 +175,38 @@ def simulate_codes(codes: Any, close: Any, stock: int, day0: int, day1: int) -> 
     shares = 0.0
     cash = CASH0
     for day in range(day0, day1):
-        signal, shares, cash = STEP_MONEY(codes[day - day0, stock], signal, shares, cash,
+        signal, shares, cash = step_money(codes[day - day0, stock], signal, shares, cash,
                                           close[day, stock])
-    return LIQUIDATE(shares, cash, close[day1 - 1, stock])
+    return liquidate(shares, cash, close[day1 - 1, stock])
 
 
 def buy_hold(close: Any, stock: int, day0: int, day1: int) -> float:
     """Final cash of buying at close[day0] and selling at close[day1 - 1]."""
-    signal, shares, cash = STEP_MONEY(CODE_BUY, 0, 0.0, CASH0, close[day0, stock])
-    return LIQUIDATE(shares, cash, close[day1 - 1, stock])
+    signal, shares, cash = step_money(CODE_BUY, 0, 0.0, CASH0, close[day0, stock])
+    return liquidate(shares, cash, close[day1 - 1, stock])
 
 
-# Placeholders for the names the plain functions call; build_backend rebinds them. As plain
-# Python (the reference path of the CUDA simulator) they are the plain functions.
-MUL_RN: Callable[..., Any] = mul_rn
-DECIDE: Callable[..., Any] = decide
-STEP_MONEY: Callable[..., Any] = step_money
-LIQUIDATE: Callable[..., Any] = liquidate
-
-_ORDER = (("DECIDE", decide), ("STEP_MONEY", step_money), ("LIQUIDATE", liquidate),
-          ("SIMULATE", simulate), ("SIMULATE_CODES", simulate_codes), ("BUY_HOLD", buy_hold))
+# The core, compiled for both backends by gpu.twin. On the GPU `mul_rn` is libdevice's
+# dmul_rn (never fused); under the CUDA simulator the plain function stands in for it.
+_CORE = (mul_rn, decide, step_money, liquidate, simulate, simulate_codes, buy_hold)
 
 
-def _rebind(fn: Callable[..., Any], names: dict[str, Any]) -> Callable[..., Any]:
-    """`fn` with the given module globals replaced (same code object, new globals dict)."""
-    glb = dict(fn.__globals__)
-    glb.update(names)
-    new = types.FunctionType(fn.__code__, glb, fn.__name__, fn.__defaults__, fn.__closure__)
-    new.__qualname__ = fn.__qualname__
-    new.__module__ = fn.__module__
-    new.__doc__ = fn.__doc__
-    return new
-
-
-def build_backend(jit: Callable[[Callable[..., Any]], Any], mul: Any) -> types.SimpleNamespace:
-    """Compile the core for one target: `jit` wraps a plain function, `mul` is MUL_RN."""
-    names: dict[str, Any] = {"MUL_RN": mul}
-    for name, fn in _ORDER:
-        names[name] = jit(_rebind(fn, names))
-    return types.SimpleNamespace(**{k.lower(): v for k, v in names.items()})
-
-
-def _cpu_jit(fn: Callable[..., Any]) -> Any:
-    return numba.njit(cache=True, nogil=True)(fn)
-
-
-#: the CPU backend (numba njit); gp_eval builds the CUDA one on first use
-CPU = build_backend(_cpu_jit, numba.njit(cache=True)(mul_rn))
-
-
-def cuda_backend() -> types.SimpleNamespace:
-    """The CUDA device-function backend (or the simulator's, under NUMBA_ENABLE_CUDASIM)."""
-    from numba import cuda
-
+def _cuda_overrides() -> dict[str, Any]:
     from gpu.device import cuda_simulated
 
-    def jit(fn: Callable[..., Any]) -> Any:
-        return cuda.jit(device=True)(fn)
-
     if cuda_simulated():
-        mul: Any = cuda.jit(device=True)(mul_rn)
-    else:
-        from numba.cuda import libdevice
+        return {}
+    from numba.cuda import libdevice
 
-        mul = libdevice.dmul_rn
-    return build_backend(jit, mul)
+    return {"mul_rn": libdevice.dmul_rn}
+
+
+_twin = compile_twin(__name__, _CORE, dict(globals()), cuda_constants=_cuda_overrides())
+
+#: the CPU backend (numba njit): attributes decide, step_money, liquidate, simulate, ...
+CPU = _twin.cpu
+
+
+def cuda_backend() -> Backend:
+    """The CUDA device-function backend (or the simulator's, under NUMBA_ENABLE_CUDASIM)."""
+    return _twin.cuda

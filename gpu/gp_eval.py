@@ -13,10 +13,9 @@ same op sequence without divergence and read the program row as a broadcast. The
 interpreter's stack is a few bits in a register (gp_core.decide), never local memory. The
 CPU twin runs the same core functions in a prange over programs.
 
-Compiled CPU kernels are cached on disk (numba cache=True). numba invalidates a cache entry
-only when the caller's own source file changes, and these kernels inline gp_core: after
-editing gp_core.py, delete gpu/__pycache__/gp_eval*.nb* (fresh checkouts are unaffected).
-The CUDA kernels are not cached (one JIT per process, done by PopulationEvaluator at once).
+Compiled kernels follow the one cache policy of `gpu.twin`: cached on disk (CUDA ones only
+on a real GPU), and flushed at import whenever gp_core.py is newer than their cache entry,
+since they inline the core.
 
 The evaluators return final cash per (program, stock) in float64; fitness is reduced on the
 host by `fitness_from_cash`, the same numpy code for both backends, so identical cash gives
@@ -38,6 +37,7 @@ from gpu import gp_core
 from gpu.device import resolve_device
 from gpu.gp_core import CASH0, STACK_SIZE
 from gpu.terminals import N_FLOAT, N_TERMINALS
+from gpu.twin import cuda_kernel_cache, flush_stale_caches
 
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
@@ -47,6 +47,7 @@ I8 = npt.NDArray[np.int8]
 
 THREADS_PER_BLOCK = 128
 
+flush_stale_caches(__file__, [gp_core.__file__])
 _cpu = gp_core.CPU
 _simulate_cpu = _cpu.simulate
 _decide_cpu = _cpu.decide
@@ -95,7 +96,7 @@ _simulate_dev = _cuda_core.simulate
 _decide_dev = _cuda_core.decide
 
 
-@cuda.jit
+@cuda.jit(cache=cuda_kernel_cache())
 def _final_cash_kernel(programs: Any, lengths: Any, panel: Any, close: Any, day0: int, day1: int,
                        out: Any) -> None:
     t = cuda.grid(1)  # type: ignore[call-arg,var-annotated]
@@ -107,7 +108,7 @@ def _final_cash_kernel(programs: Any, lengths: Any, panel: Any, close: Any, day0
     out[i, s] = _simulate_dev(programs[i], lengths[i], panel, close, s, day0, day1)
 
 
-@cuda.jit
+@cuda.jit(cache=cuda_kernel_cache())
 def _codes_kernel(programs: Any, lengths: Any, panel: Any, day0: int, day1: int,
                   out: Any) -> None:
     t = cuda.grid(1)  # type: ignore[call-arg,var-annotated]

@@ -81,12 +81,16 @@ def _namespace(
     module_name: str,
     functions: Iterable[Callable[..., Any]],
     constants: Mapping[str, Any],
+    overrides: Mapping[str, Any],
     decorate: Callable[[Callable[..., Any]], Any],
 ) -> dict[str, Any]:
     # __name__ lets numba's disk cache rebuild a function's environment from the module.
     ns: dict[str, Any] = {k: v for k, v in constants.items() if not k.startswith("__")}
     ns["__name__"] = module_name
     for f in functions:
+        if f.__name__ in overrides:
+            ns[f.__name__] = overrides[f.__name__]
+            continue
         clone = types.FunctionType(f.__code__, ns, f.__name__, f.__defaults__, f.__closure__)
         clone.__qualname__ = f.__qualname__
         ns[f.__name__] = decorate(clone)
@@ -110,23 +114,28 @@ def compile_twin(
     module's globals (dunder names are dropped; `module_name` names the namespace).
     `cpu_constants` / `cuda_constants` add or replace names for one backend only, for the
     rare callee that must differ (an already compiled function of another core, or a
-    libdevice intrinsic such as `dmul_rn`).
+    libdevice intrinsic such as `dmul_rn`); such a name replaces a core function of the
+    same name on that backend (the core's plain version stays the reference in Python).
     """
     functions = tuple(functions)
     consts = dict(constants or {})
     names = [f.__name__ for f in functions]
     if len(set(names)) != len(names):
         raise ValueError(f"core functions must have distinct names: {names}")
+    cpu_only, cuda_only = dict(cpu_constants or {}), dict(cuda_constants or {})
+    # nogil: a CPU driver may run the core on a worker thread beside the event loop
     cpu_ns = _namespace(
         module_name,
         functions,
-        {**consts, **(cpu_constants or {})},
-        lambda f: njit(cache=True, fastmath=fastmath)(f),
+        {**consts, **cpu_only},
+        cpu_only,
+        lambda f: njit(cache=True, nogil=True, fastmath=fastmath)(f),
     )
     gpu_ns = _namespace(
         module_name,
         functions,
-        {**consts, **(cuda_constants or {})},
+        {**consts, **cuda_only},
+        cuda_only,
         lambda f: cuda.jit(device=True, fastmath=fastmath)(f),
     )
     return Twin(Backend(cpu_ns, names), Backend(gpu_ns, names))

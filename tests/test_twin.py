@@ -95,3 +95,19 @@ def test_flush_removes_only_cache_entries_older_than_the_core(tmp_path: Path) ->
     fresh.write_text("x")
     assert flush_stale_caches(str(module), [str(core)]) == 0
     assert fresh.exists()
+
+
+def _scaled_twice(x: float) -> float:
+    return _unit(x) * 2.0
+
+
+def _unit(x: float) -> float:
+    return x
+
+
+def test_backend_constant_replaces_a_core_function_on_that_backend_only() -> None:
+    doubled = njit(lambda x: 10.0 * x)
+    twin = compile_twin(__name__, (_unit, _scaled_twice), cpu_constants={"_unit": doubled})
+    assert twin.cpu._scaled_twice(3.0) == 60.0       # the CPU override is called
+    assert twin.cpu._unit is doubled
+    assert _scaled_twice(3.0) == 6.0                  # plain Python keeps the core's version
