@@ -131,14 +131,6 @@ def discover(path: str | Path) -> list[LeanFile]:
     return files
 
 
-def is_lean_path(path: str | Path) -> bool:
-    """True when `path` is a LEAN tick zip or a folder holding some."""
-    try:
-        return bool(discover(path))
-    except ValueError:
-        return False
-
-
 # ---------------------------------------------------------------- parsing
 
 

@@ -43,7 +43,6 @@ RECORD_DTYPE = np.dtype(
 KIND_TRADE = 0
 KIND_QUOTE = 1
 KIND_BAR = 2
-KIND_NAMES = {KIND_TRADE: "trade", KIND_QUOTE: "quote", KIND_BAR: "bar"}
 
 CHUNK_RECORDS = 65_536
 """Most records in one chunk (about 3.4 MB of RECORD_DTYPE)."""
@@ -101,11 +100,6 @@ class SkipCounter:
 
     def __repr__(self) -> str:
         return f"SkipCounter({self.what}={self.counts})"
-
-
-def empty_records(n: int = 0) -> np.ndarray:
-    """A zero-filled record array of length n."""
-    return np.zeros(n, dtype=RECORD_DTYPE)
 
 
 def split_chunks(records: np.ndarray, limit: int = CHUNK_RECORDS) -> Iterator[np.ndarray]:
@@ -252,7 +246,3 @@ def parse_date(text: str, end_of_day: bool = False) -> int:
         moment = moment.replace(tzinfo=NEW_YORK)
     return _datetime_ns(moment)
 
-
-def ns_to_iso(ts: int) -> str:
-    """UTC ISO-8601 text of an ns timestamp (for messages)."""
-    return str(np.datetime64(int(ts), "ns")) + "Z"

@@ -11,7 +11,6 @@ import logging
 import os
 from typing import Literal
 
-DeviceName = Literal["auto", "cpu", "cuda"]
 Resolved = Literal["cpu", "cuda"]
 
 log = logging.getLogger(__name__)

@@ -78,7 +78,6 @@ ARG_TYPE[[OP_LT, OP_GT]] = TYPE_FLOAT
 #: capacity of the interpreter's bit stack (bits of an int64); a tree of depth D needs at
 #: most D + 1 slots and the finished buy tree holds one more while the sell tree runs.
 STACK_SIZE = 32
-MAX_DEPTH_LIMIT = STACK_SIZE - 3
 
 CASH0 = 10_000.0      # dollars per stock at the start of a window
 COMMISSION = 1.0      # dollars per trade

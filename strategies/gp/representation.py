@@ -122,20 +122,6 @@ def prefix_to_postfix(ops: I16, n: int, sizes: I16, depths: I32, out: I16) -> No
         out[i - depths[i] + sizes[i] - 1] = ops[i]
 
 
-@numba.njit(cache=True, nogil=True)
-def postfix_stack_need(program: I16, n: int) -> int:
-    """Most stack slots the interpreter uses running program[:n] (gp_core.decide)."""
-    sp = 0
-    most = 0
-    for i in range(n):
-        op = program[i]
-        a = ARITY[op]
-        sp += 1 - a
-        if a == 0 and sp > most:
-            most = sp
-    return most
-
-
 @numba.njit(cache=True, parallel=True)
 def _compile_population(ops: I16, sizes: I16, lengths: I16, programs: I16, prog_len: I32
                         ) -> None:
