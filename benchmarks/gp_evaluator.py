@@ -29,7 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from feeds.datadir import data_dir  # noqa: E402
-from gpu import gp_eval  # noqa: E402
+from gpu import gp_decider, gp_eval  # noqa: E402
 from gpu.device import cuda_present  # noqa: E402
 from strategies.gp.init import ramped_half_and_half  # noqa: E402
 from strategies.gp.operators import breed  # noqa: E402
@@ -101,7 +101,7 @@ def time_decider(n_rules: int, n_symbols: int, device: str, repeats: int) -> flo
     """Median seconds of one engine bar close: start + poll until ready + result."""
     pop = bred_population(n_rules, 3, rounds=2)
     programs, lengths = pop.compile()
-    dec = gp_eval.AsyncDecider(programs, lengths, device)
+    dec = gp_decider.AsyncDecider(programs, lengths, device)
     feats = np.random.default_rng(0).normal(100, 10, (n_symbols, 31)).astype(np.float32)
     dec.start(feats)
     dec.result()

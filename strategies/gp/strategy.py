@@ -23,7 +23,8 @@ import numpy as np
 import numpy.typing as npt
 
 from gpu.gp_core import CODE_BUY, CODE_SELL
-from gpu.gp_eval import AsyncDecider, cash_from_codes, decision_codes, final_cash
+from gpu.gp_decider import AsyncDecider
+from gpu.gp_eval import cash_from_codes, decision_codes, final_cash
 from strategies.base import Features, Signals
 from strategies.gp.representation import GPRule, rules_programs
 
