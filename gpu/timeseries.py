@@ -99,11 +99,11 @@ def _reduce_cpu(partial: Any, out: Any) -> None:
 def _tile_block(sh: Any, p: Any, rc: Any, ac: Any, n_lags: int, time_tile: int,
                 partial: Any) -> None:
     n = p.shape[0]
-    lag_tile = cuda.blockDim.x
-    j = cuda.threadIdx.x
-    tile = cuda.blockIdx.x
+    lag_tile: int = cuda.blockDim.x  # type: ignore[assignment]
+    j: int = cuda.threadIdx.x  # type: ignore[assignment]
+    tile: int = cuda.blockIdx.x  # type: ignore[assignment]
     t0 = tile * time_tile
-    l0 = cuda.blockIdx.y * lag_tile
+    l0: int = cuda.blockIdx.y * lag_tile  # type: ignore[operator]
     span = time_tile + lag_tile
     pa = sh[0:time_tile]
     ra = sh[time_tile:2 * time_tile]
@@ -132,7 +132,7 @@ def _tile_block(sh: Any, p: Any, rc: Any, ac: Any, n_lags: int, time_tile: int,
             pb[i] = 0
             rb[i] = 0
             ab[i] = 0
-    cuda.syncthreads()
+    cuda.syncthreads()  # type: ignore[call-arg]
     lag = l0 + j
     if lag < n_lags:
         count = min(time_tile, n - lag - t0)
@@ -164,7 +164,7 @@ def _partials_f32(p: Any, rc: Any, ac: Any, n_lags: int, time_tile: int, partial
 
 @cuda.jit(cache=_cache)
 def _reduce_gpu(partial: Any, out: Any) -> None:
-    i = cuda.grid(1)
+    i: int = cuda.grid(1)  # type: ignore[call-arg]
     n_lags = partial.shape[2]
     if i < partial.shape[1] * n_lags:
         q = i // n_lags
