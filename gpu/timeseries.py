@@ -54,6 +54,7 @@ TIME_TILE = 512
 LAG_TILE = 128
 """Lags per CUDA block (threads per block)."""
 N_QUANTITIES = 3  # |Δp|, r̃·r̃, ã·ã
+SHARED_BYTES_MAX = 48 * 1024  # dynamic shared memory without an opt-in
 DTYPES = {"float64": np.float64, "float32": np.float32}
 
 flush_stale_caches(__file__, [timeseries_core.__file__])
@@ -206,7 +207,8 @@ def check_max_lag(n_prices: int, max_lag: int) -> None:
         )
 
 
-def _prepared(prices: npt.ArrayLike, dtype: type) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def prepared_series(prices: npt.ArrayLike, dtype: type
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Shifted prices, centred changes and centred absolute changes, padded to N points.
 
     The change arrays get a zero at t = N − 1, so one summation range t < N − Δt serves
@@ -234,26 +236,38 @@ def lag_sums(prices: npt.ArrayLike, n_lags: int, device: str = "auto",
         raise ValueError("tile sizes must be positive")
     dev = resolve_device(device, "time-series kernels")
     dtype = DTYPES[precision]
-    p, rc, ac = _prepared(prices, dtype)
-    n = p.shape[0]
-    n_tiles = -(-n // time_tile)
+    p, rc, ac = prepared_series(prices, dtype)
     out = np.empty((N_QUANTITIES, n_lags), np.float64)
     if dev == "cpu":
+        n_tiles = -(-p.shape[0] // time_tile)
         partial = np.empty((n_tiles, N_QUANTITIES, n_lags), np.float64)
         _partials_cpu(p, rc, ac, n_lags, time_tile, partial)
         _reduce_cpu(partial, out)
         return out, dev
-    d_p, d_rc, d_ac = cuda.to_device(p), cuda.to_device(rc), cuda.to_device(ac)
+    d_out = lag_sums_device(cuda.to_device(p), cuda.to_device(rc), cuda.to_device(ac), n_lags,
+                            time_tile, lag_tile)
+    d_out.copy_to_host(out)
+    return out, dev
+
+
+def lag_sums_device(d_p: Any, d_rc: Any, d_ac: Any, n_lags: int, time_tile: int = TIME_TILE,
+                    lag_tile: int = LAG_TILE) -> Any:
+    """The two CUDA launches of `lag_sums` on device arrays from `prepared_series` (timing)."""
+    n = d_p.shape[0]
+    n_tiles = -(-n // time_tile)
     d_partial = cuda.device_array((n_tiles, N_QUANTITIES, n_lags), np.float64)
     d_out = cuda.device_array((N_QUANTITIES, n_lags), np.float64)
-    shared_bytes = 3 * (2 * time_tile + lag_tile) * np.dtype(dtype).itemsize
-    kernel = _partials_f64 if dtype is np.float64 else _partials_f32
+    itemsize = np.dtype(d_p.dtype).itemsize
+    shared_bytes = 3 * (2 * time_tile + lag_tile) * itemsize
+    if shared_bytes > SHARED_BYTES_MAX:
+        raise ValueError(f"tiles of {time_tile} times x {lag_tile} lags need {shared_bytes} "
+                         f"bytes of shared memory, more than {SHARED_BYTES_MAX}")
+    kernel = _partials_f64 if itemsize == 8 else _partials_f32
     grid = (n_tiles, -(-n_lags // lag_tile))
     kernel[grid, lag_tile, 0, shared_bytes](d_p, d_rc, d_ac, n_lags, time_tile, d_partial)
     threads = 128
     _reduce_gpu[-(-(N_QUANTITIES * n_lags) // threads), threads](d_partial, d_out)
-    d_out.copy_to_host(out)
-    return out, dev
+    return d_out
 
 
 def statistics_from_sums(sums: F64, n_prices: int, max_lag: int) -> tuple[F64, F64, F64, F64]:

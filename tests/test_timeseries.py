@@ -192,3 +192,34 @@ def test_command_user_errors_are_one_line(bad: list[str], tmp_path: Path,
 def test_missing_path_is_a_user_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, err = _run(["timeseries", "--data", str(tmp_path / "nope"), "--max-lag", "3"], capsys)
     assert code == 2 and "not found" in err
+
+
+# ---------------------------------------------------------------- real GPU
+
+
+@pytest.mark.gpu
+def test_real_gpu_matches_numpy_at_size() -> None:
+    p = _walk(200_003, seed=8, level=171.0)
+    ref = lag_statistics_numpy(p, 4096)
+    gpu64 = lag_statistics(p, 4096, device="cuda")
+    _assert_agrees(gpu64, ref, rtol=1e-9, hurst_atol=1e-9)
+    gpu32 = lag_statistics(p, 4096, device="cuda", precision="float32")
+    m, hurst, rho, rho_abs = ref
+    np.testing.assert_allclose(gpu32.mean_abs_change, m[:-1], rtol=1e-3)
+    np.testing.assert_allclose(gpu32.autocorr, rho, atol=1e-3)
+    np.testing.assert_allclose(gpu32.autocorr_abs, rho_abs, atol=1e-3)
+    np.testing.assert_allclose(gpu32.hurst[:64], hurst[:64], atol=1e-3)
+
+
+@pytest.mark.gpu
+def test_real_gpu_equals_cpu_twin_on_bac(shared_data: Path) -> None:
+    from engine.commands.timeseries import price_series
+
+    series, _ = price_series([str(shared_data / "lean_ticks_2013-10/equity/usa/tick/bac")])
+    p = series["BAC"]
+    gpu = lag_statistics(p, 1024, device="cuda")
+    cpu = lag_statistics(p, 1024, device="cpu")
+    np.testing.assert_allclose(gpu.mean_abs_change, cpu.mean_abs_change, rtol=1e-12)
+    np.testing.assert_allclose(gpu.autocorr, cpu.autocorr, atol=1e-12)
+    np.testing.assert_allclose(gpu.autocorr_abs, cpu.autocorr_abs, atol=1e-12)
+    assert gpu.hurst[0] < 0.5 and gpu.autocorr[0] < 0
