@@ -3,8 +3,10 @@
 Returns file (CSV, written by `evolve --returns-out` or by hand): a header naming one column
 per strategy, optionally a first column `date` (or `day`, `time`), then one row per day of
 simple returns. Rows with a missing or non-finite return are dropped (and counted): every
-correlation is then taken over the same days. A strategy whose returns never vary has no
-correlation and is an error, as are fewer than 3 usable days and duplicate names.
+correlation is then taken over the same days. A strategy whose returns never vary (an
+evolved rule that never trades) has no correlation: it is set aside and named in
+`constant`. Fewer than 2 varying strategies, fewer than 3 usable days and duplicate names
+are errors.
 
 Selection file (the `select` command's `--json` output, read back by
 `best.json#ensemble:select=FILE`): `subset` lists the chosen column names.
@@ -36,6 +38,7 @@ class ReturnsTable:
     names: list[str]
     returns: npt.NDArray[np.float64]
     dropped_rows: int
+    constant: tuple[str, ...] = ()
 
     def correlation(self) -> npt.NDArray[np.float64]:
         return np.asarray(np.corrcoef(self.returns, rowvar=False), np.float64)
@@ -82,11 +85,14 @@ def read_returns(path: str | Path) -> ReturnsTable:
     returns = values[good]
     if returns.shape[0] < 3:
         raise ValueError(f"{p}: {returns.shape[0]} complete rows of returns; at least 3 needed")
-    flat = [names[j] for j in range(len(names)) if np.ptp(returns[:, j]) == 0]
-    if flat:
-        raise ValueError(f"{p}: strategy {flat[0]!r} has constant returns (no correlation)"
-                         + (f" and {len(flat) - 1} more" if len(flat) > 1 else ""))
-    return ReturnsTable(names=names, returns=returns, dropped_rows=int(np.count_nonzero(~good)))
+    varies = np.ptp(returns, axis=0) > 0
+    if np.count_nonzero(varies) < 2:
+        raise ValueError(f"{p}: {np.count_nonzero(varies)} strategies with varying returns; at "
+                         f"least 2 needed (constant returns have no correlation)")
+    return ReturnsTable(names=[n for n, v in zip(names, varies, strict=True) if v],
+                        returns=np.ascontiguousarray(returns[:, varies]),
+                        dropped_rows=int(np.count_nonzero(~good)),
+                        constant=tuple(n for n, v in zip(names, varies, strict=True) if not v))
 
 
 def write_returns(path: str | Path, names: Sequence[str], returns: npt.ArrayLike,

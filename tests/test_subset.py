@@ -180,7 +180,7 @@ def test_returns_file_round_trip_and_bad_rows_dropped(tmp_path: Path) -> None:
     ("a,a\n1,2\n2,3\n3,5\n", "twice"),
     ("a,b\n1,2\n2,3\n", "at least 3"),
     ("a,b\n1,2\n2,3\n3,4,5\n", "line 4"),
-    ("a,b\n1,2\n1,3\n1,5\n", "constant"),
+    ("a,b\n1,2\n1,3\n1,5\n", "1 strategies with varying"),
     ("\x00\xff\xfe", "at least 2|not a text"),
 ])
 def test_bad_returns_files_are_one_line_errors(text: str, match: str, tmp_path: Path) -> None:

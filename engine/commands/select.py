@@ -71,6 +71,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         table = read_returns(args.returns)
     except ValueError as e:
         raise UserError(str(e)) from None
+    if table.constant:
+        print(f"set aside {len(table.constant)} strategies with constant returns: "
+              f"{', '.join(table.constant[:10])}", file=sys.stderr)
     if table.dropped_rows:
         print(f"dropped {table.dropped_rows} day(s) with a missing or non-finite return",
               file=sys.stderr)
@@ -110,6 +113,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "n": len(table.names),
         "days": int(table.returns.shape[0]),
         "dropped_rows": table.dropped_rows,
+        "constant": list(table.constant),
         "correlation": [[float(x) for x in row] for row in sub],
         "returns": str(args.returns),
     }
