@@ -91,6 +91,14 @@ def main() -> int:
                          "variant": "gpu" if dev == "cuda" else "cpu twin",
                          "seconds": secs, "combinations_per_second": total / secs,
                          "subset": list(runs[0].subset), "distance": runs[0].distance})
+            if dev == "cuda":  # stepping vs unranking every combination (one rank per thread)
+                runs = [least_correlated(corr, k, dev, chunk=1) for _ in range(args.repeats)]
+                secs = statistics.median(r.seconds for r in runs)
+                found["gpu unrank each"] = runs[0].subset
+                rows.append({"n": n, "k": k, "combinations": total,
+                             "variant": "gpu unrank each", "seconds": secs,
+                             "combinations_per_second": total / secs,
+                             "subset": list(runs[0].subset), "distance": runs[0].distance})
         if total <= args.itertools_max:
             log(f"n={n} k={k} by itertools ...")
             t0 = time.perf_counter()
@@ -108,11 +116,11 @@ def main() -> int:
                              and r["variant"] == "cpu twin"), None)
                 row["speedup_vs_cpu_twin"] = base / row["seconds"] if base else None
     print(f"least-correlated k of n, exhaustive; CPU threads {numba.get_num_threads()}")
-    print(f"{'n':>4} {'k':>3} {'combinations':>14} {'variant':<10} {'ms':>10} {'comb/s':>10} "
+    print(f"{'n':>4} {'k':>3} {'combinations':>14} {'variant':<16} {'ms':>10} {'comb/s':>10} "
           f"{'x cpu':>7} agree")
     for r in rows:
         x = f"{r['speedup_vs_cpu_twin']:7.1f}" if r["speedup_vs_cpu_twin"] else f"{'-':>7}"
-        print(f"{r['n']:>4} {r['k']:>3} {r['combinations']:>14,} {r['variant']:<10} "
+        print(f"{r['n']:>4} {r['k']:>3} {r['combinations']:>14,} {r['variant']:<16} "
               f"{r['seconds'] * 1e3:10.3f} {r['combinations_per_second']:10.3g} {x} "
               f"{'yes' if r['all_variants_agree'] else 'NO'}")
     result: dict[str, Any] = {"benchmark": "subset", "device": device,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from numba import cuda, float64, int64, njit, prange
+from numba.core.errors import NumbaPerformanceWarning
 
 from gpu import subset_core
 from gpu.device import resolve_device
@@ -196,9 +198,9 @@ class _Searcher:
     """One device's launches over rank ranges, each returning (objective, rank) per range."""
 
     def __init__(self, q: np.ndarray, binom: np.ndarray, n: int, k: int, total: int,
-                 device: str) -> None:
+                 device: str, chunk: int | None = None) -> None:
         self.n, self.k, self.total, self.device = n, k, total, device
-        self.chunk = _chunk(total, device)
+        self.chunk = chunk or _chunk(total, device)
         if device == "cpu":
             self.q, self.binom = q, binom
             return
@@ -219,8 +221,11 @@ class _Searcher:
             blocks = -(-ranges // BLOCK)
             d_values = cuda.device_array(blocks, np.float64)
             d_ranks = cuda.device_array(blocks, np.int64)
-            self.kernel[blocks, BLOCK, 0, self.shared](
-                self.q, self.binom, self.n, self.k, first, end, self.chunk, d_values, d_ranks)
+            with warnings.catch_warnings():  # small searches are small grids, and that is fine
+                warnings.simplefilter("ignore", NumbaPerformanceWarning)
+                self.kernel[blocks, BLOCK, 0, self.shared](
+                    self.q, self.binom, self.n, self.k, first, end, self.chunk, d_values,
+                    d_ranks)
             values, ranks = d_values.copy_to_host(), d_ranks.copy_to_host()
         best = np.lexsort((ranks, values))[0]
         return float(values[best]), int(ranks[best])
@@ -228,17 +233,21 @@ class _Searcher:
 
 def least_correlated(corr: npt.ArrayLike, k: int, device: str = "auto",
                      max_seconds: float | None = None,
-                     progress: Callable[[int, int, float], None] | None = None) -> SubsetResult:
+                     progress: Callable[[int, int, float], None] | None = None,
+                     chunk: int | None = None) -> SubsetResult:
     """The k of n strategies whose correlation sub-matrix is closest to the identity.
 
     `corr`: n×n correlation matrix. Exhaustive over C(n, k); ties go to the lowest
     lexicographic rank. `progress(done, total, seconds)` is called after each launch.
+    `chunk`: ranks per thread (default: chosen from C(n, k); 1 unranks every combination).
     ValueError for bad input; SearchTooLong when the estimate exceeds `max_seconds`.
     """
     c = np.asarray(corr, np.float64)
     n, total = _check(c, k)
     dev = resolve_device(device, "subset search")
-    searcher = _Searcher(packed_squared(c), binomial_table(n, k), n, k, total, dev)
+    if chunk is not None and chunk < 1:
+        raise ValueError(f"chunk must be at least 1, got {chunk}")
+    searcher = _Searcher(packed_squared(c), binomial_table(n, k), n, k, total, dev, chunk)
     searcher.search(0, 1)  # compile (or load) the kernel before anything is timed
     t0 = time.perf_counter()
     best: tuple[float, int] = (math.inf, INT64_MAX)

@@ -263,3 +263,13 @@ def test_real_gpu_several_launches(monkeypatch: pytest.MonkeyPatch) -> None:
     parts = least_correlated(noise, 5, device="cuda")
     assert (parts.subset, parts.rank, parts.objective) == (whole.subset, whole.rank,
                                                            whole.objective)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_unranking_every_combination_gives_the_stepped_answer(device: str) -> None:
+    x, _ = _planted(10, 3, days=100, seed=5)
+    corr = np.corrcoef(x, rowvar=False)
+    stepped = least_correlated(corr, 3, device=device)
+    each = least_correlated(corr, 3, device=device, chunk=1)
+    assert (each.subset, each.rank, each.objective) == (stepped.subset, stepped.rank,
+                                                        stepped.objective)
