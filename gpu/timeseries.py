@@ -99,6 +99,23 @@ def _reduce_cpu(partial: Any, out: Any) -> None:
 
 
 @cuda.jit(device=True)
+def _load_window(dp: Any, dr: Any, da: Any, p: Any, rc: Any, ac: Any, start: int, length: int,
+                 j: int, n_threads: int) -> None:
+    """Copy p, rc, ac[start:start+length] into shared memory (zeros past the series' end)."""
+    n = p.shape[0]
+    for i in range(j, length, n_threads):
+        t = start + i
+        if t < n:
+            dp[i] = p[t]
+            dr[i] = rc[t]
+            da[i] = ac[t]
+        else:
+            dp[i] = 0
+            dr[i] = 0
+            da[i] = 0
+
+
+@cuda.jit(device=True)
 def _tile_block(sh: Any, p: Any, rc: Any, ac: Any, n_lags: int, time_tile: int,
                 partial: Any) -> None:
     n = p.shape[0]
@@ -115,26 +132,8 @@ def _tile_block(sh: Any, p: Any, rc: Any, ac: Any, n_lags: int, time_tile: int,
     pb = sh[b0:b0 + span]
     rb = sh[b0 + span:b0 + 2 * span]
     ab = sh[b0 + 2 * span:b0 + 3 * span]
-    for i in range(j, time_tile, lag_tile):
-        t = t0 + i
-        if t < n:
-            pa[i] = p[t]
-            ra[i] = rc[t]
-            aa[i] = ac[t]
-        else:
-            pa[i] = 0
-            ra[i] = 0
-            aa[i] = 0
-    for i in range(j, span, lag_tile):
-        t = t0 + l0 + i
-        if t < n:
-            pb[i] = p[t]
-            rb[i] = rc[t]
-            ab[i] = ac[t]
-        else:
-            pb[i] = 0
-            rb[i] = 0
-            ab[i] = 0
+    _load_window(pa, ra, aa, p, rc, ac, t0, time_tile, j, lag_tile)
+    _load_window(pb, rb, ab, p, rc, ac, t0 + l0, span, j, lag_tile)
     cuda.syncthreads()  # type: ignore[call-arg]
     lag = l0 + j
     if lag < n_lags:

@@ -223,3 +223,26 @@ def test_real_gpu_equals_cpu_twin_on_bac(shared_data: Path) -> None:
     np.testing.assert_allclose(gpu.autocorr, cpu.autocorr, atol=1e-12)
     np.testing.assert_allclose(gpu.autocorr_abs, cpu.autocorr_abs, atol=1e-12)
     assert gpu.hurst[0] < 0.5 and gpu.autocorr[0] < 0
+
+
+def test_bad_prices_in_a_tick_csv_are_skipped_fuzzed(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    rng = np.random.default_rng(17)
+    p = _walk(300, seed=17)
+    t0 = 1_381_152_600_000_000_000
+    rows = [f"{t0 + i * 1_000},XYZ,{float(x)!r},100" for i, x in enumerate(p)]
+    bad_at = sorted(rng.choice(np.arange(300), size=25, replace=False).tolist())
+    for i in bad_at:  # a bad price replaces a good one: the clean series is what remains
+        rows[i] = f"{t0 + i * 1_000},XYZ,{rng.choice(['nan', '-1.5', '0', 'inf', 'x'])},100"
+    csv = tmp_path / "ticks.csv"
+    csv.write_text("ts,symbol,price,size\n" + "\n".join(rows) + "\n")
+    out = tmp_path / "t.json"
+    code, err = _run(["timeseries", "--data", str(csv), "--max-lag", "10", "--device", "cpu",
+                      "--json", str(out)], capsys)
+    assert code == 0, err
+    res = json.loads(out.read_text())
+    clean = np.delete(p, bad_at)
+    assert res["symbols"]["XYZ"]["prices"] == clean.size
+    _, hurst, rho, _ = lag_statistics_numpy(clean, 10)
+    np.testing.assert_allclose([r["value"] for r in res["hurst"]], hurst, atol=1e-9)
+    np.testing.assert_allclose([r["value"] for r in res["autocorr"]], rho, atol=1e-9)

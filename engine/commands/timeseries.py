@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import UserError
-from feeds.records import KIND_BAR, KIND_QUOTE, KIND_TRADE, parse_date
+from feeds.records import KIND_BAR, KIND_TRADE, parse_date
 from feeds.sources import open_sources
 from gpu.device import DeviceUnavailable, resolve_device
 from gpu.timeseries import LagStatistics, check_max_lag, lag_statistics
@@ -57,7 +57,7 @@ def _bounds(args: argparse.Namespace) -> tuple[int | None, int | None]:
 
 def price_series(paths: list[str], symbols: list[str] | None = None, start: int | None = None,
                  end: int | None = None) -> tuple[dict[str, np.ndarray], int]:
-    """Time-ordered prices per symbol (trades, daily closes; quote mids) and how many were bad.
+    """Time-ordered prices per symbol (trades, daily closes) and how many were bad.
 
     `start`/`end`: ns bounds, start <= ts < end; bad = non-finite or non-positive.
     """
@@ -66,13 +66,9 @@ def price_series(paths: list[str], symbols: list[str] | None = None, start: int 
         parts: dict[int, list[np.ndarray]] = {}
         bad = 0
         for chunk in source.chunks():
+            # trades (the only LEAN kind asked for) and daily bars, valued at the close
             price = np.where(chunk["kind"] == KIND_BAR, chunk["f3"], chunk["f0"])
-            quote = chunk["kind"] == KIND_QUOTE
-            if np.any(quote):
-                both = quote & (chunk["f0"] > 0) & (chunk["f2"] > 0)
-                price = np.where(both, 0.5 * (chunk["f0"] + chunk["f2"]),
-                                 np.where(quote, np.nan, price))
-            known = np.isin(chunk["kind"], (KIND_TRADE, KIND_QUOTE, KIND_BAR))
+            known = np.isin(chunk["kind"], (KIND_TRADE, KIND_BAR))
             good = known & np.isfinite(price) & (price > 0)
             bad += int(np.count_nonzero(~good))
             sym = chunk["sym"][good]
