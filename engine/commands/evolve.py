@@ -49,6 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hall-of-fame", type=int, default=10)
     p.add_argument("--out", type=Path, default=Path("best.json"), help="strategy file to write")
     p.add_argument("--png", type=Path, help="fitness plot (default: OUT with _fitness.png)")
+    p.add_argument("--returns-out", type=Path, metavar="CSV",
+                   help="daily training returns of the hall of fame (columns hof0..), for select")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--quiet", action="store_true", help="no per-generation progress lines")
 
@@ -98,6 +100,18 @@ def evaluate_period(window: GPWindow, period: Period, result: EvolutionResult,
     ens = simulate_money(rules, window.panel, window.close, period.day0, period.day1)
     report["ensemble_roi"] = float(np.mean(roi(ens)))
     return report
+
+
+def write_hall_of_fame_returns(path: Path, window: GPWindow, result: EvolutionResult,
+                               device: str) -> None:
+    """Daily training-period returns of each hall-of-fame rule (strategies.gp.returns)."""
+    from strategies.gp.returns import column_names, daily_returns
+    from strategies.selection import write_returns
+
+    rules = [c.rule for c in result.hall_of_fame]
+    returns = daily_returns(rules, window, window.train, device)
+    dates = [str(d) for d in window.dates[window.train.day0:window.train.day1]]
+    write_returns(path, column_names(len(rules)), returns, dates)
 
 
 def plot_fitness(path: Path, history: list[GenerationStats], title: str) -> None:
@@ -173,6 +187,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                  f"{window.n_stocks} stocks, {window.train.days} training days, "
                  f"seed {config.seed}{test_txt}")
 
+    if args.returns_out:
+        write_hall_of_fame_returns(args.returns_out, window, result, device)
     print(f"best: buy {best.rule.buy_infix}\n      sell {best.rule.sell_infix}")
     print(f"train ROI {train['roi']:+.2%} vs buy-and-hold {train['roi_buy_hold']:+.2%} "
           f"(fitness {train['fitness']:+.4f})")
@@ -200,5 +216,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "data": window.source,
         "out": str(out),
         "png": str(png),
+        "returns_out": str(args.returns_out) if args.returns_out else None,
         "seconds": time.perf_counter() - t0,
     }

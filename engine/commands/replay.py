@@ -77,7 +77,7 @@ def apply_window(args: argparse.Namespace) -> None:
     """Fill --symbols/--start/--end (and --data, --fill) from a GP strategy file's window."""
     from strategies.gp.strategy_file import load_strategy as load_gp_file
 
-    path = args.strategy.removesuffix("#ensemble")
+    path = args.strategy.partition("#")[0]
     if not path.endswith(".json"):
         raise UserError("--window needs a GP strategy file (*.json) as --strategy")
     try:

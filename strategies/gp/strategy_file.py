@@ -148,11 +148,27 @@ def load_strategy(path: str | Path) -> StrategyFile:
     return sf
 
 
-def strategy_from_file(path: str | Path, device: str = "auto", ensemble: bool = False
-                       ) -> GPEnsemble:
-    """The engine strategy of a file: its best rule, or the hall of fame's majority vote."""
+def strategy_from_file(path: str | Path, device: str = "auto", ensemble: bool = False,
+                       select: str | Path | None = None) -> GPEnsemble:
+    """The engine strategy of a file: its best rule, or the hall of fame's majority vote.
+
+    `select`: a `select --json` output naming hall-of-fame columns `hof<i>` (from
+    `evolve --returns-out`): the ensemble votes over those rules only.
+    """
     sf = load_strategy(path)
     name = Path(path).stem
+    if select is not None:
+        from strategies.gp.returns import hall_of_fame_indices
+        from strategies.selection import read_selection
+
+        rules = sf.rules()
+        names = read_selection(select)  # its errors name the file
+        try:
+            chosen = hall_of_fame_indices(names, len(rules))
+        except ValueError as e:
+            raise ValueError(f"{select}: {e}") from None
+        return GPEnsemble([rules[i] for i in chosen], device=device,
+                          name=f"gp-ensemble:{name}:select")
     if ensemble:
         return GPEnsemble(sf.rules(), device=device, name=f"gp-ensemble:{name}")
     return GPStrategy(sf.rule(), device=device, name=f"gp:{name}")

@@ -1,0 +1,119 @@
+"""`select`: the k least-correlated strategies of a returns file, by exact search on the GPU.
+
+    python run_engine.py select --returns RETURNS.csv --k 5 [--max-seconds S]
+        [--device auto|cpu|cuda] [--plot PNG] [--json PATH]
+
+Searches all C(n, k) combinations of the n strategy columns for the one whose k×k
+correlation sub-matrix is closest to the identity (Frobenius distance; gpu/subset.py).
+The returns file format is in strategies/selection.py; `evolve --returns-out` writes one.
+The `--json` output can be given to a GP strategy file as `best.json#ensemble:select=FILE`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.errors import UserError
+from gpu.device import DeviceUnavailable, resolve_device
+from gpu.subset import SearchTooLong, SubsetResult
+from strategies.selection import ReturnsTable, read_returns, select_least_correlated
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--returns", type=Path, required=True, metavar="CSV",
+                   help="daily returns, one column per strategy (optional first column date)")
+    p.add_argument("--k", type=int, default=5, help="strategies to choose (default 5)")
+    p.add_argument("--max-seconds", type=float, default=600.0,
+                   help="refuse a search estimated to take longer (default 600)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--plot", type=Path, metavar="PNG",
+                   help="correlation matrix with the chosen strategies marked")
+
+
+def plot_selection(path: Path, table: ReturnsTable, result: SubsetResult) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    corr = table.correlation()
+    n = corr.shape[0]
+    fig, ax = plt.subplots(figsize=(6.5, 5.5))
+    im = ax.imshow(corr, cmap="RdBu_r", vmin=-1, vmax=1)
+    for i in result.subset:
+        ax.add_patch(plt.Rectangle((-0.5, i - 0.5), n, 1, fill=False, ec="k", lw=0.6))
+        ax.add_patch(plt.Rectangle((i - 0.5, -0.5), 1, n, fill=False, ec="k", lw=0.6))
+    if n <= 30:
+        ax.set_xticks(range(n), table.names, rotation=90, fontsize=7)
+        ax.set_yticks(range(n), table.names, fontsize=7)
+    fig.colorbar(im, ax=ax, label="correlation of daily returns")
+    ax.set_title(f"least-correlated {len(result.subset)} of {n}: distance to I "
+                 f"{result.distance:.4f}", fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    try:
+        device = resolve_device(args.device, "subset search")
+    except (ValueError, DeviceUnavailable) as e:
+        raise UserError(str(e)) from None
+    if not args.max_seconds > 0:
+        raise UserError(f"--max-seconds must be positive, got {args.max_seconds}")
+    try:
+        table = read_returns(args.returns)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+    if table.constant:
+        print(f"set aside {len(table.constant)} strategies with constant returns: "
+              f"{', '.join(table.constant[:10])}", file=sys.stderr)
+    if table.dropped_rows:
+        print(f"dropped {table.dropped_rows} day(s) with a missing or non-finite return",
+              file=sys.stderr)
+
+    def progress(done: int, total: int, seconds: float) -> None:
+        if done < total or seconds > 1.0:
+            print(f"searched {done:,} of {total:,} combinations in {seconds:.2f} s",
+                  file=sys.stderr, flush=True)
+
+    try:
+        result = select_least_correlated(table, args.k, device, args.max_seconds, progress)
+    except SearchTooLong as e:
+        raise UserError(str(e)) from None
+    except ValueError as e:
+        raise UserError(f"{args.returns}: {e}") from None
+    names = [table.names[i] for i in result.subset]
+    corr = table.correlation()
+    sub = corr[np.ix_(result.subset, result.subset)]
+    print(f"least-correlated {args.k} of {len(table.names)}: {', '.join(names)}")
+    print(f"distance to identity {result.distance:.6f} (largest |correlation| "
+          f"{np.max(np.abs(sub - np.eye(args.k))):.4f}); {result.combinations:,} combinations "
+          f"in {result.seconds * 1e3:.2f} ms on {result.device} "
+          f"({result.combinations_per_second:.3g}/s)")
+    if args.plot:
+        plot_selection(args.plot, table, result)
+        print(f"wrote {args.plot}")
+    return {
+        "subset": names,
+        "subset_indices": list(result.subset),
+        "distance": result.distance,
+        "sum_squared_correlation": result.objective,
+        "combinations": result.combinations,
+        "seconds": result.seconds,
+        "combinations_per_second": result.combinations_per_second,
+        "device": result.device,
+        "k": args.k,
+        "n": len(table.names),
+        "days": int(table.returns.shape[0]),
+        "dropped_rows": table.dropped_rows,
+        "constant": list(table.constant),
+        "correlation": [[float(x) for x in row] for row in sub],
+        "returns": str(args.returns),
+    }
