@@ -55,3 +55,21 @@ def resolve_device(device: str, what: str = "kernel") -> Resolved:
         sim = " (numba CUDA simulator)" if chosen == "cuda" and cuda_simulated() else ""
         log.info("%s runs on %s%s", what, chosen, sim)
     return chosen
+
+
+class _EventNotReadyFilter(logging.Filter):
+    """Drops numba's ERROR record for cuEventQuery's CUDA_ERROR_NOT_READY: polling an event
+    that has not fired yet is the normal, non-blocking way to ask whether work is done."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "CUDA_ERROR_NOT_READY" not in record.getMessage()
+
+
+_NOT_READY_FILTER = _EventNotReadyFilter()
+
+
+def quiet_event_polling() -> None:
+    """Keep numba's driver log free of the not-ready answers of polled events (idempotent)."""
+    driver_log = logging.getLogger("numba.cuda.cudadrv.driver")
+    if _NOT_READY_FILTER not in driver_log.filters:
+        driver_log.addFilter(_NOT_READY_FILTER)

@@ -12,9 +12,11 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from gpu.device import resolve_device
+from gpu.device import quiet_event_polling, resolve_device
 from gpu.gp_eval import I8, THREADS_PER_BLOCK, _blocks, _check_programs, _codes_cpu, _codes_kernel
 from gpu.terminals import N_TERMINALS
+
+quiet_event_polling()
 
 
 class AsyncDecider:

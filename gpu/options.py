@@ -39,9 +39,11 @@ import numpy as np
 import numpy.typing as npt
 
 from gpu import options_core as core
-from gpu.device import resolve_device
+from gpu.device import quiet_event_polling, resolve_device
 
 FloatArray = npt.NDArray[np.float64]
+
+quiet_event_polling()
 
 
 class FdGrid(NamedTuple):

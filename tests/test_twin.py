@@ -111,3 +111,18 @@ def test_backend_constant_replaces_a_core_function_on_that_backend_only() -> Non
     assert twin.cpu._scaled_twice(3.0) == 60.0       # the CPU override is called
     assert twin.cpu._unit is doubled
     assert _scaled_twice(3.0) == 6.0                  # plain Python keeps the core's version
+
+
+def test_not_ready_answers_of_polled_events_are_kept_out_of_the_log(caplog) -> None:  # type: ignore[no-untyped-def]
+    import logging
+
+    from gpu.device import quiet_event_polling
+
+    quiet_event_polling()
+    quiet_event_polling()  # idempotent
+    log = logging.getLogger("numba.cuda.cudadrv.driver")
+    with caplog.at_level(logging.ERROR, logger="numba.cuda.cudadrv.driver"):
+        log.error("Call to cuEventQuery results in CUDA_ERROR_NOT_READY")
+        log.error("Call to cuMemAlloc results in CUDA_ERROR_OUT_OF_MEMORY")
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == ["Call to cuMemAlloc results in CUDA_ERROR_OUT_OF_MEMORY"]
