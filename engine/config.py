@@ -13,6 +13,7 @@ import msgspec
 
 from engine.errors import UserError
 from engine.option_book import OptionGroupConfig
+from feeds.transport import ValidationLimits
 
 
 class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -38,6 +39,8 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     transport: Literal["inproc", "ipc", "tcp"] = "inproc"
     #: device of GPU-capable work in the engine (strategy evaluation, option groups)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    #: sanity bounds on incoming messages ([validation] table; see feeds.transport)
+    validation: ValidationLimits = ValidationLimits()
 
 
 def load_config(path: str | Path | None) -> EngineConfig:

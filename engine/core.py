@@ -21,7 +21,6 @@ from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import msgspec
 import numpy as np
 
 from engine.broker import PaperBroker
@@ -186,21 +185,14 @@ class Engine:
         self.poll_options()
 
     async def consume(self, frames_batch: list[Any], validator: Validator) -> None:
-        """Validate and apply a received batch in one pass.
+        """Validate and apply a received batch in one pass (bad input counted and dropped).
 
-        The same as `process([validator.validate(f) for f in frames_batch])` (bad input
-        dropped), with the common case,
-        a well-formed trade in sequence and in time order, checked and applied inline: one
-        loop and one decode per tick instead of two loops (the replay's and the daemon's hot
-        path). Every other message goes through the validator's reference path, which alone
-        judges and counts bad input, and then through `process`, in arrival order.
+        The same as `process([validator.validate(f) for f in frames_batch])` in one loop:
+        every frame goes through the one validation path, `Validator.validate`; a trade's
+        bar update is inlined (the replay's and the daemon's hot path), anything else goes
+        through `process`, in arrival order.
         """
-        decode = validator.decoder.decode
-        last_seq = validator.last_seq
-        seq_get = last_seq.get
-        last_ts = validator.last_ts
-        ts_get = last_ts.get
-        inf = math.inf
+        validate = validator.validate
         sym_index = self.sym_index
         o, h, l, c, v = self._o, self._h, self._l, self._c, self._v
         flagged = self._flagged
@@ -208,54 +200,43 @@ class Engine:
         n_fast = 0
         newest = self._now
         for frames in frames_batch:
-            if len(frames) == 2:
-                topic, payload = frames
-                try:
-                    msg = decode(payload)
-                except msgspec.MsgspecError:
-                    msg = None
-                if type(msg) is Trade:
-                    symbol = msg.symbol
-                    ts = msg.ts
-                    p = msg.price
-                    if (msg.seq == seq_get(topic, 0) + 1 and 0.0 < p < inf
-                            and msg.size > 0.0 and ts >= ts_get(symbol, ts)):
-                        last_seq[topic] = msg.seq
-                        last_ts[symbol] = ts
-                        n_fast += 1
-                        newest = ts
-                        if ts >= boundary:
-                            await self._cross_boundary(ts)
-                            boundary = self._next_boundary
-                        # the bar update of `process`, inlined here for speed; the test
-                        # test_engine_fused_path_equals_validate_then_process guards that
-                        # both paths end in the same state
-                        sym = sym_index.get(symbol)
-                        if sym is None:
-                            sym = self._register(symbol)
-                            o, h, l, c, v = self._o, self._h, self._l, self._c, self._v
-                            flagged = self._flagged
-                        if o[sym] != o[sym]:  # NaN: first tick of this bar
-                            o[sym] = h[sym] = l[sym] = p
-                            v[sym] = 0.0
-                        elif p > h[sym]:
-                            h[sym] = p
-                        elif p < l[sym]:
-                            l[sym] = p
-                        c[sym] = p
-                        v[sym] += msg.size
-                        if flagged[sym]:
-                            self._on_flagged_tick(sym, msg)
-                        continue
-            m = validator.validate(frames)
-            if m is not None:
-                await self.process([m])
-                o, h, l, c, v = self._o, self._h, self._l, self._c, self._v
-                flagged = self._flagged
-                boundary = self._next_boundary
-                newest = self._now
+            msg = validate(frames)
+            if msg is None:
+                continue
+            if type(msg) is Trade:
+                ts = msg.ts
+                p = msg.price
+                n_fast += 1
+                newest = ts
+                if ts >= boundary:
+                    await self._cross_boundary(ts)
+                    boundary = self._next_boundary
+                # the bar update of `process`, inlined here for speed; the test
+                # test_engine_fused_path_equals_validate_then_process guards that
+                # both paths end in the same state
+                sym = sym_index.get(msg.symbol)
+                if sym is None:
+                    sym = self._register(msg.symbol)
+                    o, h, l, c, v = self._o, self._h, self._l, self._c, self._v
+                    flagged = self._flagged
+                if o[sym] != o[sym]:  # NaN: first tick of this bar
+                    o[sym] = h[sym] = l[sym] = p
+                    v[sym] = 0.0
+                elif p > h[sym]:
+                    h[sym] = p
+                elif p < l[sym]:
+                    l[sym] = p
+                c[sym] = p
+                v[sym] += msg.size
+                if flagged[sym]:
+                    self._on_flagged_tick(sym, msg)
+                continue
+            await self.process([msg])
+            o, h, l, c, v = self._o, self._h, self._l, self._c, self._v
+            flagged = self._flagged
+            boundary = self._next_boundary
+            newest = self._now
         self.stats.ticks += n_fast
-        validator.received += n_fast
         self._now = max(self._now, newest)
         self.poll_options()
 

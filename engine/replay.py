@@ -183,7 +183,7 @@ async def replay_async(
     ctx = zmq.asyncio.Context()
     tmpdir = tempfile.mkdtemp(prefix="replay-ipc-")
     feed = _Feed(factory, config.transport, ctx, tmpdir)
-    sub = Subscriber(feed.endpoint, ctx)
+    sub = Subscriber(feed.endpoint, ctx, limits=config.validation)
     engine = Engine(list(feed.source.symbols), strategy, config, option_book=option_book)
     t0 = time.perf_counter()
     feed.start()

@@ -56,7 +56,7 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
               if args.symbols else [b""])
     try:
         out = Publisher(args.orders, zmq.Context.shadow(ctx.underlying), nodrop=False)
-        sub = Subscriber(args.ticks, ctx, topics=topics)
+        sub = Subscriber(args.ticks, ctx, topics=topics, limits=cfg.validation)
     except zmq.ZMQError as exc:
         raise UserError(f"cannot open endpoints: {exc}") from None
     sub.validator.last_seq.update(state.last_seq)
