@@ -5,6 +5,7 @@ Every option has a default that works on one machine. Command-line flags overrid
 
 from __future__ import annotations
 
+import math
 import tomllib
 from pathlib import Path
 from typing import Literal
@@ -22,8 +23,20 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     slippage_bps: float = 0.0
     sizing: Literal["all-in", "fixed"] = "all-in"
     quantity: float = 100.0
+    #: a short entry needs this fraction of its notional in the account (1.0 = 100%)
+    short_margin: float = 1.0
     #: "auto": the bar's close for bar data (the GP paper's model), the next trade for ticks
     fill: Literal["auto", "bar-close", "next-tick"] = "auto"
+
+    def __post_init__(self) -> None:
+        for name in ("cash_per_symbol", "quantity", "short_margin"):
+            x = getattr(self, name)
+            if not (x > 0 and math.isfinite(x)):
+                raise ValueError(f"broker.{name} must be a positive number, got {x}")
+        for name in ("commission", "slippage_bps"):
+            x = getattr(self, name)
+            if not (x >= 0 and math.isfinite(x)):
+                raise ValueError(f"broker.{name} must be a number >= 0, got {x}")
 
 
 class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -39,8 +52,25 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     transport: Literal["inproc", "ipc", "tcp"] = "inproc"
     #: device of GPU-capable work in the engine (strategy evaluation, option groups)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    #: the exchange's time zone: bar boundaries, session phases, day boundaries and option
+    #: expiry dates are in its local time
+    timezone: str = "America/New_York"
     #: sanity bounds on incoming messages ([validation] table; see feeds.transport)
     validation: ValidationLimits = ValidationLimits()
+
+
+    def __post_init__(self) -> None:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        from engine.phases import SessionSchedule
+
+        if not (self.bar_seconds > 0 and math.isfinite(self.bar_seconds)):
+            raise ValueError(f"bar_seconds must be a positive number, got {self.bar_seconds}")
+        try:
+            ZoneInfo(self.timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {self.timezone!r}") from None
+        SessionSchedule.parse(self.session)  # raises ValueError with the reason
 
 
 def load_config(path: str | Path | None) -> EngineConfig:

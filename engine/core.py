@@ -25,6 +25,7 @@ import numpy as np
 
 from engine.broker import PaperBroker
 from engine.config import EngineConfig
+from engine.errors import StrategyError
 from engine.phases import Action, Phase, SessionSchedule, decide, transition
 from feeds.messages import Bar, Fill, Heartbeat, Message, Order, Quote, Side, Trade
 from feeds.transport import Validator
@@ -71,12 +72,12 @@ class Engine:
     def __post_init__(self) -> None:
         cfg = self.config
         b = cfg.broker
-        self.schedule = SessionSchedule.parse(cfg.session)
-        self.tz = ZoneInfo(self.schedule.timezone)
+        self.schedule = SessionSchedule.parse(cfg.session, cfg.timezone)
+        self.tz = ZoneInfo(cfg.timezone)
         self.broker = PaperBroker(
             list(self.symbols), cash_per_symbol=b.cash_per_symbol, commission=b.commission,
             slippage_bps=b.slippage_bps, sizing=b.sizing, quantity=b.quantity,
-            allow_short=not self.strategy.long_only,
+            allow_short=not self.strategy.long_only, short_margin=b.short_margin,
         )
         self.stats = EngineStats()
         self.sym_index: dict[str, int] = {s: i for i, s in enumerate(self.symbols)}
@@ -283,6 +284,7 @@ class Engine:
         """Bars from bar files: all bars with one close time form one bar event."""
         if self._bar_group_ts >= 0 and bar.ts > self._bar_group_ts:
             await self._close_bars(self._bar_group_ts)
+            self._new_day_check(self._bar_group_ts, bar.ts)
         sym = self.sym_index.get(bar.symbol)
         if sym is None:
             sym = self._register(bar.symbol)
@@ -298,7 +300,33 @@ class Engine:
     async def _cross_boundary(self, ts: int) -> None:
         if self._next_boundary >= 0:
             await self._close_bars(self._next_boundary)
-        self._next_boundary = (ts // self.bar_ns + 1) * self.bar_ns
+            self._new_day_check(self._next_boundary - 1, ts)
+        # bars are aligned on the exchange's local clock (a 4-hour or daily bar built from
+        # ticks starts at New York midnight, not UTC midnight)
+        offset = self._utc_offset_ns(ts)
+        self._next_boundary = ((ts + offset) // self.bar_ns + 1) * self.bar_ns - offset
+
+    def _utc_offset_ns(self, ts: int) -> int:
+        off = datetime.fromtimestamp(ts // NS, UTC).astimezone(self.tz).utcoffset()
+        return int(off.total_seconds()) * NS if off is not None else 0
+
+    def local_date(self, ts: int) -> Any:
+        """The exchange's date at `ts` (ns since the epoch)."""
+        return datetime.fromtimestamp(ts // NS, UTC).astimezone(self.tz).date()
+
+    def _new_day_check(self, last_ts: int, next_ts: int) -> None:
+        """A new session day starts flat: apply the STOP that the data skipped.
+
+        With a session schedule, a day whose data ends before its STOP phase (no bar after
+        t3) would carry its position into the next day's WAIT, where the strategy's signal
+        keeps moving while the position stays, and a TRADE bar could then find a position
+        whose previous signal is flat (an impossible state). Clearing at the day boundary
+        keeps every day inside the phase table. The orders fill like any STOP order: at the
+        last price of the day (signal-close) or at the next day's first price (next-tick).
+        """
+        if self.schedule.always_trade or self.local_date(last_ts) == self.local_date(next_ts):
+            return
+        self._decide([], self._signal, Phase.STOP, last_ts)
 
     # ------------------------------------------------------------------ per bar
     def phase_at(self, ts: int) -> Phase:
@@ -327,7 +355,18 @@ class Engine:
         closed = np.zeros(len(o), np.bool_)
         closed[idx] = True
         if phase is not Phase.STOP:
-            signals = await self.strategy.target_signals(self.bank.values[: len(o)], closed)
+            try:
+                signals = await self.strategy.target_signals(self.bank.values[: len(o)],
+                                                             closed)
+                signals = np.asarray(signals)
+                if signals.shape != (len(o),):
+                    raise ValueError(f"returned signals of shape {signals.shape}, "
+                                     f"expected ({len(o)},)")
+            except Exception as exc:
+                when = datetime.fromtimestamp(bar_ts // NS, UTC).astimezone(self.tz)
+                raise StrategyError(
+                    f"strategy {self.strategy.name!r} failed at the bar closing "
+                    f"{when.isoformat()}: {type(exc).__name__}: {exc}") from exc
         else:
             signals = self._signal
         self._decide(idx, signals, phase, bar_ts)
@@ -348,17 +387,22 @@ class Engine:
             self._signal[i] = new
             if action is Action.NONE:
                 continue
+            # the intent is set before the order: `_order` and `_execute` set it back when
+            # nothing can be bought, so intent and the broker's position agree after a bar
             if action is Action.CLEAR or action is Action.SWITCH:
-                self._order(i, -self._intended[i], "close", ts)
+                side = -self._intended[i]
                 self._intended[i] = 0
+                self._order(i, side, "close", ts)
             if action is Action.ENTER or action is Action.SWITCH:
-                self._order(i, 1 if new > 0 else -1, "enter", ts)
-                self._intended[i] = 1 if new > 0 else -1
+                side = 1 if new > 0 else -1
+                self._intended[i] = side
+                self._order(i, side, "enter", ts)
         if phase is Phase.STOP:
             for i in range(len(self._intended)):
                 if self._intended[i] != 0 and i not in idx:
-                    self._order(i, -self._intended[i], "close", ts)
+                    side = -self._intended[i]
                     self._intended[i] = 0
+                    self._order(i, side, "close", ts)
 
     def _order(self, sym: int, side: int, reason: str, ts: int) -> None:
         if side == 0:
@@ -373,7 +417,7 @@ class Engine:
             qty = self.broker.entry_quantity(sym, side, price)
         if qty <= 0:
             if reason == "enter":
-                self._intended[sym] = 0
+                self._intended[sym] = self._held_sign(sym)
             return
         order = self.broker.new_order(ts, sym, side, qty, reason)
         self.stats.orders += 1
@@ -403,13 +447,29 @@ class Engine:
         fill = self.broker.execute(order, sym, price, ts)
         if fill is None:
             if order.reason == "enter":
-                self._intended[sym] = 0 if self.broker.accounts[sym].position == 0 else (
-                    1 if self.broker.accounts[sym].position > 0 else -1
-                )
+                self._intended[sym] = self._held_sign(sym)
             return
         self.stats.fills += 1
         if self.on_fill is not None:
             self.on_fill(fill)
+
+    def _held_sign(self, sym: int) -> int:
+        pos = self.broker.accounts[sym].position
+        return 0 if pos == 0 else (1 if pos > 0 else -1)
+
+    def intent_mismatches(self) -> list[str]:
+        """Symbols whose intended position disagrees with the broker's position and the
+        pending orders (empty in a consistent engine; tests check it after every bar)."""
+        bad = []
+        for i, s in enumerate(self.symbols):
+            pos = self.broker.accounts[i].position
+            pos += sum(o.side * o.quantity for o in self._pending[i] if o.reason == "enter")
+            if any(o.reason == "close" for o in self._pending[i]):
+                pos = sum(o.side * o.quantity for o in self._pending[i] if o.reason == "enter")
+            sign = 0 if pos == 0 else (1 if pos > 0 else -1)
+            if sign != self._intended[i]:
+                bad.append(f"{s}: intended {self._intended[i]}, position+pending {pos}")
+        return bad
 
     # ------------------------------------------------------------------ end
     async def finish(self) -> None:

@@ -73,7 +73,7 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
     if cfg.options:  # option groups repriced after each underlying tick, values published
         from engine.option_book import OptionBook
 
-        option_book = OptionBook(list(cfg.options), device=args.device)
+        option_book = OptionBook(list(cfg.options), device=args.device, timezone=cfg.timezone)
     engine = Engine(list(state.symbols), strategy, cfg, option_book=option_book,
                     on_order=on_order, on_fill=on_fill)
     engine.restore(state.orders, state.fills)

@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if cfg.options:
         from engine.option_book import OptionBook
 
-        option_book = OptionBook(list(cfg.options), device=cfg.device)
+        option_book = OptionBook(list(cfg.options), device=cfg.device, timezone=cfg.timezone)
 
     def progress(n: int) -> None:
         print(f"  ... {n:,} ticks", file=sys.stderr, flush=True)
