@@ -33,28 +33,38 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stocks", type=int, default=32, help="stocks (complete in the window)")
     p.add_argument("--symbols", help="comma-separated tickers instead of the first --stocks")
     p.add_argument("--start", help="first training day (YYYY-MM-DD; default: the data's first)")
-    p.add_argument("--train-days", type=int, default=768)
-    p.add_argument("--test-days", type=int, default=256)
-    p.add_argument("--population", type=int, default=5000)
+    p.add_argument("--train-days", type=int, default=768, help="training window, trading days")
+    p.add_argument("--test-days", type=int, default=256,
+                   help="test window after training, trading days (0: none)")
+    p.add_argument("--population", type=int, default=5000, help="individuals per generation")
     p.add_argument("--generations", type=int, default=30,
                    help="evaluated populations, the random initial one included")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--tournament", type=int, default=7)
+    p.add_argument("--seed", type=int, default=1, help="random seed (same seed, same run)")
+    p.add_argument("--tournament", type=int, default=7, help="tournament selection size")
     p.add_argument("--elite", type=int, help="individuals kept unchanged (default 0.2%%, >= 1)")
-    p.add_argument("--p-crossover", type=float, default=0.9)
-    p.add_argument("--p-subtree-mutation", type=float, default=0.1)
-    p.add_argument("--p-point-mutation", type=float, default=0.1)
-    p.add_argument("--max-depth", type=int, default=8)
+    p.add_argument("--p-crossover", type=float, default=0.9, help="crossover probability")
+    p.add_argument("--p-subtree-mutation", type=float, default=0.1,
+                   help="subtree mutation probability")
+    p.add_argument("--p-point-mutation", type=float, default=0.1,
+                   help="point mutation probability")
+    p.add_argument("--max-depth", type=int, default=8, help="deepest tree")
     p.add_argument("--max-nodes", type=int, default=64, help="per tree")
-    p.add_argument("--hall-of-fame", type=int, default=10)
-    p.add_argument("--out", type=Path, default=Path("best.json"), help="strategy file to write")
+    p.add_argument("--hall-of-fame", type=int, default=10,
+                   help="best distinct rules kept (the ensemble)")
+    p.add_argument("--out", type=Path, required=True,
+                   help="strategy file to write (required: an earlier run's file is never "
+                        "overwritten unasked)")
     p.add_argument("--png", type=Path, help="fitness plot (default: OUT with _fitness.png)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="where to evaluate: cuda if there is a GPU under auto")
     p.add_argument("--quiet", action="store_true", help="no per-generation progress lines")
 
 
 def _config(args: argparse.Namespace) -> EvolutionConfig:
     elite = args.elite if args.elite is not None else max(1, args.population // 500)
+    if args.population < 2 or not 0 <= elite < args.population:
+        raise UserError(f"--elite must be at least 0 and less than --population "
+                        f"({args.population}), got {elite}")
     try:
         return EvolutionConfig(
             population=args.population, generations=args.generations, seed=args.seed,
@@ -124,8 +134,11 @@ def plot_fitness(path: Path, history: list[GenerationStats], title: str) -> None
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from engine.outputs import check_writable_file
+
     t0 = time.perf_counter()
     config = _config(args)
+    check_writable_file(args.out, "--out")
     symbols = [s.strip() for s in args.symbols.split(",") if s.strip()] if args.symbols else None
     if args.test_days < 0 or args.test_days == 1:
         raise UserError("--test-days must be 0 or at least 2")

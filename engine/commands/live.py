@@ -34,10 +34,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ticks", required=True, help="endpoint to subscribe to (connect)")
     p.add_argument("--orders", required=True, help="endpoint to publish orders and fills (bind)")
     p.add_argument("--journal", required=True, help="SQLite journal path")
-    p.add_argument("--strategy", default="sma-cross")
-    p.add_argument("--config")
+    p.add_argument("--strategy", default="sma-cross",
+                   help="built-in name or strategy file, as for replay")
+    p.add_argument("--config", help="engine TOML config (default: built-in defaults)")
     p.add_argument("--symbols", help="comma-separated symbols to subscribe to (default all)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="device of GPU-capable work (strategies, option groups)")
     p.add_argument("--max-seconds", type=float, default=0.0,
                    help="stop by itself after this long (0 = run until SIGTERM)")
 
