@@ -25,8 +25,14 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     quantity: float = 100.0
     #: a short entry needs this fraction of its notional in the account (1.0 = 100%)
     short_margin: float = 1.0
-    #: "auto": the bar's close for bar data (the GP paper's model), the next trade for ticks
-    fill: Literal["auto", "bar-close", "next-tick"] = "auto"
+    #: when an order decided at a bar's close fills:
+    #: "signal-close": at that same close (the GP paper's model; optimistic: the close that
+    #:   produced the signal is already past when the signal is known);
+    #: "next-open": at the next bar's open (backtrader's and LEAN's default for bars);
+    #: "next-tick": at the next trade after the order (tick data);
+    #: "auto": next-open for bar data, next-tick for tick data.
+    #: "bar-close" is the old name of signal-close.
+    fill: Literal["auto", "signal-close", "next-open", "next-tick", "bar-close"] = "auto"
 
     def __post_init__(self) -> None:
         for name in ("cash_per_symbol", "quantity", "short_margin"):

@@ -104,8 +104,7 @@ class Engine:
         self._now = 0
         self.equity_curve: list[EquityPoint] = []
         self.finished = False
-        self._fill_on_close = b.fill == "bar-close"
-        self._fill_mode_fixed = b.fill != "auto"
+        self._fill_on_close = b.fill in ("signal-close", "bar-close")
         self._underlying = [False] * n
         if self.option_book is not None:
             for s in self.option_book.underlyings:
@@ -294,7 +293,7 @@ class Engine:
             self._first_price[sym] = bar.close
         self._o[sym], self._h[sym], self._l[sym] = bar.open, bar.high, bar.low
         self._c[sym], self._v[sym] = bar.close, bar.volume
-        if self._has_pending[sym]:  # next-tick fills of bar data happen at the next open
+        if self._has_pending[sym]:  # next-open: orders of the last bar fill at this open
             self._fill_pending(sym, bar.open, bar.ts)
 
     async def _cross_boundary(self, ts: int) -> None:
@@ -322,7 +321,8 @@ class Engine:
         keeps moving while the position stays, and a TRADE bar could then find a position
         whose previous signal is flat (an impossible state). Clearing at the day boundary
         keeps every day inside the phase table. The orders fill like any STOP order: at the
-        last price of the day (signal-close) or at the next day's first price (next-tick).
+        last price of the day (signal-close) or at the next day's first price (next-open or
+        next-tick).
         """
         if self.schedule.always_trade or self.local_date(last_ts) == self.local_date(next_ts):
             return
@@ -423,17 +423,19 @@ class Engine:
         self.stats.orders += 1
         if self.on_order is not None:
             self.on_order(order)
-        if self._fills_at_close():
+        if self._fill_on_close:
             self._execute(order, sym, price, ts)
         else:
             self._pending[sym].append(order)
             self._has_pending[sym] = True
             self._flagged[sym] = True
 
-    def _fills_at_close(self) -> bool:
-        if self._fill_mode_fixed:
-            return self._fill_on_close
-        return self._bar_group_ts >= 0  # bar data: the GP paper's close fill
+    @property
+    def fill_model(self) -> str:
+        """The fill model in force: signal-close, next-open (bar data) or next-tick."""
+        if self._fill_on_close:
+            return "signal-close"
+        return "next-open" if self._bar_group_ts >= 0 else "next-tick"
 
     def _fill_pending(self, sym: int, price: float, ts: int) -> None:
         pending = self._pending[sym]

@@ -80,6 +80,7 @@ def build_report(result: ReplayResult, strategy_name: str) -> dict[str, Any]:
         "strategy": strategy_name,
         "source": result.source_name,
         "transport": result.transport,
+        "fill": eng.fill_model,
         "ticks": ticks,
         "trades": eng.stats.ticks,
         "quotes": eng.stats.quotes,

@@ -47,8 +47,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--session",
                    help="t1,t2,t3 as HH:MM exchange time: WAIT before t1, TRADE until t2, "
                         "LIQUIDATE until t3, STOP after (default: always trade)")
-    p.add_argument("--fill", choices=("auto", "bar-close", "next-tick"),
-                   help="fill model (default auto)")
+    p.add_argument("--fill", choices=("auto", "signal-close", "next-open", "next-tick"),
+                   help="when orders fill: signal-close (at the close that produced the "
+                        "signal, the GP paper's model), next-open (the next bar's open), "
+                        "next-tick (the next trade); auto = next-open for bar data, "
+                        "next-tick for ticks (default auto, or the config's)")
     p.add_argument("--commission", type=float, help="per trade, $ (default 1)")
     p.add_argument("--slippage-bps", type=float,
                    help="fill price moved against the order, basis points (default 0)")
@@ -115,7 +118,7 @@ def apply_window(args: argparse.Namespace) -> None:
     args.symbols = args.symbols or ",".join(period.symbols)
     args.start = args.start or period.first_date
     args.end = args.end or period.last_date
-    args.fill = args.fill or "bar-close"  # the evaluator trades at the close
+    args.fill = args.fill or "signal-close"  # the evaluator trades at the close
 
 
 def _load_strategy(spec: str, device: str) -> Any:
@@ -207,7 +210,7 @@ def summary(r: dict[str, Any]) -> str:
     skipped = sum(r["skipped"].values()) if r["skipped"] else 0
     bad_rows = ", ".join(f"{k} {v:,}" for k, v in sorted(r.get("source_skipped", {}).items()))
     lines = [
-        f"replay of {r['source']} with {r['strategy']} ({r['transport']})",
+        f"replay of {r['source']} with {r['strategy']} ({r['transport']}, fills: {r['fill']})",
         f"  {r['ticks']:,} ticks, {r['bars']:,} bars, {r['orders']:,} orders, "
         f"{r['fills']:,} fills, {skipped:,} messages skipped",
         f"  {r['wall_seconds']:.2f} s wall, {r['ticks_per_second']:,.0f} ticks/s",

@@ -115,3 +115,24 @@ def simulate_money(strategy_or_rule: GPRule | GPEnsemble | Sequence[GPRule],
     codes = decision_codes(programs, lengths, panel, day0, day1, device="cpu")
     voted = np.stack([vote(codes[:, d, :]) for d in range(day1 - day0)])
     return cash_from_codes(voted, close, day0, day1)
+
+
+def next_open_prices(open_: F64, close: F64, day0: int, day1: int) -> F64:
+    """Fill prices of the next-open model in the shape of `close`: a decision taken at day
+    d's close fills at day d+1's open; the window's last decision (and the liquidation after
+    it) fills at the last close, as there is no next open inside the window."""
+    prices = np.array(close, np.float64, copy=True)
+    prices[day0:day1 - 1] = open_[day0 + 1:day1]
+    return prices
+
+
+def simulate_money_next_open(strategy_or_rule: GPRule | GPEnsemble | Sequence[GPRule],
+                             panel: npt.NDArray[np.float32], open_: F64, close: F64,
+                             day0: int = 0, day1: int | None = None) -> F64:
+    """`simulate_money` under the next-open fill model: the same decisions (read at each
+    day's close), the same money rules, filled at the next day's open instead of the close
+    that produced them. The difference to `simulate_money` is the edge the same-close
+    assumption gives a rule."""
+    day1 = panel.shape[0] if day1 is None else day1
+    return simulate_money(strategy_or_rule, panel, next_open_prices(open_, close, day0, day1),
+                          day0, day1)

@@ -49,6 +49,8 @@ class GPWindow:
     train: Period
     test: Period
     source: str = ""
+    #: opening prices (float64, dollars), for the next-open fill model
+    open: npt.NDArray[np.float64] | None = None
 
     @property
     def n_stocks(self) -> int:
@@ -94,7 +96,7 @@ def window_from_matrix(m: DailyMatrix, train_days: int, test_days: int,
         symbols=list(m.symbols), dates=np.asarray(m.dates[sl]),
         close=np.ascontiguousarray(m.close[sl], np.float64), panel=panel,
         train=Period("train", 0, train_days), test=Period("test", train_days, total),
-        source=source,
+        source=source, open=np.ascontiguousarray(m.open[sl], np.float64),
     )
 
 
