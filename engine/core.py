@@ -53,8 +53,14 @@ class EngineStats:
 
 @dataclass
 class EquityPoint:
+    """The account after one bar event: equity, gross exposure, and buy-and-hold's equity."""
+
     ts: int
     equity: float
+    #: sum over symbols of |position| x last price (dollars at risk)
+    gross: float = 0.0
+    #: equity of buying every symbol all-in at its first price and holding it
+    buy_hold: float = math.nan
 
 
 @dataclass
@@ -372,7 +378,24 @@ class Engine:
         self._decide(idx, signals, phase, bar_ts)
         for i in idx:
             o[i] = math.nan
-        self.equity_curve.append(EquityPoint(bar_ts, self.broker.equity()))
+        self.equity_curve.append(self._equity_point(bar_ts))
+
+    def _equity_point(self, ts: int) -> EquityPoint:
+        b = self.broker
+        gross = 0.0
+        bh = 0.0
+        cash0, fee = b.cash_per_symbol, b.commission
+        for i, acct in enumerate(b.accounts):
+            p = self._c[i]
+            if acct.position != 0.0:
+                gross += abs(acct.position) * acct.last_price
+            first = self._first_price[i]
+            if first == first and p > 0.0:
+                shares = max(0, math.floor((cash0 - fee) / first))
+                bh += cash0 - (shares * first + fee) + shares * p if shares else cash0
+            else:
+                bh += cash0
+        return EquityPoint(ts, b.equity(), gross, bh)
 
     def _decide(self, idx: list[int], signals: np.ndarray, phase: Phase, ts: int) -> None:
         strategy = self.strategy
@@ -495,9 +518,9 @@ class Engine:
             if p > 0.0:
                 self.broker.mark(i, p)
         if self.equity_curve and self.equity_curve[-1].ts == end_ts:
-            self.equity_curve[-1] = EquityPoint(end_ts, self.broker.equity())
+            self.equity_curve[-1] = self._equity_point(end_ts)
         else:
-            self.equity_curve.append(EquityPoint(end_ts, self.broker.equity()))
+            self.equity_curve.append(self._equity_point(end_ts))
         if self.option_book is not None:
             ready = await self.option_book.drain()
             self.stats.option_values += len(ready)

@@ -216,10 +216,36 @@ def summary(r: dict[str, Any]) -> str:
         f"  {r['wall_seconds']:.2f} s wall, {r['ticks_per_second']:,.0f} ticks/s",
         f"  equity {r['initial_equity']:,.2f} -> {r['final_equity']:,.2f}: "
         f"ROI {r['roi'] * 100:+.2f}% (buy & hold {r['roi_buy_hold'] * 100:+.2f}%), "
-        f"Sharpe {r['sharpe']:.2f}, max drawdown {r['max_drawdown'] * 100:.2f}%",
+        f"CAGR {_pct(r['cagr'])}, max drawdown {r['max_drawdown'] * 100:.2f}%",
+        f"  Sharpe {_num(r['sharpe'])}, Sortino {_num(r['sortino'])}, Calmar "
+        f"{_num(r['calmar'])}, volatility {_share(r['annual_volatility'])} a year "
+        f"(from {r['trading_days']} daily returns)",
+        f"  {r['round_trips']:,} round trips: win rate {_share(r['win_rate'])}, profit factor "
+        f"{_num(r['profit_factor'])}, average win {_money(r['average_win'])}, average loss "
+        f"{_money(r['average_loss'])}; exposure {r['exposure'] * 100:.1f}%, turnover "
+        f"{r['turnover']:.1f}x",
     ]
+    if r.get("orders_refused"):
+        lines.append("  orders refused: " + ", ".join(
+            f"{k} {v:,}" for k, v in sorted(r["orders_refused"].items())))
     if bad_rows:
         lines.insert(2, f"  input rows skipped by the readers: {bad_rows}")
     if "files" in r:
-        lines.append(f"  wrote {r['files']['report']}, {r['files']['fills']}, {r['files']['plot']}")
+        lines.append("  wrote " + ", ".join(r["files"].values()))
     return "\n".join(lines)
+
+
+def _num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}"
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 100:+.2f}%"
+
+
+def _share(x: float | None) -> str:
+    return "n/a" if x is None else f"{x * 100:.2f}%"
+
+
+def _money(x: float | None) -> str:
+    return "n/a" if x is None else f"${x:,.2f}"
