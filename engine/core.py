@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -144,7 +144,7 @@ class Engine:
         return i
 
     # ------------------------------------------------------------------ hot path
-    async def process(self, msgs: list[Message]) -> None:
+    async def process(self, msgs: Sequence[Message]) -> None:
         """Apply a batch of validated messages in order.
 
         The trade branch is the hot path (one pass per tick): locals only, one dict lookup,

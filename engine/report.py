@@ -174,7 +174,7 @@ def build_report(result: ReplayResult, strategy_name: str) -> dict[str, Any]:
     mdd = max_drawdown(curve)
     growth = cagr(initial, final, int(ts[0]), int(ts[-1])) if ts.size else None
     trips = round_trips(broker.fills)
-    traded = sum(f.quantity * f.price for f in broker.fills)
+    notional = float(sum(f.quantity * f.price for f in broker.fills))
     ticks = eng.stats.ticks + eng.stats.quotes + (eng.stats.bars if bar_data else 0)
     report: dict[str, Any] = {
         "strategy": strategy_name,
@@ -205,7 +205,7 @@ def build_report(result: ReplayResult, strategy_name: str) -> dict[str, Any]:
         "exposure": float(np.mean(gross / curve)) if curve.size else 0.0,
         "time_in_market": float(np.mean(gross > 0)) if curve.size else 0.0,
         #: traded notional over mean equity (2.0 = the account's size bought and sold once)
-        "turnover": float(traded / np.mean(curve)) if curve.size else 0.0,
+        "turnover": float(notional / np.mean(curve)) if curve.size else 0.0,
         **trade_stats(trips),
         "orders_refused": dict(broker.refused),
         "first_time": _iso(eng.equity_curve[0].ts) if eng.equity_curve else None,

@@ -55,7 +55,7 @@ class Scripted:
 class CheckedEngine(Engine):
     """Checks after every bar that intent and the broker's position agree."""
 
-    async def _close_bars(self, bar_ts: int, phase=None) -> None:  # type: ignore[no-untyped-def]
+    async def _close_bars(self, bar_ts: int, phase=None) -> None:
         await super()._close_bars(bar_ts, phase)
         bad = self.intent_mismatches()
         assert not bad, (bar_ts, bad)
