@@ -103,16 +103,24 @@ def evaluate_period(window: GPWindow, period: Period, result: EvolutionResult,
     rules = [c.rule for c in result.hall_of_fame]
     programs, lengths = rules_programs(rules)
     fitness, cash = ev.fitness(programs, lengths)
+    stopped = window.stopped(period)
+    if stopped:  # survivorship: a stock that stops trading is closed at its last price
+        cash = np.stack([simulate_money(r, window.panel, window.close, period.day0,
+                                        period.day1, window.last_day) for r in rules])
+        bh = buy_hold_cash(window.close, period.day0, period.day1)
+        fitness = np.mean(roi(cash) - roi(bh)[None, :], axis=1)
     report = period_report(window, period, cash[0])
+    report["stopped_trading"] = stopped
     report["hall_of_fame_fitness"] = [float(f) for f in fitness]
-    ens = simulate_money(rules, window.panel, window.close, period.day0, period.day1)
+    ens = simulate_money(rules, window.panel, window.close, period.day0, period.day1,
+                         window.last_day)
     report["ensemble_roi"] = float(np.mean(roi(ens)))
     # fitness uses the paper's fill model (signal-close); the same best rule filled at the
     # next day's open shows how much of its edge was the same-close assumption
     report["fill_model"] = "signal-close"
     if window.open is not None:
         nxt = simulate_money_next_open(rules[0], window.panel, window.open, window.close,
-                                       period.day0, period.day1)
+                                       period.day0, period.day1, window.last_day)
         report["roi_next_open"] = float(np.mean(roi(nxt)))
     return report
 
@@ -203,6 +211,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"test  ROI {test['roi']:+.2%} vs buy-and-hold {test['roi_buy_hold']:+.2%} "
               f"(fitness {test['fitness']:+.4f}); next-open ROI "
               f"{test.get('roi_next_open', float('nan')):+.2%}")
+        for sym, last in test["stopped_trading"].items():
+            print(f"  {sym} stopped trading on {last}: closed at its last price")
     print(f"{result.gp_ops_per_second:.3g} GP ops/s on {device}; wrote {out} and {png}")
     return {
         "generations": [s.as_dict() for s in result.history],
