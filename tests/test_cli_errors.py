@@ -72,12 +72,14 @@ def _cases(tmp: Path) -> list[tuple[list[str], str]]:
         (["evolve", "--data", str(daily)], "--out"),
         (["evolve", "--out", str(a_file / "b.json"), "--data", str(daily)], "--out"),
         (["price", "--chain", str(binary)], str(binary)),
+        (["live", "--ticks", "inproc://t", "--orders", "inproc://o", "--journal",
+          str(a_file / "j.db"), "--device", "cpu"], "journal"),
         (["price", "--generate", "8", "--iv", "--plot", str(a_file / "s.png"),
           "--device", "cpu"], "--plot"),
     ]
 
 
-N_CASES = 25
+N_CASES = 26
 
 
 @pytest.mark.parametrize("i", range(N_CASES))
