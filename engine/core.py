@@ -193,22 +193,19 @@ class Engine:
     async def consume(self, frames_batch: list[Any], validator: Validator) -> None:
         """Validate and apply a received batch in one pass (bad input counted and dropped).
 
-        The same as `process([validator.validate(f) for f in frames_batch])` in one loop:
-        every frame goes through the one validation path, `Validator.validate`; a trade's
-        bar update is inlined (the replay's and the daemon's hot path), anything else goes
-        through `process`, in arrival order.
+        The same as `process(validator.validate_many(frames_batch))`: every frame goes
+        through the one validation path, `Validator.validate_many`; a trade's bar update is
+        inlined (the replay's and the daemon's hot path), anything else goes through
+        `process`, in arrival order.
         """
-        validate = validator.validate
+        msgs = validator.validate_many(frames_batch)
         sym_index = self.sym_index
         o, h, l, c, v = self._o, self._h, self._l, self._c, self._v
         flagged = self._flagged
         boundary = self._next_boundary
         n_fast = 0
         newest = self._now
-        for frames in frames_batch:
-            msg = validate(frames)
-            if msg is None:
-                continue
+        for msg in msgs:
             if type(msg) is Trade:
                 ts = msg.ts
                 p = msg.price

@@ -26,7 +26,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import msgspec
@@ -212,13 +212,21 @@ class Validator:
         self.last_seq: dict[bytes, int] = {}
         #: the last accepted price of each symbol (trade, bar close or quote mid)
         self.last_price: dict[str, float] = {}
-        #: symbols accepted so far (checked once each)
-        self.known: set[str] = set()
+        #: symbols accepted so far, with their price band (checked once each)
+        self._band: dict[str, float] = {}
         #: the stream's clock: the newest timestamp accepted on any symbol (None: no message)
         self.clock: int | None = None
         self.received = 0
         self._skew_ns = int(limits.max_time_skew_seconds * NS)
         self._allowed = frozenset(limits.allowed_symbols)
+        self._max_price = limits.max_price
+        self._earliest = limits.earliest_ns
+        self._latest = limits.latest_ns
+
+    @property
+    def known(self) -> set[str]:
+        """Symbols accepted so far."""
+        return set(self._band)
 
     def _symbol_ok(self, sym: str, msg: Message) -> bool:
         """A symbol seen for the first time: name, allow-list and table size."""
@@ -229,110 +237,166 @@ class Validator:
         if self._allowed and sym not in self._allowed:
             self.skipped.add("symbol_not_allowed", msg)
             return False
-        if len(self.known) >= lim.max_symbols:
+        if len(self._band) >= lim.max_symbols:
             self.skipped.add("symbol_limit", msg)
             return False
-        self.known.add(sym)
-        return True
-
-    def _in_band(self, sym: str, price: float, msg: Message) -> bool:
-        last = self.last_price.get(sym)
-        if last is not None:
-            band = self.limits.price_band_by_symbol.get(sym, self.limits.price_band)
-            if not (last / band <= price <= last * band):
-                self.skipped.add("price_outlier", msg)
-                return False
+        self._band[sym] = lim.price_band_by_symbol.get(sym, lim.price_band)
         return True
 
     def validate(self, frames: list[bytes] | tuple[bytes, ...]) -> Message | None:
-        self.received += 1
-        if len(frames) != 2:
-            self.skipped.add("bad_framing", frames)
-            return None
-        topic, payload = frames
-        try:
-            msg = self.decoder.decode(payload)
-        except msgspec.ValidationError as exc:
-            # msgspec reports an unknown tag as an invalid value at the tag's position
-            kind = "unknown_kind" if str(exc).endswith("at `$[0]`") else "wrong_schema"
-            self.skipped.add(kind, payload)
-            return None
-        except Exception:  # noqa: BLE001 - MsgspecError, invalid UTF-8, anything else
-            # a peer's bytes must never stop the engine: whatever the decoder raises on
-            # (invalid UTF-8 in a string raises UnicodeDecodeError) is undecodable input
-            self.skipped.add("undecodable", payload)
-            return None
+        """The message of one frame pair if it passes every check, else None (counted)."""
+        out = self.validate_many((frames,))
+        return out[0] if out else None
+
+    def validate_many(self, batch: Sequence[Any]) -> list[Message]:
+        """The messages of a batch of frame pairs that pass every check, in order; every
+        other frame is counted under one kind and skipped. Nothing a peer sends raises.
+
+        The one implementation of the checks (`validate` is this for one frame). Written
+        for the common case, a trade in sequence, in time and in its band: locals, a few
+        comparisons and dict lookups per tick (it is the engine's hot path); other kinds and
+        every rejection leave the fast branch.
+        """
+        out: list[Message] = []
+        append = out.append
+        skip = self.skipped.add
+        decode = self.decoder.decode
+        last_seq = self.last_seq
+        seq_get = last_seq.get
+        band_get = self._band.get
+        last_price = self.last_price
+        price_get = last_price.get
+        last_ts = self.last_ts
+        ts_get = last_ts.get
+        max_price, earliest, latest = self._max_price, self._earliest, self._latest
+        skew = self._skew_ns
+        inf = math.inf
+        clock = self.clock
+        for frames in batch:
+            if len(frames) != 2:
+                skip("bad_framing", frames)
+                continue
+            topic, payload = frames
+            try:
+                msg = decode(payload)
+            except msgspec.ValidationError as exc:
+                # msgspec reports an unknown tag as an invalid value at the tag's position
+                kind = "unknown_kind" if str(exc).endswith("at `$[0]`") else "wrong_schema"
+                skip(kind, payload)
+                continue
+            except Exception:  # noqa: BLE001 - MsgspecError, invalid UTF-8, anything else
+                # a peer's bytes must never stop the engine: whatever the decoder raises on
+                # (invalid UTF-8 in a string raises UnicodeDecodeError) is undecodable
+                skip("undecodable", payload)
+                continue
+            # the sequence is checked first: a message with bad content still occupies its
+            # place in the stream, so skipping it must not look like a gap
+            seq = msg.seq
+            expected = seq_get(topic, 0) + 1
+            if seq != expected:
+                if seq < expected:
+                    skip("duplicate", msg)
+                    continue
+                skip("sequence_gap", msg, seq - expected)
+            last_seq[topic] = seq
+            sym = msg.symbol
+            band = band_get(sym)
+            if band is None:
+                if type(msg) is Heartbeat and sym == "":
+                    band = 0.0
+                elif not self._symbol_ok(sym, msg):
+                    continue
+                else:
+                    band = self._band[sym]
+            if type(msg) is Trade:  # the hot path
+                p = msg.price
+                if not (0.0 < p <= max_price):  # NaN fails the comparison too
+                    skip("bad_price", msg)
+                    continue
+                if not (0.0 < msg.size < inf):
+                    skip("bad_size", msg)
+                    continue
+                last = price_get(sym)
+                if last is not None and not (last <= p * band and p <= last * band):
+                    skip("price_outlier", msg)
+                    continue
+                ts = msg.ts
+                if not earliest <= ts < latest:
+                    skip("time_out_of_range", msg)
+                    continue
+                if clock is not None and ts > clock + skew:
+                    skip("time_future", msg)
+                    continue
+                prev = ts_get(sym)
+                if prev is not None and ts < prev:
+                    skip("time_backwards", msg)
+                    continue
+                last_ts[sym] = ts
+                if clock is None or ts > clock:
+                    clock = ts
+                last_price[sym] = p
+                append(msg)
+                continue
+            self.clock = clock
+            if self._check_other(msg, sym, band):
+                append(msg)
+            clock = self.clock
+        self.clock = clock
+        self.received += len(batch)
+        return out
+
+    def _check_other(self, msg: Message, sym: str, band: float) -> bool:
+        """Quotes, bars and the rest (not market-data hot path): content, band, time."""
         t = type(msg)
-        # the sequence is checked first: a message with bad content still occupies its place
-        # in the stream, so skipping it must not look like a gap
-        seq = msg.seq
-        expected = self.last_seq.get(topic, 0) + 1
-        if seq < expected:
-            self.skipped.add("duplicate", msg)
-            return None
-        if seq > expected:
-            self.skipped.add("sequence_gap", msg, seq - expected)
-        self.last_seq[topic] = seq
-        sym = msg.symbol
-        if (sym not in self.known and not (t is Heartbeat and sym == "")
-                and not self._symbol_ok(sym, msg)):
-            return None
-        lim = self.limits
-        ref = 0.0  # the price this message makes the symbol's reference
-        if t is Trade:
-            p = msg.price  # type: ignore[union-attr]
-            if not (0.0 < p <= lim.max_price):  # NaN fails the comparison too
-                self.skipped.add("bad_price", msg)
-                return None
-            if not 0.0 < msg.size < math.inf:  # type: ignore[union-attr]
-                self.skipped.add("bad_size", msg)
-                return None
-            ref = p
-        elif t is Quote:
+        mx = self._max_price
+        ref = 0.0  # orders, fills, heartbeats, option values: no market price
+        if t is Quote:
             q: Quote = msg  # type: ignore[assignment]
-            if not (
-                0.0 <= q.bid <= lim.max_price and 0.0 <= q.ask <= lim.max_price
-                and (q.bid > 0.0 or q.ask > 0.0)
-            ):
+            if not (0.0 <= q.bid <= mx and 0.0 <= q.ask <= mx and (q.bid > 0.0 or q.ask > 0.0)):
                 self.skipped.add("bad_price", msg)
-                return None
+                return False
             if not (0.0 <= q.bid_size < math.inf and 0.0 <= q.ask_size < math.inf):
                 self.skipped.add("bad_size", msg)
-                return None
+                return False
             ref = (q.bid + q.ask) / 2.0 if q.bid > 0.0 and q.ask > 0.0 else max(q.bid, q.ask)
         elif t is Bar:
             b: Bar = msg  # type: ignore[assignment]
-            if not (b.low > 0.0 and b.high >= b.low and b.high <= lim.max_price
+            if not (b.low > 0.0 and b.high >= b.low and b.high <= mx
                     and b.low <= b.open <= b.high and b.low <= b.close <= b.high):
                 self.skipped.add("bad_price", msg)
-                return None
+                return False
             if not 0.0 <= b.volume < math.inf:
                 self.skipped.add("bad_size", msg)
-                return None
+                return False
             ref = b.close
-            if not self._in_band(sym, b.low, msg) or not self._in_band(sym, b.high, msg):
-                return None
-        if ref > 0.0 and not self._in_band(sym, ref, msg):
-            return None
+            last = self.last_price.get(sym)
+            if last is not None and not (last <= b.low * band and b.high <= last * band):
+                self.skipped.add("price_outlier", msg)
+                return False
+        if ref > 0.0:
+            last = self.last_price.get(sym)
+            if last is not None and not (last <= ref * band and ref <= last * band):
+                self.skipped.add("price_outlier", msg)
+                return False
         ts = msg.ts
-        if not lim.earliest_ns <= ts < lim.latest_ns:
+        if not self._earliest <= ts < self._latest:
             self.skipped.add("time_out_of_range", msg)
-            return None
+            return False
         clock = self.clock
         if clock is not None and ts > clock + self._skew_ns:
             self.skipped.add("time_future", msg)
-            return None
+            return False
         if t is not Heartbeat:
-            last = self.last_ts.get(sym)
-            if last is not None and ts < last:
+            prev = self.last_ts.get(sym)
+            if prev is not None and ts < prev:
                 self.skipped.add("time_backwards", msg)
-                return None
+                return False
             self.last_ts[sym] = ts
         if clock is None or ts > clock:
             self.clock = ts
         if ref > 0.0:
             self.last_price[sym] = ref
-        return msg
+        return True
 
 
 class Subscriber:
@@ -403,8 +467,7 @@ class Subscriber:
     async def batch(self) -> list[Message]:
         """Every ready message, validated (the engine's hot path is Engine.consume, which
         validates with the same `Validator.validate`)."""
-        validate = self.validator.validate
-        return [m for f in await self.raw_batch() if (m := validate(f)) is not None]
+        return self.validator.validate_many(await self.raw_batch())
 
     def close(self) -> None:
         self.socket.close()

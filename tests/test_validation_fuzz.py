@@ -315,3 +315,15 @@ def test_bad_validation_limits_are_refused() -> None:
                {"price_band_by_symbol": {"A": 0.5}}):
         with pytest.raises((ValueError, msgspec.ValidationError)):
             msgspec.convert(kw, ValidationLimits)
+
+
+def test_batches_judge_like_single_frames() -> None:
+    """validate_many (the engine's and the subscriber's path) keeps the stream's state
+    across a batch exactly as frame-by-frame validation does."""
+    frames = FrameFuzzer(seed=3).frames(20_000)
+    one, many = Validator(), Validator()
+    singles = [m for f in frames if (m := one.validate(f)) is not None]
+    batched = [m for i in range(0, len(frames), 333) for m in many.validate_many(frames[i:i + 333])]
+    assert [encode(m) for m in batched] == [encode(m) for m in singles]  # NaN-safe
+    assert many.skipped.counts == one.skipped.counts
+    assert (many.clock, many.received, many.last_price) == (one.clock, one.received, one.last_price)
