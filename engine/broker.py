@@ -103,7 +103,7 @@ class PaperBroker:
         money = acct.cash - self.commission
         if acct.position != 0.0:
             money += acct.position * price - self.commission
-        return float(max(0, math.floor(money / fill_price)))
+        return float(max(0, math.floor(money / (fill_price * self._margin(side)))))
 
     def new_order(self, ts: int, sym: int, side: int, quantity: float, reason: str) -> Order:
         self._order_id += 1
@@ -134,7 +134,8 @@ class PaperBroker:
         elif self.sizing == "all-in" and acct.position == 0.0:
             # all-in means the cash at fill time: a pending entry behind a pending close
             # (a switch of sides under next-tick fills) was sized before the close freed it
-            qty = float(max(0, math.floor((acct.cash - self.commission) / fill_price)))
+            qty = float(max(0, math.floor((acct.cash - self.commission)
+                                          / (fill_price * self._margin(side)))))
         if qty <= 0.0:
             return None
         if order.reason != "close" and not self._affordable(acct, side, qty, fill_price):
@@ -161,6 +162,11 @@ class PaperBroker:
         self.fills.append(fill)
         return fill
 
+
+    def _margin(self, side: int) -> float:
+        """Money an all-in entry needs per dollar of notional: 1 for a buy (no leverage),
+        the short margin for a short sale (sized so that the margin check passes)."""
+        return 1.0 if side > 0 or self.short_margin == 1.0 else self.short_margin
 
     def _affordable(self, acct: Account, side: int, qty: float, fill_price: float) -> bool:
         """Whether the account can pay for an entry of `qty` at `fill_price` (see module)."""

@@ -247,3 +247,23 @@ def test_bars_and_dates_use_the_exchange_clock() -> None:
     london = Engine(["A"], SmaCross(), EngineConfig(timezone="Europe/London"))
     assert london.local_date(late) == day + dt.timedelta(days=1)
 
+
+
+@pytest.mark.parametrize("margin", [0.5, 1.0, 1.5, 2.0])
+def test_all_in_shorts_are_sized_to_the_margin(margin: float) -> None:
+    """An all-in short takes the most shares its margin allows: never refused, never more."""
+    r = random.Random(int(margin * 10))
+    for _ in range(200):
+        b = PaperBroker(["A"], cash_per_symbol=r.uniform(1_000, 50_000), commission=1.0,
+                        allow_short=True, short_margin=margin)
+        price = r.uniform(1.0, 500.0)
+        q = b.entry_quantity(0, -1, price)
+        fill = b.execute(b.new_order(0, 0, -1, q, "enter"), 0, price, 0)
+        acct = b.accounts[0]
+        if q == 0:
+            assert fill is None
+            continue
+        assert fill is not None and b.total_refused() == 0
+        assert acct.equity() >= margin * fill.quantity * price - 1e-6
+        # one more share would break the margin
+        assert acct.equity() < margin * (fill.quantity + 1) * price
