@@ -230,6 +230,9 @@ def summary(r: dict[str, Any]) -> str:
             f"{k} {v:,}" for k, v in sorted(r["orders_refused"].items())))
     if bad_rows:
         lines.insert(2, f"  input rows skipped by the readers: {bad_rows}")
+    if skipped:
+        lines.insert(2, "  messages skipped: " + ", ".join(
+            f"{k} {v:,}" for k, v in sorted(r["skipped"].items())))
     if "files" in r:
         lines.append("  wrote " + ", ".join(r["files"].values()))
     return "\n".join(lines)
