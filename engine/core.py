@@ -190,58 +190,11 @@ class Engine:
             self._now = max(self._now, msgs[-1].ts)
         self.poll_options()
 
-    async def consume(self, frames_batch: list[Any], validator: Validator) -> None:
-        """Validate and apply a received batch in one pass (bad input counted and dropped).
-
-        The same as `process(validator.validate_many(frames_batch))`: every frame goes
-        through the one validation path, `Validator.validate_many`; a trade's bar update is
-        inlined (the replay's and the daemon's hot path), anything else goes through
-        `process`, in arrival order.
-        """
-        msgs = validator.validate_many(frames_batch)
-        sym_index = self.sym_index
-        o, h, l, c, v = self._o, self._h, self._l, self._c, self._v
-        flagged = self._flagged
-        boundary = self._next_boundary
-        n_fast = 0
-        newest = self._now
-        for msg in msgs:
-            if type(msg) is Trade:
-                ts = msg.ts
-                p = msg.price
-                n_fast += 1
-                newest = ts
-                if ts >= boundary:
-                    await self._cross_boundary(ts)
-                    boundary = self._next_boundary
-                # the bar update of `process`, inlined here for speed; the test
-                # test_engine_fused_path_equals_validate_then_process guards that
-                # both paths end in the same state
-                sym = sym_index.get(msg.symbol)
-                if sym is None:
-                    sym = self._register(msg.symbol)
-                    o, h, l, c, v = self._o, self._h, self._l, self._c, self._v
-                    flagged = self._flagged
-                if o[sym] != o[sym]:  # NaN: first tick of this bar
-                    o[sym] = h[sym] = l[sym] = p
-                    v[sym] = 0.0
-                elif p > h[sym]:
-                    h[sym] = p
-                elif p < l[sym]:
-                    l[sym] = p
-                c[sym] = p
-                v[sym] += msg.size
-                if flagged[sym]:
-                    self._on_flagged_tick(sym, msg)
-                continue
-            await self.process([msg])
-            o, h, l, c, v = self._o, self._h, self._l, self._c, self._v
-            flagged = self._flagged
-            boundary = self._next_boundary
-            newest = self._now
-        self.stats.ticks += n_fast
-        self._now = max(self._now, newest)
-        self.poll_options()
+    async def consume(self, frames_batch: Sequence[Any], validator: Validator) -> None:
+        """Validate and apply a received batch (bad input counted and dropped): the one
+        validation path, `Validator.validate_many`, then `process` (the replay's and the
+        daemon's hot path)."""
+        await self.process(validator.validate_many(frames_batch))
 
     def poll_options(self) -> bool:
         """Collect finished option repricings (never blocks); True while any is in flight."""
