@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """Command line of the engine: parse, wire, run. No logic of its own (see engine/commands/)."""
+# (the module docstring is for developers; users read DESCRIPTION in --help)
 
 from __future__ import annotations
 
@@ -22,12 +23,39 @@ COMMANDS: dict[str, str] = {
 }
 
 
+DESCRIPTION = """\
+An event-driven trading engine that backtests, paper-trades and prices options, using the GPU
+(CUDA) where there is one and the CPU otherwise.
+
+examples:
+  python run_engine.py replay --data AAPL.csv --strategy sma-cross:10,50 --out out/
+  python run_engine.py evolve --stocks 32 --generations 30 --out best.json
+  python run_engine.py price --chain chain.csv --iv --plot smile.png
+  python run_engine.py COMMAND --help     (the options of one command)
+"""
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Shows each option's default unless its help already names one (or it has none)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if ("default" not in text and action.default not in (None, False, argparse.SUPPRESS)
+                and action.option_strings and action.nargs != 0):
+            text += " (default: %(default)s)"
+        return text
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="run_engine.py", description=__doc__)
+    parser = argparse.ArgumentParser(prog="run_engine.py", description=DESCRIPTION,
+                                     formatter_class=HelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.command_parsers = {}  # type: ignore[attr-defined]
     for name, help_text in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text,
+                           formatter_class=HelpFormatter)
+        parser.command_parsers[name] = p  # type: ignore[attr-defined]
         p.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
         if only is None or only == name:
             importlib.import_module(f"engine.commands.{name}").add_arguments(p)
@@ -37,7 +65,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     wanted = next((a for a in argv if a in COMMANDS), None)
-    args = build_parser(wanted).parse_args(argv)
+    parser = build_parser(wanted)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # the command's own usage, not the top level's
+        parser.command_parsers[args.command].error(  # type: ignore[attr-defined]
+            f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr,
@@ -45,20 +77,30 @@ def main(argv: list[str] | None = None) -> int:
     # numba's CUDA driver logs every allocation at INFO: keep the summary readable
     logging.getLogger("numba").setLevel(logging.WARNING)
     from engine.errors import UserError
+    from engine.outputs import check_writable_file
     from gpu.device import DeviceUnavailable
 
     module = importlib.import_module(f"engine.commands.{args.command}")
     try:
+        if args.json:  # refused before the work, not after it
+            check_writable_file(args.json, "--json")
         results: dict[str, Any] = module.run(args)
+        if args.json:
+            try:
+                args.json.write_text(json.dumps(results, indent=2, default=str))
+            except OSError as exc:
+                raise UserError(f"--json {args.json}: cannot write: {exc.strerror}") from None
     except (UserError, DeviceUnavailable) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2, default=str))
+    except Exception as exc:  # a bug of ours: one line, the traceback with -v
+        logging.getLogger("run_engine").debug("internal error", exc_info=True)
+        print(f"error: internal error in {args.command}: {type(exc).__name__}: {exc} "
+              "(run with -v for the traceback)", file=sys.stderr)
+        return 1
     return 0
 
 

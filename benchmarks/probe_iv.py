@@ -24,6 +24,7 @@ from gpu.options import make_grid, option_params, price_params  # noqa: E402
 chain = read_chain(data_dir() / "lean_goog_option_chain_2015-12-24" /
                    "goog_option_chain_2015-12-24T1300ET.csv")
 asof = chain.asof_date()
+assert asof is not None, "the chain records its snapshot date"
 params = option_params(chain.spot, chain.strike, chain.years_to_expiry(asof), 0.25, 0.0,
                        chain.is_call, chain.is_american)
 params = params[params[:, core.EXPIRY] > 0]

@@ -76,8 +76,8 @@ async def prefilled(factory: functools.partial, with_engine: bool) -> tuple[int,
     return n, wall, engine
 
 
-def workloads(ticks: int, symbols: int) -> dict[str, functools.partial]:
-    w = {f"synthetic {ticks:,} ticks x {symbols} symbols":
+def workloads(ticks: int, symbols: int) -> dict[str, functools.partial[Any]]:
+    w: dict[str, functools.partial[Any]] = {f"synthetic {ticks:,} ticks x {symbols} symbols":
          functools.partial(SyntheticMarket, n_symbols=symbols, n_ticks=ticks, seed=7)}
     lean = data_dir() / "lean_ticks_2013-10" / "equity" / "usa" / "tick"
     if lean.is_dir():
@@ -116,7 +116,7 @@ def main() -> None:
         for transport in args.transports.split(","):
             for rep in range(args.repeats):
                 n_raw, t_raw = asyncio.run(raw_limit_async(factory, transport))
-                cfg = EngineConfig(transport=transport)  # type: ignore[arg-type]
+                cfg = EngineConfig(transport=transport)
                 res = asyncio.run(replay_async(factory, SmaCross(), cfg))
                 eng = res.engine.stats
                 n_eng = eng.ticks + eng.quotes

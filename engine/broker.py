@@ -11,6 +11,10 @@ Sizing:
 - fixed: `quantity` shares per entry.
 
 Slippage moves the fill price against the order by `slippage_bps` basis points.
+No entry may spend money the account does not have: a long entry needs its cost and
+commission in cash, a short entry needs `short_margin` x its notional (100% by default) plus
+commission in equity; orders that do not pass are refused and counted by reason in
+`refused`. Closing orders are never refused (they only reduce risk).
 Invariants (tested): equity = cash + position x last price, per symbol and in total.
 """
 
@@ -48,16 +52,23 @@ class PaperBroker:
     sizing: Sizing = "all-in"
     quantity: float = 100.0
     allow_short: bool = False
+    short_margin: float = 1.0
     accounts: list[Account] = field(default_factory=list)
     fills: list[Fill] = field(default_factory=list)
     orders: list[Order] = field(default_factory=list)
+    #: entries refused because the account could not pay for them, by reason
+    refused: dict[str, int] = field(default_factory=dict)
     _order_id: int = 0
 
     def __post_init__(self) -> None:
         if self.sizing not in ("all-in", "fixed"):
             raise ValueError(f"unknown sizing {self.sizing!r}: expected all-in or fixed")
-        if self.commission < 0 or self.slippage_bps < 0 or self.cash_per_symbol <= 0:
-            raise ValueError("commission and slippage must be >= 0 and cash per symbol > 0")
+        if not (self.commission >= 0 and self.slippage_bps >= 0 and self.cash_per_symbol > 0
+                and self.short_margin > 0 and self.quantity > 0
+                and all(map(math.isfinite, (self.commission, self.slippage_bps,
+                                            self.cash_per_symbol, self.quantity)))):
+            raise ValueError("commission and slippage must be numbers >= 0; cash per symbol, "
+                             "quantity and short margin numbers > 0")
         self.accounts = [Account(self.cash_per_symbol) for _ in self.symbols]
 
     def add_symbol(self, symbol: str) -> int:
@@ -92,7 +103,7 @@ class PaperBroker:
         money = acct.cash - self.commission
         if acct.position != 0.0:
             money += acct.position * price - self.commission
-        return float(max(0, math.floor(money / fill_price)))
+        return float(max(0, math.floor(money / (fill_price * self._margin(side)))))
 
     def new_order(self, ts: int, sym: int, side: int, quantity: float, reason: str) -> Order:
         self._order_id += 1
@@ -123,8 +134,13 @@ class PaperBroker:
         elif self.sizing == "all-in" and acct.position == 0.0:
             # all-in means the cash at fill time: a pending entry behind a pending close
             # (a switch of sides under next-tick fills) was sized before the close freed it
-            qty = float(max(0, math.floor((acct.cash - self.commission) / fill_price)))
+            qty = float(max(0, math.floor((acct.cash - self.commission)
+                                          / (fill_price * self._margin(side)))))
         if qty <= 0.0:
+            return None
+        if order.reason != "close" and not self._affordable(acct, side, qty, fill_price):
+            reason = "insufficient_cash" if side > 0 else "insufficient_margin"
+            self.refused[reason] = self.refused.get(reason, 0) + 1
             return None
         acct.cash -= side * qty * fill_price + self.commission
         acct.position += side * qty
@@ -145,6 +161,28 @@ class PaperBroker:
         )
         self.fills.append(fill)
         return fill
+
+
+    def _margin(self, side: int) -> float:
+        """Money an all-in entry needs per dollar of notional: 1 for a buy (no leverage),
+        the short margin for a short sale (sized so that the margin check passes)."""
+        return 1.0 if side > 0 or self.short_margin == 1.0 else self.short_margin
+
+    def _affordable(self, acct: Account, side: int, qty: float, fill_price: float) -> bool:
+        """Whether the account can pay for an entry of `qty` at `fill_price` (see module)."""
+        cash_after = acct.cash - side * qty * fill_price - self.commission
+        position_after = acct.position + side * qty
+        if side > 0:
+            # a buy that covers a short is paid from the short's proceeds: only a long
+            # position afterwards must be fully paid for in cash
+            return cash_after >= -1e-9 or position_after <= 0.0
+        if position_after >= 0.0:  # a sale out of a long position
+            return True
+        equity_after = cash_after + position_after * fill_price
+        return equity_after + 1e-9 >= self.short_margin * -position_after * fill_price
+
+    def total_refused(self) -> int:
+        return sum(self.refused.values())
 
 
 def buy_and_hold_cash(

@@ -5,6 +5,7 @@ Every option has a default that works on one machine. Command-line flags overrid
 
 from __future__ import annotations
 
+import math
 import tomllib
 from pathlib import Path
 from typing import Literal
@@ -13,6 +14,7 @@ import msgspec
 
 from engine.errors import UserError
 from engine.option_book import OptionGroupConfig
+from feeds.transport import ValidationLimits
 
 
 class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -21,8 +23,26 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     slippage_bps: float = 0.0
     sizing: Literal["all-in", "fixed"] = "all-in"
     quantity: float = 100.0
-    #: "auto": the bar's close for bar data (the GP paper's model), the next trade for ticks
-    fill: Literal["auto", "bar-close", "next-tick"] = "auto"
+    #: a short entry needs this fraction of its notional in the account (1.0 = 100%)
+    short_margin: float = 1.0
+    #: when an order decided at a bar's close fills:
+    #: "signal-close": at that same close (the GP paper's model; optimistic: the close that
+    #:   produced the signal is already past when the signal is known);
+    #: "next-open": at the next bar's open (backtrader's and LEAN's default for bars);
+    #: "next-tick": at the next trade after the order (tick data);
+    #: "auto": next-open for bar data, next-tick for tick data.
+    #: "bar-close" is the old name of signal-close.
+    fill: Literal["auto", "signal-close", "next-open", "next-tick", "bar-close"] = "auto"
+
+    def __post_init__(self) -> None:
+        for name in ("cash_per_symbol", "quantity", "short_margin"):
+            x = getattr(self, name)
+            if not (x > 0 and math.isfinite(x)):
+                raise ValueError(f"broker.{name} must be a positive number, got {x}")
+        for name in ("commission", "slippage_bps"):
+            x = getattr(self, name)
+            if not (x >= 0 and math.isfinite(x)):
+                raise ValueError(f"broker.{name} must be a number >= 0, got {x}")
 
 
 class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -38,6 +58,25 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     transport: Literal["inproc", "ipc", "tcp"] = "inproc"
     #: device of GPU-capable work in the engine (strategy evaluation, option groups)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    #: the exchange's time zone: bar boundaries, session phases, day boundaries and option
+    #: expiry dates are in its local time
+    timezone: str = "America/New_York"
+    #: sanity bounds on incoming messages ([validation] table; see feeds.transport)
+    validation: ValidationLimits = ValidationLimits()
+
+
+    def __post_init__(self) -> None:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        from engine.phases import SessionSchedule
+
+        if not (self.bar_seconds > 0 and math.isfinite(self.bar_seconds)):
+            raise ValueError(f"bar_seconds must be a positive number, got {self.bar_seconds}")
+        try:
+            ZoneInfo(self.timezone)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(f"unknown time zone {self.timezone!r}") from None
+        SessionSchedule.parse(self.session)  # raises ValueError with the reason
 
 
 def load_config(path: str | Path | None) -> EngineConfig:

@@ -15,17 +15,17 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import msgspec
 import numpy as np
 
 from engine.broker import PaperBroker
 from engine.config import EngineConfig
+from engine.errors import StrategyError
 from engine.phases import Action, Phase, SessionSchedule, decide, transition
 from feeds.messages import Bar, Fill, Heartbeat, Message, Order, Quote, Side, Trade
 from feeds.transport import Validator
@@ -53,8 +53,14 @@ class EngineStats:
 
 @dataclass
 class EquityPoint:
+    """The account after one bar event: equity, gross exposure, and buy-and-hold's equity."""
+
     ts: int
     equity: float
+    #: sum over symbols of |position| x last price (dollars at risk)
+    gross: float = 0.0
+    #: equity of buying every symbol all-in at its first price and holding it
+    buy_hold: float = math.nan
 
 
 @dataclass
@@ -72,12 +78,12 @@ class Engine:
     def __post_init__(self) -> None:
         cfg = self.config
         b = cfg.broker
-        self.schedule = SessionSchedule.parse(cfg.session)
-        self.tz = ZoneInfo(self.schedule.timezone)
+        self.schedule = SessionSchedule.parse(cfg.session, cfg.timezone)
+        self.tz = ZoneInfo(cfg.timezone)
         self.broker = PaperBroker(
             list(self.symbols), cash_per_symbol=b.cash_per_symbol, commission=b.commission,
             slippage_bps=b.slippage_bps, sizing=b.sizing, quantity=b.quantity,
-            allow_short=not self.strategy.long_only,
+            allow_short=not self.strategy.long_only, short_margin=b.short_margin,
         )
         self.stats = EngineStats()
         self.sym_index: dict[str, int] = {s: i for i, s in enumerate(self.symbols)}
@@ -104,8 +110,7 @@ class Engine:
         self._now = 0
         self.equity_curve: list[EquityPoint] = []
         self.finished = False
-        self._fill_on_close = b.fill == "bar-close"
-        self._fill_mode_fixed = b.fill != "auto"
+        self._fill_on_close = b.fill in ("signal-close", "bar-close")
         self._underlying = [False] * n
         if self.option_book is not None:
             for s in self.option_book.underlyings:
@@ -139,7 +144,7 @@ class Engine:
         return i
 
     # ------------------------------------------------------------------ hot path
-    async def process(self, msgs: list[Message]) -> None:
+    async def process(self, msgs: Sequence[Message]) -> None:
         """Apply a batch of validated messages in order.
 
         The trade branch is the hot path (one pass per tick): locals only, one dict lookup,
@@ -185,79 +190,11 @@ class Engine:
             self._now = max(self._now, msgs[-1].ts)
         self.poll_options()
 
-    async def consume(self, frames_batch: list[Any], validator: Validator) -> None:
-        """Validate and apply a received batch in one pass.
-
-        The same as `process([validator.validate(f) for f in frames_batch])` (bad input
-        dropped), with the common case,
-        a well-formed trade in sequence and in time order, checked and applied inline: one
-        loop and one decode per tick instead of two loops (the replay's and the daemon's hot
-        path). Every other message goes through the validator's reference path, which alone
-        judges and counts bad input, and then through `process`, in arrival order.
-        """
-        decode = validator.decoder.decode
-        last_seq = validator.last_seq
-        seq_get = last_seq.get
-        last_ts = validator.last_ts
-        ts_get = last_ts.get
-        inf = math.inf
-        sym_index = self.sym_index
-        o, h, l, c, v = self._o, self._h, self._l, self._c, self._v
-        flagged = self._flagged
-        boundary = self._next_boundary
-        n_fast = 0
-        newest = self._now
-        for frames in frames_batch:
-            if len(frames) == 2:
-                topic, payload = frames
-                try:
-                    msg = decode(payload)
-                except msgspec.MsgspecError:
-                    msg = None
-                if type(msg) is Trade:
-                    symbol = msg.symbol
-                    ts = msg.ts
-                    p = msg.price
-                    if (msg.seq == seq_get(topic, 0) + 1 and 0.0 < p < inf
-                            and msg.size > 0.0 and ts >= ts_get(symbol, ts)):
-                        last_seq[topic] = msg.seq
-                        last_ts[symbol] = ts
-                        n_fast += 1
-                        newest = ts
-                        if ts >= boundary:
-                            await self._cross_boundary(ts)
-                            boundary = self._next_boundary
-                        # the bar update of `process`, inlined here for speed; the test
-                        # test_engine_fused_path_equals_validate_then_process guards that
-                        # both paths end in the same state
-                        sym = sym_index.get(symbol)
-                        if sym is None:
-                            sym = self._register(symbol)
-                            o, h, l, c, v = self._o, self._h, self._l, self._c, self._v
-                            flagged = self._flagged
-                        if o[sym] != o[sym]:  # NaN: first tick of this bar
-                            o[sym] = h[sym] = l[sym] = p
-                            v[sym] = 0.0
-                        elif p > h[sym]:
-                            h[sym] = p
-                        elif p < l[sym]:
-                            l[sym] = p
-                        c[sym] = p
-                        v[sym] += msg.size
-                        if flagged[sym]:
-                            self._on_flagged_tick(sym, msg)
-                        continue
-            m = validator.validate(frames)
-            if m is not None:
-                await self.process([m])
-                o, h, l, c, v = self._o, self._h, self._l, self._c, self._v
-                flagged = self._flagged
-                boundary = self._next_boundary
-                newest = self._now
-        self.stats.ticks += n_fast
-        validator.received += n_fast
-        self._now = max(self._now, newest)
-        self.poll_options()
+    async def consume(self, frames_batch: Sequence[Any], validator: Validator) -> None:
+        """Validate and apply a received batch (bad input counted and dropped): the one
+        validation path, `Validator.validate_many`, then `process` (the replay's and the
+        daemon's hot path)."""
+        await self.process(validator.validate_many(frames_batch))
 
     def poll_options(self) -> bool:
         """Collect finished option repricings (never blocks); True while any is in flight."""
@@ -302,6 +239,7 @@ class Engine:
         """Bars from bar files: all bars with one close time form one bar event."""
         if self._bar_group_ts >= 0 and bar.ts > self._bar_group_ts:
             await self._close_bars(self._bar_group_ts)
+            self._new_day_check(self._bar_group_ts, bar.ts)
         sym = self.sym_index.get(bar.symbol)
         if sym is None:
             sym = self._register(bar.symbol)
@@ -311,13 +249,40 @@ class Engine:
             self._first_price[sym] = bar.close
         self._o[sym], self._h[sym], self._l[sym] = bar.open, bar.high, bar.low
         self._c[sym], self._v[sym] = bar.close, bar.volume
-        if self._has_pending[sym]:  # next-tick fills of bar data happen at the next open
+        if self._has_pending[sym]:  # next-open: orders of the last bar fill at this open
             self._fill_pending(sym, bar.open, bar.ts)
 
     async def _cross_boundary(self, ts: int) -> None:
         if self._next_boundary >= 0:
             await self._close_bars(self._next_boundary)
-        self._next_boundary = (ts // self.bar_ns + 1) * self.bar_ns
+            self._new_day_check(self._next_boundary - 1, ts)
+        # bars are aligned on the exchange's local clock (a 4-hour or daily bar built from
+        # ticks starts at New York midnight, not UTC midnight)
+        offset = self._utc_offset_ns(ts)
+        self._next_boundary = ((ts + offset) // self.bar_ns + 1) * self.bar_ns - offset
+
+    def _utc_offset_ns(self, ts: int) -> int:
+        off = datetime.fromtimestamp(ts // NS, UTC).astimezone(self.tz).utcoffset()
+        return int(off.total_seconds()) * NS if off is not None else 0
+
+    def local_date(self, ts: int) -> Any:
+        """The exchange's date at `ts` (ns since the epoch)."""
+        return datetime.fromtimestamp(ts // NS, UTC).astimezone(self.tz).date()
+
+    def _new_day_check(self, last_ts: int, next_ts: int) -> None:
+        """A new session day starts flat: apply the STOP that the data skipped.
+
+        With a session schedule, a day whose data ends before its STOP phase (no bar after
+        t3) would carry its position into the next day's WAIT, where the strategy's signal
+        keeps moving while the position stays, and a TRADE bar could then find a position
+        whose previous signal is flat (an impossible state). Clearing at the day boundary
+        keeps every day inside the phase table. The orders fill like any STOP order: at the
+        last price of the day (signal-close) or at the next day's first price (next-open or
+        next-tick).
+        """
+        if self.schedule.always_trade or self.local_date(last_ts) == self.local_date(next_ts):
+            return
+        self._decide([], self._signal, Phase.STOP, last_ts)
 
     # ------------------------------------------------------------------ per bar
     def phase_at(self, ts: int) -> Phase:
@@ -346,13 +311,41 @@ class Engine:
         closed = np.zeros(len(o), np.bool_)
         closed[idx] = True
         if phase is not Phase.STOP:
-            signals = await self.strategy.target_signals(self.bank.values[: len(o)], closed)
+            try:
+                signals = await self.strategy.target_signals(self.bank.values[: len(o)],
+                                                             closed)
+                signals = np.asarray(signals)
+                if signals.shape != (len(o),):
+                    raise ValueError(f"returned signals of shape {signals.shape}, "
+                                     f"expected ({len(o)},)")
+            except Exception as exc:
+                when = datetime.fromtimestamp(bar_ts // NS, UTC).astimezone(self.tz)
+                raise StrategyError(
+                    f"strategy {self.strategy.name!r} failed at the bar closing "
+                    f"{when.isoformat()}: {type(exc).__name__}: {exc}") from exc
         else:
             signals = self._signal
         self._decide(idx, signals, phase, bar_ts)
         for i in idx:
             o[i] = math.nan
-        self.equity_curve.append(EquityPoint(bar_ts, self.broker.equity()))
+        self.equity_curve.append(self._equity_point(bar_ts))
+
+    def _equity_point(self, ts: int) -> EquityPoint:
+        b = self.broker
+        gross = 0.0
+        bh = 0.0
+        cash0, fee = b.cash_per_symbol, b.commission
+        for i, acct in enumerate(b.accounts):
+            p = self._c[i]
+            if acct.position != 0.0:
+                gross += abs(acct.position) * acct.last_price
+            first = self._first_price[i]
+            if first == first and p > 0.0:
+                shares = max(0, math.floor((cash0 - fee) / first))
+                bh += cash0 - (shares * first + fee) + shares * p if shares else cash0
+            else:
+                bh += cash0
+        return EquityPoint(ts, b.equity(), gross, bh)
 
     def _decide(self, idx: list[int], signals: np.ndarray, phase: Phase, ts: int) -> None:
         strategy = self.strategy
@@ -367,17 +360,22 @@ class Engine:
             self._signal[i] = new
             if action is Action.NONE:
                 continue
+            # the intent is set before the order: `_order` and `_execute` set it back when
+            # nothing can be bought, so intent and the broker's position agree after a bar
             if action is Action.CLEAR or action is Action.SWITCH:
-                self._order(i, -self._intended[i], "close", ts)
+                side = -self._intended[i]
                 self._intended[i] = 0
+                self._order(i, side, "close", ts)
             if action is Action.ENTER or action is Action.SWITCH:
-                self._order(i, 1 if new > 0 else -1, "enter", ts)
-                self._intended[i] = 1 if new > 0 else -1
+                side = 1 if new > 0 else -1
+                self._intended[i] = side
+                self._order(i, side, "enter", ts)
         if phase is Phase.STOP:
             for i in range(len(self._intended)):
                 if self._intended[i] != 0 and i not in idx:
-                    self._order(i, -self._intended[i], "close", ts)
+                    side = -self._intended[i]
                     self._intended[i] = 0
+                    self._order(i, side, "close", ts)
 
     def _order(self, sym: int, side: int, reason: str, ts: int) -> None:
         if side == 0:
@@ -392,23 +390,25 @@ class Engine:
             qty = self.broker.entry_quantity(sym, side, price)
         if qty <= 0:
             if reason == "enter":
-                self._intended[sym] = 0
+                self._intended[sym] = self._held_sign(sym)
             return
         order = self.broker.new_order(ts, sym, side, qty, reason)
         self.stats.orders += 1
         if self.on_order is not None:
             self.on_order(order)
-        if self._fills_at_close():
+        if self._fill_on_close:
             self._execute(order, sym, price, ts)
         else:
             self._pending[sym].append(order)
             self._has_pending[sym] = True
             self._flagged[sym] = True
 
-    def _fills_at_close(self) -> bool:
-        if self._fill_mode_fixed:
-            return self._fill_on_close
-        return self._bar_group_ts >= 0  # bar data: the GP paper's close fill
+    @property
+    def fill_model(self) -> str:
+        """The fill model in force: signal-close, next-open (bar data) or next-tick."""
+        if self._fill_on_close:
+            return "signal-close"
+        return "next-open" if self._bar_group_ts >= 0 else "next-tick"
 
     def _fill_pending(self, sym: int, price: float, ts: int) -> None:
         pending = self._pending[sym]
@@ -422,13 +422,29 @@ class Engine:
         fill = self.broker.execute(order, sym, price, ts)
         if fill is None:
             if order.reason == "enter":
-                self._intended[sym] = 0 if self.broker.accounts[sym].position == 0 else (
-                    1 if self.broker.accounts[sym].position > 0 else -1
-                )
+                self._intended[sym] = self._held_sign(sym)
             return
         self.stats.fills += 1
         if self.on_fill is not None:
             self.on_fill(fill)
+
+    def _held_sign(self, sym: int) -> int:
+        pos = self.broker.accounts[sym].position
+        return 0 if pos == 0 else (1 if pos > 0 else -1)
+
+    def intent_mismatches(self) -> list[str]:
+        """Symbols whose intended position disagrees with the broker's position and the
+        pending orders (empty in a consistent engine; tests check it after every bar)."""
+        bad = []
+        for i, s in enumerate(self.symbols):
+            pos = self.broker.accounts[i].position
+            pos += sum(o.side * o.quantity for o in self._pending[i] if o.reason == "enter")
+            if any(o.reason == "close" for o in self._pending[i]):
+                pos = sum(o.side * o.quantity for o in self._pending[i] if o.reason == "enter")
+            sign = 0 if pos == 0 else (1 if pos > 0 else -1)
+            if sign != self._intended[i]:
+                bad.append(f"{s}: intended {self._intended[i]}, position+pending {pos}")
+        return bad
 
     # ------------------------------------------------------------------ end
     async def finish(self) -> None:
@@ -452,9 +468,9 @@ class Engine:
             if p > 0.0:
                 self.broker.mark(i, p)
         if self.equity_curve and self.equity_curve[-1].ts == end_ts:
-            self.equity_curve[-1] = EquityPoint(end_ts, self.broker.equity())
+            self.equity_curve[-1] = self._equity_point(end_ts)
         else:
-            self.equity_curve.append(EquityPoint(end_ts, self.broker.equity()))
+            self.equity_curve.append(self._equity_point(end_ts))
         if self.option_book is not None:
             ready = await self.option_book.drain()
             self.stats.option_values += len(ready)

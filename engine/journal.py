@@ -39,7 +39,11 @@ class JournalState:
 class Journal:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"journal {self.path}: cannot create its folder: "
+                             f"{exc.strerror}") from None
         try:
             self.db = sqlite3.connect(str(self.path), isolation_level=None)
             self.db.execute("PRAGMA journal_mode=WAL")

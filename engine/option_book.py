@@ -36,7 +36,7 @@ class OptionGroupConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     """One option group: every (strike, expiry, right) combination on `underlying`.
 
     expiries: days to expiry (int, fixed whatever the date) or expiry dates (the time to
-      expiry then shrinks with the ticks' UTC date: calendar days / 365).
+      expiry then shrinks with the ticks' date at the exchange: calendar days / 365).
     style: "american" or "european"; vol and rate per year (continuously compounded);
     grid: "seed" (fastest), "default" or "fine"; price_steps/time_steps > 0 override it.
     """
@@ -98,15 +98,23 @@ class _Group:
 CHECK_EVERY_TICKS = 8
 
 
-def _tick_date(ts: int) -> dt.date:
-    return dt.datetime.fromtimestamp(ts // 1_000_000_000, tz=dt.UTC).date()
+EXCHANGE_TZ = "America/New_York"
+
+
+def _tick_date(ts: int, tz: dt.tzinfo) -> dt.date:
+    """The exchange's date of a tick (an expiry date ends at the exchange's midnight)."""
+    return dt.datetime.fromtimestamp(ts // 1_000_000_000, tz=tz).date()
 
 
 class OptionBook:
     """Theoretical values of configured option groups, kept current with their underlyings."""
 
-    def __init__(self, groups: list[OptionGroupConfig], device: str = "auto") -> None:
+    def __init__(self, groups: list[OptionGroupConfig], device: str = "auto",
+                 timezone: str = EXCHANGE_TZ) -> None:
+        from zoneinfo import ZoneInfo
+
         self.device = resolve_device(device, "option book")
+        self.tz = ZoneInfo(timezone)
         self._groups: dict[str, list[_Group]] = {}
         self._ready: list[OptionValue] = []
         self._seq = 0
@@ -182,7 +190,7 @@ class OptionBook:
             self._launch(g, spot, ts)
 
     def _launch(self, g: _Group, spot: float, ts: int) -> None:
-        day = _tick_date(ts)
+        day = _tick_date(ts, self.tz)
         if day != g.last_date and any(d is not None for d in g.expiry_dates):
             expiry = [
                 ((e - day).days if e is not None else (d or 0)) / DAYS_PER_YEAR

@@ -166,21 +166,23 @@ class SessionSchedule:
             raise ValueError(f"session times must satisfy t1 < t2 < t3, got {given}")
 
     @classmethod
-    def parse(cls, text: str | None) -> SessionSchedule:
+    def parse(cls, text: str | None, timezone: str = "America/New_York") -> SessionSchedule:
         """"09:35,15:45,15:55" -> schedule; None or "" -> always TRADE."""
         if not text:
-            return cls()
+            return cls(timezone=timezone)
         parts = text.split(",")
         if len(parts) != 3:
             raise ValueError(f"--session expects three times HH:MM,HH:MM,HH:MM, got {text!r}")
         secs = []
         for p in parts:
             try:
-                hh, mm = p.strip().split(":")
-                secs.append(int(hh) * 3600 + int(mm) * 60)
+                hh, mm = (int(x) for x in p.strip().split(":"))
+                if not (0 <= hh <= 24 and 0 <= mm < 60 and hh * 60 + mm <= 24 * 60):
+                    raise ValueError
+                secs.append(hh * 3600 + mm * 60)
             except ValueError:
                 raise ValueError(f"bad time {p!r} in --session {text!r}: use HH:MM") from None
-        return cls(float(secs[0]), float(secs[1]), float(secs[2]))
+        return cls(float(secs[0]), float(secs[1]), float(secs[2]), timezone)
 
     @property
     def always_trade(self) -> bool:

@@ -80,6 +80,24 @@ def _feed_process(factory: SourceFactory, endpoint: str, conn: Any) -> None:
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
 
 
+class _StoppableSource:
+    """A Source whose chunks stop when `stop` is set: an aborted replay ends its feed
+    thread between chunks instead of leaving it publishing into a closed context."""
+
+    def __init__(self, source: Source, stop: threading.Event) -> None:
+        self._source = source
+        self._stop = stop
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._source, name)
+
+    def chunks(self) -> Any:
+        for chunk in self._source.chunks():
+            if self._stop.is_set():
+                return
+            yield chunk
+
+
 class _Feed:
     """The publishing side of a replay, as a thread (inproc) or a process (ipc/tcp)."""
 
@@ -89,6 +107,7 @@ class _Feed:
         self.error: str | None = None
         self.sent = 0
         self.source_skipped: dict[str, int] = {}
+        self._stop = threading.Event()
         endpoint = _endpoint(transport, tmpdir)
         try:
             # opened here in every case: a bad file fails now with one line, and the engine
@@ -103,7 +122,8 @@ class _Feed:
             def run() -> None:
                 try:
                     self.pub.wait_for_subscriber(30.0)
-                    self.sent = publish_source(self.source, self.pub)
+                    stoppable: Any = _StoppableSource(self.source, self._stop)
+                    self.sent = publish_source(stoppable, self.pub)
                 except BaseException as exc:
                     self.error = f"{type(exc).__name__}: {exc}"
 
@@ -160,9 +180,19 @@ class _Feed:
                 elif kind == "done":
                     self.sent = int(value)
 
+    def abort(self) -> None:
+        """The engine failed: stop publishing now (the subscriber is closed first, so a
+        send blocked on a full queue returns)."""
+        self._stop.set()
+        if self.proc is not None and self.proc.is_alive():
+            self.proc.terminate()
+
     def close(self) -> None:
         if self.thread is not None:
-            self.thread.join(timeout=5)
+            if self.thread.ident is not None:
+                self.thread.join(timeout=30)
+            if self.thread.is_alive():  # never close a socket another thread still uses
+                raise RuntimeError("replay feed thread did not stop")
             self.pub.close()
             self.source_skipped = _source_skips(self.source)
         elif self.proc is not None:
@@ -183,12 +213,13 @@ async def replay_async(
     ctx = zmq.asyncio.Context()
     tmpdir = tempfile.mkdtemp(prefix="replay-ipc-")
     feed = _Feed(factory, config.transport, ctx, tmpdir)
-    sub = Subscriber(feed.endpoint, ctx)
-    engine = Engine(list(feed.source.symbols), strategy, config, option_book=option_book)
-    t0 = time.perf_counter()
-    feed.start()
+    sub = Subscriber(feed.endpoint, ctx, limits=config.validation)
     last_progress = 0
+    failed = True
     try:
+        engine = Engine(list(feed.source.symbols), strategy, config, option_book=option_book)
+        t0 = time.perf_counter()
+        feed.start()
         while not engine.finished:
             if not await sub.socket.poll(250):
                 if not feed.alive():
@@ -203,9 +234,14 @@ async def replay_async(
                 last_progress = engine.stats.ticks
                 progress(engine.stats.ticks)
         wall = time.perf_counter() - t0
+        failed = False
     finally:
-        feed.close()
+        # the subscriber goes first: with no subscriber the publisher drops instead of
+        # blocking, so the feed thread can see the stop and end before its socket closes
         sub.close()
+        if failed:
+            feed.abort()
+        feed.close()
         ctx.destroy(linger=0)
         with contextlib.suppress(OSError):
             os.rmdir(tmpdir)

@@ -15,7 +15,6 @@ from engine.replay import ReplayResult
 
 NS = 1_000_000_000
 TRADING_DAYS = 252
-SESSION_SECONDS = 6.5 * 3600
 
 
 def _iso(ts: int) -> str:
@@ -30,21 +29,116 @@ def max_drawdown(equity: np.ndarray) -> float:
     return float(np.max((peak - equity) / peak))
 
 
-def sharpe_ratio(equity: np.ndarray, periods_per_year: float) -> float:
-    """Annualised Sharpe ratio of per-period simple returns (risk-free rate 0)."""
-    if equity.size < 3:
-        return 0.0
-    rets = np.diff(equity) / equity[:-1]
+def daily_returns(ts: np.ndarray, equity: np.ndarray, initial: float, tz: Any) -> np.ndarray:
+    """Simple returns of the equity at each exchange day's last bar, the first against the
+    initial capital. Daily returns on the exchange's calendar make the annualised figures
+    independent of the bar length and of the hours a market trades."""
+    if equity.size == 0:
+        return np.zeros(0)
+    days = [datetime.fromtimestamp(int(t) // NS, UTC).astimezone(tz).date() for t in ts]
+    last_of_day = [i for i in range(len(days)) if i + 1 == len(days) or days[i + 1] != days[i]]
+    closes = np.concatenate([[initial], equity[last_of_day]])
+    return np.diff(closes) / closes[:-1]
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+def sharpe_ratio(rets: np.ndarray) -> float | None:
+    """Annualised Sharpe ratio of daily returns (risk-free rate 0); None under 2 days."""
+    if rets.size < 2:
+        return None
     sd = rets.std(ddof=1)
-    if not sd > 0:
-        return 0.0
-    return float(rets.mean() / sd * math.sqrt(periods_per_year))
+    return _finite(rets.mean() / sd * math.sqrt(TRADING_DAYS)) if sd > 0 else None
 
 
-def periods_per_year(bar_seconds: float, bar_data: bool) -> float:
-    if bar_data:
-        return float(TRADING_DAYS)
-    return TRADING_DAYS * max(1.0, SESSION_SECONDS / bar_seconds)
+def sortino_ratio(rets: np.ndarray) -> float | None:
+    """Annualised Sortino ratio: mean daily return over the downside deviation (target 0)."""
+    if rets.size < 2:
+        return None
+    dd = math.sqrt(float(np.mean(np.minimum(rets, 0.0) ** 2)))
+    return _finite(rets.mean() / dd * math.sqrt(TRADING_DAYS)) if dd > 0 else None
+
+
+def annual_volatility(rets: np.ndarray) -> float | None:
+    return _finite(rets.std(ddof=1) * math.sqrt(TRADING_DAYS)) if rets.size >= 2 else None
+
+
+MIN_CAGR_DAYS = 30  # compounding a few days' return over a year means nothing
+
+
+def cagr(initial: float, final: float, first_ts: int, last_ts: int) -> float | None:
+    """Compound annual growth rate over the calendar span of the data (None under 30 days)."""
+    days = (last_ts - first_ts) / (86_400 * NS)
+    if days < MIN_CAGR_DAYS or initial <= 0:
+        return None
+    if final <= 0:
+        return -1.0
+    return _finite((final / initial) ** (365.25 / days) - 1.0)
+
+
+def round_trips(fills: list[Any]) -> list[dict[str, Any]]:
+    """Round trips per symbol from the fills: a position opened from flat until flat again.
+
+    Entry and exit prices are quantity-weighted averages; P&L is after every commission of
+    the trip; holding time runs from the first entry fill to the closing fill.
+    """
+    open_trips: dict[str, dict[str, Any]] = {}
+    pos: dict[str, float] = {}
+    trips: list[dict[str, Any]] = []
+    for f in fills:
+        q0 = pos.get(f.symbol, 0.0)
+        remaining = f.quantity
+        while remaining > 1e-12:
+            t = open_trips.get(f.symbol)
+            if t is None:  # opens a trip
+                t = open_trips[f.symbol] = {
+                    "symbol": f.symbol, "side": "long" if f.side > 0 else "short",
+                    "entry_ts": f.ts, "qty_in": 0.0, "cost_in": 0.0, "qty_out": 0.0,
+                    "cost_out": 0.0, "commission": 0.0, "sign": f.side}
+            if f.side == t["sign"]:  # adds
+                q = remaining
+                t["qty_in"] += q
+                t["cost_in"] += q * f.price
+            else:  # reduces (a fill larger than the position closes it and opens another)
+                q = min(remaining, abs(q0))
+                t["qty_out"] += q
+                t["cost_out"] += q * f.price
+            t["commission"] += f.commission * q / f.quantity
+            q0 += f.side * q
+            remaining -= q
+            if abs(q0) < 1e-9 and t["qty_out"] > 0:
+                q0 = 0.0
+                del open_trips[f.symbol]
+                qty = t["qty_in"]
+                entry, exit_ = t["cost_in"] / qty, t["cost_out"] / t["qty_out"]
+                pnl = t["sign"] * (t["cost_out"] - t["cost_in"]) - t["commission"]
+                trips.append({
+                    "symbol": f.symbol, "side": t["side"], "quantity": qty,
+                    "entry_time": _iso(t["entry_ts"]), "entry_price": entry,
+                    "exit_time": _iso(f.ts), "exit_price": exit_,
+                    "pnl": pnl, "return": pnl / t["cost_in"],
+                    "holding_seconds": (f.ts - t["entry_ts"]) / NS,
+                    "commission": t["commission"],
+                })
+        pos[f.symbol] = q0
+    return trips
+
+
+def trade_stats(trips: list[dict[str, Any]]) -> dict[str, Any]:
+    pnl = np.asarray([t["pnl"] for t in trips], np.float64)
+    wins, losses = pnl[pnl > 0], pnl[pnl < 0]
+    return {
+        "round_trips": int(pnl.size),
+        "win_rate": float(wins.size / pnl.size) if pnl.size else None,
+        "profit_factor": (float(wins.sum() / -losses.sum()) if losses.size
+                          else None),
+        "average_win": float(wins.mean()) if wins.size else None,
+        "average_loss": float(losses.mean()) if losses.size else None,
+        "average_holding_seconds": (float(np.mean([t["holding_seconds"] for t in trips]))
+                                    if trips else None),
+    }
 
 
 def build_report(result: ReplayResult, strategy_name: str) -> dict[str, Any]:
@@ -74,12 +168,19 @@ def build_report(result: ReplayResult, strategy_name: str) -> dict[str, Any]:
             "last_price": last if traded else None,
         }
     bar_data = eng._bar_group_ts >= 0
-    ppy = periods_per_year(eng.config.bar_seconds, bar_data)
+    ts = np.asarray([p.ts for p in eng.equity_curve], np.int64)
+    rets = daily_returns(ts, curve, initial, eng.tz)
+    gross = np.asarray([p.gross for p in eng.equity_curve], np.float64)
+    mdd = max_drawdown(curve)
+    growth = cagr(initial, final, int(ts[0]), int(ts[-1])) if ts.size else None
+    trips = round_trips(broker.fills)
+    notional = float(sum(f.quantity * f.price for f in broker.fills))
     ticks = eng.stats.ticks + eng.stats.quotes + (eng.stats.bars if bar_data else 0)
     report: dict[str, Any] = {
         "strategy": strategy_name,
         "source": result.source_name,
         "transport": result.transport,
+        "fill": eng.fill_model,
         "ticks": ticks,
         "trades": eng.stats.ticks,
         "quotes": eng.stats.quotes,
@@ -93,8 +194,20 @@ def build_report(result: ReplayResult, strategy_name: str) -> dict[str, Any]:
         "final_equity": final,
         "roi": final / initial - 1.0 if initial > 0 else 0.0,
         "roi_buy_hold": bh_total / initial - 1.0 if initial > 0 else 0.0,
-        "sharpe": sharpe_ratio(curve, ppy),
-        "max_drawdown": max_drawdown(curve),
+        "sharpe": sharpe_ratio(rets),
+        "sortino": sortino_ratio(rets),
+        "annual_volatility": annual_volatility(rets),
+        "cagr": growth,
+        "calmar": (growth / mdd if growth is not None and mdd > 0 else None),
+        "max_drawdown": mdd,
+        "trading_days": int(rets.size),
+        #: mean over bars of gross exposure / equity; the share of bars holding anything
+        "exposure": float(np.mean(gross / curve)) if curve.size else 0.0,
+        "time_in_market": float(np.mean(gross > 0)) if curve.size else 0.0,
+        #: traded notional over mean equity (2.0 = the account's size bought and sold once)
+        "turnover": float(notional / np.mean(curve)) if curve.size else 0.0,
+        **trade_stats(trips),
+        "orders_refused": dict(broker.refused),
         "first_time": _iso(eng.equity_curve[0].ts) if eng.equity_curve else None,
         "last_time": _iso(eng.equity_curve[-1].ts) if eng.equity_curve else None,
         "skipped": result.skipped,
@@ -112,7 +225,7 @@ TIMING_KEYS = ("wall_seconds", "ticks_per_second")
 
 
 def write_outputs(report: dict[str, Any], result: ReplayResult, out_dir: Path) -> dict[str, str]:
-    """report.json, fills.csv and equity.png in `out_dir`; returns their paths."""
+    """report.json, fills.csv, trades.csv, equity.csv and equity.png in `out_dir`."""
     import json
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -120,6 +233,8 @@ def write_outputs(report: dict[str, Any], result: ReplayResult, out_dir: Path) -
         "report": str(out_dir / "report.json"),
         "fills": str(out_dir / "fills.csv"),
         "plot": str(out_dir / "equity.png"),
+        "trades": str(out_dir / "trades.csv"),
+        "equity": str(out_dir / "equity.csv"),
     }
     Path(paths["report"]).write_text(json.dumps(report, indent=2, sort_keys=True))
     with open(paths["fills"], "w", newline="") as fh:
@@ -128,29 +243,55 @@ def write_outputs(report: dict[str, Any], result: ReplayResult, out_dir: Path) -
         for f in result.engine.broker.fills:
             w.writerow([_iso(f.ts), f.ts, f.symbol, f.order_id, "buy" if f.side > 0 else "sell",
                         f.quantity, repr(f.price), f.commission])
+    trips = round_trips(result.engine.broker.fills)
+    cols = ["symbol", "side", "quantity", "entry_time", "entry_price", "exit_time",
+            "exit_price", "pnl", "return", "holding_seconds", "commission"]
+    with open(paths["trades"], "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(cols)
+        for t in trips:
+            w.writerow([repr(v) if isinstance(v, float) else v for v in (t[c] for c in cols)])
+    with open(paths["equity"], "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["time", "ts", "equity", "gross_exposure", "buy_hold_equity"])
+        for p in result.engine.equity_curve:
+            w.writerow([_iso(p.ts), p.ts, repr(p.equity), repr(p.gross), repr(p.buy_hold)])
     plot_equity(result, Path(paths["plot"]), str(report.get("strategy", "")))
     return paths
 
 
 def plot_equity(result: ReplayResult, path: Path, title: str) -> None:
+    """Equity and buy-and-hold against bar number (nights, weekends and holidays take no
+    room: a tick replay's overnight gaps would otherwise be flat lines across the plot),
+    with dates as tick labels; drawdown below."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     curve = result.engine.equity_curve
-    ts = np.asarray([p.ts for p in curve], dtype="datetime64[ns]")
+    x = np.arange(len(curve))
     eq = np.asarray([p.equity for p in curve], np.float64)
+    bh = np.asarray([p.buy_hold for p in curve], np.float64)
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 6), sharex=True,
                                    gridspec_kw={"height_ratios": [3, 1]})
     if eq.size:
-        ax1.plot(ts, eq, lw=1.0, color="tab:blue")
+        ax1.plot(x, eq, lw=1.0, color="tab:blue", label="strategy")
+        ax1.plot(x, bh, lw=1.0, color="tab:grey", alpha=0.8, label="buy and hold")
+        ax1.legend(loc="best", fontsize=8)
         peak = np.maximum.accumulate(eq)
-        ax2.fill_between(ts, -(peak - eq) / peak * 100.0, 0.0, color="tab:red", alpha=0.5)
+        ax2.fill_between(x, -(peak - eq) / peak * 100.0, 0.0, color="tab:red", alpha=0.5)
+        tz = result.engine.tz
+        ticks = np.unique(np.linspace(0, len(curve) - 1, min(8, len(curve))).astype(int))
+        ax2.set_xticks(ticks)
+        ax2.set_xticklabels(
+            [datetime.fromtimestamp(curve[i].ts // NS, UTC).astimezone(tz)
+             .strftime("%Y-%m-%d\n%H:%M") for i in ticks], fontsize=7)
     ax1.set_ylabel("equity ($)")
     ax1.set_title(f"Replay: {title}")
     ax1.grid(alpha=0.3)
     ax2.set_ylabel("drawdown (%)")
+    ax2.set_xlabel("bar (exchange time; closed-market gaps skipped)")
     ax2.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -24,7 +24,7 @@ class Side(IntEnum):
 _STRUCT = {"frozen": True, "array_like": True, "gc": False, "tag_field": "k"}
 
 
-class Trade(msgspec.Struct, tag="T", **_STRUCT):  # type: ignore[call-arg]
+class Trade(msgspec.Struct, tag="T", **_STRUCT):
     """A trade print: `size` units traded at `price`."""
 
     seq: int
@@ -34,7 +34,7 @@ class Trade(msgspec.Struct, tag="T", **_STRUCT):  # type: ignore[call-arg]
     size: float
 
 
-class Quote(msgspec.Struct, tag="Q", **_STRUCT):  # type: ignore[call-arg]
+class Quote(msgspec.Struct, tag="Q", **_STRUCT):
     """Top of book. A side that is absent has price 0 and size 0."""
 
     seq: int
@@ -46,7 +46,7 @@ class Quote(msgspec.Struct, tag="Q", **_STRUCT):  # type: ignore[call-arg]
     ask_size: float
 
 
-class Bar(msgspec.Struct, tag="B", **_STRUCT):  # type: ignore[call-arg]
+class Bar(msgspec.Struct, tag="B", **_STRUCT):
     """OHLCV over [ts - duration_ns, ts): `ts` is the bar's close time."""
 
     seq: int
@@ -60,7 +60,7 @@ class Bar(msgspec.Struct, tag="B", **_STRUCT):  # type: ignore[call-arg]
     duration_ns: int = 0
 
 
-class Order(msgspec.Struct, tag="O", **_STRUCT):  # type: ignore[call-arg]
+class Order(msgspec.Struct, tag="O", **_STRUCT):
     """A market order. `quantity` > 0; `side` says buy or sell."""
 
     seq: int
@@ -72,7 +72,7 @@ class Order(msgspec.Struct, tag="O", **_STRUCT):  # type: ignore[call-arg]
     reason: str = ""
 
 
-class Fill(msgspec.Struct, tag="F", **_STRUCT):  # type: ignore[call-arg]
+class Fill(msgspec.Struct, tag="F", **_STRUCT):
     """A simulated execution of an order, commission in account currency."""
 
     seq: int
@@ -85,7 +85,7 @@ class Fill(msgspec.Struct, tag="F", **_STRUCT):  # type: ignore[call-arg]
     commission: float
 
 
-class Heartbeat(msgspec.Struct, tag="H", **_STRUCT):  # type: ignore[call-arg]
+class Heartbeat(msgspec.Struct, tag="H", **_STRUCT):
     """Liveness and end-of-stream marker; `final=True` means the publisher is done."""
 
     seq: int
@@ -94,7 +94,7 @@ class Heartbeat(msgspec.Struct, tag="H", **_STRUCT):  # type: ignore[call-arg]
     final: bool = False
 
 
-class OptionValue(msgspec.Struct, tag="V", **_STRUCT):  # type: ignore[call-arg]
+class OptionValue(msgspec.Struct, tag="V", **_STRUCT):
     """Theoretical value and greeks of one option after repricing on an underlying tick."""
 
     seq: int
@@ -118,7 +118,7 @@ encode = _encoder.encode
 
 
 def make_decoder() -> msgspec.msgpack.Decoder[Message]:
-    return msgspec.msgpack.Decoder(Message)  # type: ignore[arg-type]
+    return msgspec.msgpack.Decoder(Message)
 
 
 def topic_for(msg: Message) -> bytes:

@@ -169,7 +169,7 @@ def _thread_index() -> int:
 
 
 @cuda.jit(**_cuda_options)
-def _panel_kernel(o, h, l, c, v, state, out):  # type: ignore[no-untyped-def]
+def _panel_kernel(o, h, l, c, v, state, out):
     """One thread per stock, looping over days; state[k, stock] and out[day, k, stock] put
     neighbouring stocks (threads) at neighbouring addresses."""
     s = _thread_index()
@@ -181,7 +181,7 @@ def _panel_kernel(o, h, l, c, v, state, out):  # type: ignore[no-untyped-def]
 
 
 @cuda.jit(**_cuda_options)
-def _bank_kernel(n, symbols, bars, state, values):  # type: ignore[no-untyped-def]
+def _bank_kernel(n, symbols, bars, state, values):
     """One thread per listed symbol symbols[i], i < n; bars[0..4, i] = open, high, low,
     close, volume."""
     i = _thread_index()
@@ -194,14 +194,14 @@ def _bank_kernel(n, symbols, bars, state, values):  # type: ignore[no-untyped-de
 
 
 @cuda.jit(**_cuda_options)
-def _bank_history_kernel(symbol, o, h, l, c, v, state, values):  # type: ignore[no-untyped-def]
+def _bank_history_kernel(symbol, o, h, l, c, v, state, values):
     if _thread_index() == 0:
         for d in range(c.shape[0]):
             _update_dev(state[:, symbol], o[d], h[d], l[d], c[d], v[d], values[symbol, :])
 
 
 @cuda.jit(**_cuda_options)
-def _bank_reset_kernel(state, values):  # type: ignore[no-untyped-def]
+def _bank_reset_kernel(state, values):
     symbol = _thread_index()
     if symbol < values.shape[0]:
         _init_dev(state[:, symbol])

@@ -670,7 +670,7 @@ def _fd_price_kernel(
             sh_a[i] = a
             sh_b[i] = b
             sh_c[i] = c
-            cuda.syncthreads()  # type: ignore[call-arg]
+            cuda.syncthreads()
             stride = 1 << level
             a_bl = np.float32(0.0)
             b_bl = np.float32(1.0)
@@ -689,14 +689,14 @@ def _fd_price_kernel(
             kb, ka, a, b, c = _pcr_factors_gpu(a_bl, b_bl, c_bl, a, b, c, a_ab, b_ab, c_ab)
             k_below[level] = kb
             k_above[level] = ka
-            cuda.syncthreads()  # type: ignore[call-arg]
+            cuda.syncthreads()
         inv_b = np.float32(1.0) / b
         ex_lo = np.float32(e_lo)
         ex_di = np.float32(e_di)
         ex_up = np.float32(e_up)
         for k in range(n_steps):
             sh_a[i] = v
-            cuda.syncthreads()  # type: ignore[call-arg]
+            cuda.syncthreads()
             d = np.float32(0.0)
             if interior:
                 d = ex_lo * sh_a[i - 1] + ex_di * v + ex_up * sh_a[i + 1]
@@ -707,7 +707,7 @@ def _fd_price_kernel(
                 )
                 d = np.float32(v_lo) if i == 0 else np.float32(v_hi)
             sh_b[i] = d
-            cuda.syncthreads()  # type: ignore[call-arg]
+            cuda.syncthreads()
             # reduce the right-hand side level by level, ping-ponging between sh_b and sh_c
             for level in range(levels):
                 stride = 1 << level
@@ -727,12 +727,12 @@ def _fd_price_kernel(
                         d_ab = sh_c[i + stride]
                     d = d - k_below[level] * d_bl - k_above[level] * d_ab
                     sh_b[i] = d
-                cuda.syncthreads()  # type: ignore[call-arg]
+                cuda.syncthreads()
             v = d * inv_b
             if is_american and i <= n:
                 v = max(v, pay32)
     sh_a[i] = v
-    cuda.syncthreads()  # type: ignore[call-arg]
+    cuda.syncthreads()
     if i == 0:
         f = (spot - s_lo) / ds
         j = min(max(int(math.floor(f + 0.5)), 2), n - 2)

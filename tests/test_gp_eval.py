@@ -24,7 +24,7 @@ needs_cuda = pytest.mark.skipif(not cuda_present(), reason="no CUDA device or si
 
 
 @pytest.fixture(scope="module")
-def window(shared_data) -> GPWindow:  # type: ignore[no-untyped-def]
+def window(shared_data) -> GPWindow:
     # 6 stocks x 300 days: the panel still warms up (NaN) in the first ~255 days
     return load_window(shared_data / "sp500_5yr_daily", 6, 200, 100)
 
@@ -186,7 +186,7 @@ def test_bad_inputs_are_value_errors(window: GPWindow) -> None:
 
 
 @pytest.mark.gpu
-def test_cuda_equals_cpu_large_population(shared_data) -> None:  # type: ignore[no-untyped-def]
+def test_cuda_equals_cpu_large_population(shared_data) -> None:
     if cuda_simulated():
         pytest.skip("real GPU only")
     w = load_window(shared_data / "sp500_5yr_daily", 32, 768, 0)

@@ -16,7 +16,7 @@ from strategies.gp.window import GPWindow, load_window
 
 
 @pytest.fixture(scope="module")
-def window(shared_data) -> GPWindow:  # type: ignore[no-untyped-def]
+def window(shared_data) -> GPWindow:
     return load_window(shared_data / "sp500_5yr_daily", 5, 260, 0, start="2014-01-02")
 
 
@@ -52,8 +52,8 @@ def test_same_seed_same_run_other_seed_other_run(window: GPWindow) -> None:
 def test_same_seed_same_run_on_cpu_and_cuda(window: GPWindow) -> None:
     # simulator: tiny (12 individuals x 3 stocks x 50 days x 2 generations)
     kw = {"population": 12, "generations": 2, "days": 50, "stocks": 3}
-    cpu = run(window, seed=5, device="cpu", **kw)  # type: ignore[arg-type]
-    gpu = run(window, seed=5, device="cuda", **kw)  # type: ignore[arg-type]
+    cpu = run(window, seed=5, device="cpu", **kw)
+    gpu = run(window, seed=5, device="cuda", **kw)
     assert fingerprint(cpu) == fingerprint(gpu)
 
 
@@ -99,7 +99,7 @@ def test_bad_config_is_a_value_error(bad: dict[str, object]) -> None:
 
 
 @pytest.mark.gpu
-def test_same_seed_same_run_on_cpu_and_real_gpu(shared_data) -> None:  # type: ignore[no-untyped-def]
+def test_same_seed_same_run_on_cpu_and_real_gpu(shared_data) -> None:
     if cuda_simulated():
         pytest.skip("real GPU only")
     w = load_window(shared_data / "sp500_5yr_daily", 16, 256, 0)

@@ -17,7 +17,7 @@ from strategies.gp.window import load_window
 
 
 def test_evolve_end_to_end(shared_data, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-                           ) -> None:  # type: ignore[no-untyped-def]
+                           ) -> None:
     data = shared_data / "sp500_5yr_daily"
     out = tmp_path / "run" / "best.json"
     report = tmp_path / "report.json"
@@ -66,7 +66,7 @@ def test_evolve_end_to_end(shared_data, tmp_path: Path, capsys: pytest.CaptureFi
 ])
 def test_evolve_bad_input_is_one_line(shared_data, tmp_path: Path,
                                       capsys: pytest.CaptureFixture[str], args: list[str],
-                                      words: str) -> None:  # type: ignore[no-untyped-def]
+                                      words: str) -> None:
     base = ["evolve", "--data", str(shared_data / "sp500_5yr_daily"), "--stocks", "2",
             "--train-days", "50", "--test-days", "10", "--population", "10",
             "--generations", "1", "--device", "cpu", "--out", str(tmp_path / "x.json")]

@@ -40,10 +40,11 @@ def test_replay_matches_evaluator_to_the_cent(shared_data: Path, tmp_path: Path)
     out = tmp_path / "replay"
     rc = run_engine.main([  # the window (symbols, dates, data file) comes from best.json
         "replay", "--strategy", str(best), "--window", "train", "--device", "cpu",
-        "--out", str(out),
+        "--fill", "signal-close", "--out", str(out),
     ])
     assert rc == 0
     rep = json.loads((out / "report.json").read_text())
+    assert rep["fill"] == "signal-close"
     assert rep["bars"] == 6 * 260
     got = np.array([rep["per_symbol"][s]["final_equity"] for s in train["symbols"]])
     np.testing.assert_allclose(got, want, rtol=0, atol=0.005)

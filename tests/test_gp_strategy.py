@@ -30,7 +30,7 @@ from strategies.gp.window import GPWindow, load_window
 
 
 @pytest.fixture(scope="module")
-def window(shared_data) -> GPWindow:  # type: ignore[no-untyped-def]
+def window(shared_data) -> GPWindow:
     return load_window(shared_data / "sp500_5yr_daily", 6, 300, 0, start="2015-06-01")
 
 
@@ -67,14 +67,14 @@ def test_strategy_file_round_trip(tmp_path: Path) -> None:
     assert ens.rules == rules
 
 
-def _corruptions(good: dict) -> list[tuple[str, bytes]]:  # type: ignore[type-arg]
-    def edited(fn) -> bytes:  # type: ignore[no-untyped-def]
+def _corruptions(good: dict) -> list[tuple[str, bytes]]:
+    def edited(fn) -> bytes:
         d = msgspec.json.decode(msgspec.json.encode(good))
         fn(d)
         return msgspec.json.encode(d)
 
-    def setp(path: list, value: object):  # type: ignore[no-untyped-def,type-arg]
-        def f(d: dict) -> None:  # type: ignore[type-arg]
+    def setp(path: list, value: object):
+        def f(d: dict) -> None:
             for k in path[:-1]:
                 d = d[k]
             d[path[-1]] = value

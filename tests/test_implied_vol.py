@@ -100,7 +100,7 @@ def test_european_implied_vol_matches_quantlib() -> None:
         assert out[0] == pytest.approx(ref, abs=1e-8)
 
 
-def test_real_goog_chain_on_cpu(shared_data) -> None:  # type: ignore[no-untyped-def]
+def test_real_goog_chain_on_cpu(shared_data) -> None:
     path = shared_data / CHAIN
     chain = read_chain(path)
     raw = pd.read_csv(path)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -146,7 +147,7 @@ def test_daemon_publishes_option_values(tmp_path: Path) -> None:
     last = max(t.seq for t in trades if t.symbol == "SYN000")
     _seq_done(journal, b"T.SYN000", last, proc)
     dec = make_decoder()
-    got = []
+    got: list[Any] = []
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline and len(got) < 2:
         if values.poll(200):

@@ -18,7 +18,7 @@ from feeds.option_chain import option_symbol, read_chain
 CHAIN = "lean_goog_option_chain_2015-12-24/goog_option_chain_2015-12-24T1300ET.csv"
 
 
-def test_reads_the_real_goog_chain(shared_data) -> None:  # type: ignore[no-untyped-def]
+def test_reads_the_real_goog_chain(shared_data) -> None:
     path = shared_data / CHAIN
     chain = read_chain(path)
     raw = pd.read_csv(path)
@@ -89,7 +89,7 @@ def _args(**kw: object) -> argparse.Namespace:
 
 
 def test_price_command_on_the_real_chain_with_implied_vols(
-    shared_data, tmp_path: Path, capsys: pytest.CaptureFixture[str]  # type: ignore[no-untyped-def]
+    shared_data, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "out.json"
     res = price_cmd.run(_args(chain=shared_data / CHAIN, iv=True, device="cpu", json=str(out)))

@@ -7,6 +7,7 @@ import functools
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -51,8 +52,8 @@ def test_replay_is_deterministic_and_complete() -> None:
 @pytest.mark.parametrize("transport", ["ipc", "tcp"])
 def test_transports_give_the_same_report(transport: str) -> None:
     base = build_report(replay(_small_market(), SmaCross()), "sma")
-    other = build_report(replay(_small_market(), SmaCross(), EngineConfig(transport=transport)),
-                         "sma")
+    cfg = EngineConfig(transport=transport)  # type: ignore[arg-type]
+    other = build_report(replay(_small_market(), SmaCross(), cfg), "sma")
     assert _strip_timing({**other, "transport": "x"}) == _strip_timing({**base, "transport": "x"})
 
 
@@ -69,7 +70,7 @@ class Recorder:
     def reset(self, symbols: list[str]) -> None:
         self.symbols = symbols
 
-    async def target_signals(self, features, closed):  # type: ignore[no-untyped-def]
+    async def target_signals(self, features, closed):
         self.rows.append((features.copy(), closed.copy()))
         return np.zeros(features.shape[0], np.int8)
 
@@ -84,7 +85,7 @@ def test_time_bars_match_pandas_resample() -> None:
     size = rng.integers(1, 10, n) * 100.0
     names = ["AAA", "BBB"]
     seq = [0, 0]
-    msgs = []
+    msgs: list[Any] = []
     for t, s, p, q in zip(ts.tolist(), sym.tolist(), price.tolist(), size.tolist(), strict=True):
         seq[s] += 1
         msgs.append(Trade(seq[s], t, names[s], p, q))
@@ -245,7 +246,7 @@ def test_switching_sides_all_in_takes_the_freed_cash(fill: str) -> None:
         def reset(self, symbols: list[str]) -> None:
             self.calls = 0
 
-        async def target_signals(self, features, closed):  # type: ignore[no-untyped-def]
+        async def target_signals(self, features, closed):
             self.calls += 1
             return np.array([1 if self.calls < 5 else -1], np.int8)
 
@@ -253,7 +254,7 @@ def test_switching_sides_all_in_takes_the_freed_cash(fill: str) -> None:
     msgs: list = [Bar(i + 1, (i + 1) * day, "A", 100.0, 100.0, 100.0, 100.0, 1e6)
                   for i in range(10)]
     msgs.append(Heartbeat(1, 11 * day, "", True))
-    eng = Engine(["A"], Flip(), EngineConfig(broker=BrokerConfig(fill=fill)))
+    eng = Engine(["A"], Flip(), EngineConfig(broker=BrokerConfig(fill=fill)))  # type: ignore[arg-type]
     asyncio.run(eng.process(msgs))
     got = [(f.side, f.quantity) for f in eng.broker.fills]
     # buy 99 (= floor(9,999 / 100)), sell 99 to close, short 99 from 9,998 freed, cover

@@ -49,7 +49,7 @@ def test_cuda_backend_matches_cpu_backend() -> None:
     g = CORE.cuda._sum_of_hypots
 
     @cuda.jit
-    def kernel(xs, ys, out):  # type: ignore[no-untyped-def]
+    def kernel(xs, ys, out):
         i: int = cuda.grid(1)  # type: ignore[call-arg]
         if i < xs.shape[0]:
             out[i] = g(xs[i], ys[i])

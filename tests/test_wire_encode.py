@@ -38,13 +38,13 @@ def test_encoder_is_byte_identical_to_msgspec(n: int, seed: int, start_seq: int)
         k, s = int(r["kind"]), int(r["sym"])
         counters[k, s] += 1
         seq, ts, name = counters[k, s], int(r["ts"]), NAMES[s]
-        f = [float(r[f"f{j}"]) for j in range(5)]
+        fv = [float(r[f"f{j}"]) for j in range(5)]
         if k == KIND_TRADE:
-            msg: object = Trade(seq, ts, name, f[0], f[1])
+            msg: object = Trade(seq, ts, name, fv[0], fv[1])
         elif k == KIND_QUOTE:
-            msg = Quote(seq, ts, name, f[0], f[1], f[2], f[3])
+            msg = Quote(seq, ts, name, fv[0], fv[1], fv[2], fv[3])
         else:
-            msg = Bar(seq, ts, name, f[0], f[1], f[2], f[3], f[4], 86_400 * 10**9)
+            msg = Bar(seq, ts, name, fv[0], fv[1], fv[2], fv[3], fv[4], 86_400 * 10**9)
         got = payloads[offsets[i]:offsets[i + 1]]
         assert got == encode(msg), (i, msg)
         assert enc.topics[k][s] == {0: b"T.", 1: b"Q.", 2: b"B."}[k] + name.encode()

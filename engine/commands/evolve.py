@@ -21,7 +21,7 @@ from gpu.device import DeviceUnavailable
 from gpu.gp_eval import PopulationEvaluator, buy_hold_cash, roi
 from strategies.gp.evolution import EvolutionConfig, EvolutionResult, GenerationStats, evolve
 from strategies.gp.representation import rules_programs
-from strategies.gp.strategy import simulate_money
+from strategies.gp.strategy import simulate_money, simulate_money_next_open
 from strategies.gp.strategy_file import PeriodRecord, StrategyFile, rule_record, save_strategy
 from strategies.gp.window import GPWindow, Period, load_window
 
@@ -33,30 +33,40 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stocks", type=int, default=32, help="stocks (complete in the window)")
     p.add_argument("--symbols", help="comma-separated tickers instead of the first --stocks")
     p.add_argument("--start", help="first training day (YYYY-MM-DD; default: the data's first)")
-    p.add_argument("--train-days", type=int, default=768)
-    p.add_argument("--test-days", type=int, default=256)
-    p.add_argument("--population", type=int, default=5000)
+    p.add_argument("--train-days", type=int, default=768, help="training window, trading days")
+    p.add_argument("--test-days", type=int, default=256,
+                   help="test window after training, trading days (0: none)")
+    p.add_argument("--population", type=int, default=5000, help="individuals per generation")
     p.add_argument("--generations", type=int, default=30,
                    help="evaluated populations, the random initial one included")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--tournament", type=int, default=7)
+    p.add_argument("--seed", type=int, default=1, help="random seed (same seed, same run)")
+    p.add_argument("--tournament", type=int, default=7, help="tournament selection size")
     p.add_argument("--elite", type=int, help="individuals kept unchanged (default 0.2%%, >= 1)")
-    p.add_argument("--p-crossover", type=float, default=0.9)
-    p.add_argument("--p-subtree-mutation", type=float, default=0.1)
-    p.add_argument("--p-point-mutation", type=float, default=0.1)
-    p.add_argument("--max-depth", type=int, default=8)
+    p.add_argument("--p-crossover", type=float, default=0.9, help="crossover probability")
+    p.add_argument("--p-subtree-mutation", type=float, default=0.1,
+                   help="subtree mutation probability")
+    p.add_argument("--p-point-mutation", type=float, default=0.1,
+                   help="point mutation probability")
+    p.add_argument("--max-depth", type=int, default=8, help="deepest tree")
     p.add_argument("--max-nodes", type=int, default=64, help="per tree")
-    p.add_argument("--hall-of-fame", type=int, default=10)
-    p.add_argument("--out", type=Path, default=Path("best.json"), help="strategy file to write")
+    p.add_argument("--hall-of-fame", type=int, default=10,
+                   help="best distinct rules kept (the ensemble)")
+    p.add_argument("--out", type=Path, required=True,
+                   help="strategy file to write (required: an earlier run's file is never "
+                        "overwritten unasked)")
     p.add_argument("--png", type=Path, help="fitness plot (default: OUT with _fitness.png)")
     p.add_argument("--returns-out", type=Path, metavar="CSV",
                    help="daily training returns of the hall of fame (columns hof0..), for select")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="where to evaluate: cuda if there is a GPU under auto")
     p.add_argument("--quiet", action="store_true", help="no per-generation progress lines")
 
 
 def _config(args: argparse.Namespace) -> EvolutionConfig:
     elite = args.elite if args.elite is not None else max(1, args.population // 500)
+    if args.population < 2 or not 0 <= elite < args.population:
+        raise UserError(f"--elite must be at least 0 and less than --population "
+                        f"({args.population}), got {elite}")
     try:
         return EvolutionConfig(
             population=args.population, generations=args.generations, seed=args.seed,
@@ -95,10 +105,25 @@ def evaluate_period(window: GPWindow, period: Period, result: EvolutionResult,
     rules = [c.rule for c in result.hall_of_fame]
     programs, lengths = rules_programs(rules)
     fitness, cash = ev.fitness(programs, lengths)
+    stopped = window.stopped(period)
+    if stopped:  # survivorship: a stock that stops trading is closed at its last price
+        cash = np.stack([simulate_money(r, window.panel, window.close, period.day0,
+                                        period.day1, window.last_day) for r in rules])
+        bh = buy_hold_cash(window.close, period.day0, period.day1)
+        fitness = np.mean(roi(cash) - roi(bh)[None, :], axis=1)
     report = period_report(window, period, cash[0])
+    report["stopped_trading"] = stopped
     report["hall_of_fame_fitness"] = [float(f) for f in fitness]
-    ens = simulate_money(rules, window.panel, window.close, period.day0, period.day1)
+    ens = simulate_money(rules, window.panel, window.close, period.day0, period.day1,
+                         window.last_day)
     report["ensemble_roi"] = float(np.mean(roi(ens)))
+    # fitness uses the paper's fill model (signal-close); the same best rule filled at the
+    # next day's open shows how much of its edge was the same-close assumption
+    report["fill_model"] = "signal-close"
+    if window.open is not None:
+        nxt = simulate_money_next_open(rules[0], window.panel, window.open, window.close,
+                                       period.day0, period.day1, window.last_day)
+        report["roi_next_open"] = float(np.mean(roi(nxt)))
     return report
 
 
@@ -138,8 +163,11 @@ def plot_fitness(path: Path, history: list[GenerationStats], title: str) -> None
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from engine.outputs import check_writable_file
+
     t0 = time.perf_counter()
     config = _config(args)
+    check_writable_file(args.out, "--out")
     symbols = [s.strip() for s in args.symbols.split(",") if s.strip()] if args.symbols else None
     if args.test_days < 0 or args.test_days == 1:
         raise UserError("--test-days must be 0 or at least 2")
@@ -190,11 +218,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.returns_out:
         write_hall_of_fame_returns(args.returns_out, window, result, device)
     print(f"best: buy {best.rule.buy_infix}\n      sell {best.rule.sell_infix}")
+    print("fills: signal-close (the GP paper's model: each trade at the close that produced "
+          "its signal); next-open: the same rule filled at the next day's open")
     print(f"train ROI {train['roi']:+.2%} vs buy-and-hold {train['roi_buy_hold']:+.2%} "
-          f"(fitness {train['fitness']:+.4f})")
+          f"(fitness {train['fitness']:+.4f}); next-open ROI "
+          f"{train.get('roi_next_open', float('nan')):+.2%}")
     if test:
         print(f"test  ROI {test['roi']:+.2%} vs buy-and-hold {test['roi_buy_hold']:+.2%} "
-              f"(fitness {test['fitness']:+.4f})")
+              f"(fitness {test['fitness']:+.4f}); next-open ROI "
+              f"{test.get('roi_next_open', float('nan')):+.2%}")
+        for sym, last in test["stopped_trading"].items():
+            print(f"  {sym} stopped trading on {last}: closed at its last price")
     print(f"{result.gp_ops_per_second:.3g} GP ops/s on {device}; wrote {out} and {png}")
     return {
         "generations": [s.as_dict() for s in result.history],
@@ -211,6 +245,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "evals_per_second": (sum(s.evaluated for s in result.history) / result.eval_seconds
                              if result.eval_seconds > 0 else 0.0),
         "device": device,
+        "fill_model": "signal-close",
         "seed": config.seed,
         "config": {k: getattr(config, k) for k in config.__struct_fields__},
         "data": window.source,

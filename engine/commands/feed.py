@@ -20,14 +20,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rate", type=float, default=0.0, help="messages per second (0 = max)")
     p.add_argument("--wait", type=float, default=30.0,
                    help="seconds to wait for a subscriber before giving up")
-    p.add_argument("--data", action="append", default=[], metavar="PATH")
-    p.add_argument("--symbols")
-    p.add_argument("--start")
-    p.add_argument("--end")
-    p.add_argument("--quotes", action="store_true")
-    p.add_argument("--ticks", type=int, default=200_000)
-    p.add_argument("--n-symbols", type=int, default=10)
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--data", action="append", default=[], metavar="PATH",
+                   help="files to publish, as for replay (default: the synthetic market)")
+    p.add_argument("--symbols", help="comma-separated symbols of --data (default: all)")
+    p.add_argument("--start", help="first date YYYY-MM-DD of --data (default: first)")
+    p.add_argument("--end", help="last date YYYY-MM-DD of --data (default: last)")
+    p.add_argument("--quotes", action="store_true", help="also publish LEAN quote ticks")
+    p.add_argument("--ticks", type=int, default=200_000, help="synthetic market: ticks")
+    p.add_argument("--n-symbols", type=int, default=10, help="synthetic market: symbols")
+    p.add_argument("--seed", type=int, default=1, help="synthetic market: random seed")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

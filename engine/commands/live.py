@@ -34,10 +34,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ticks", required=True, help="endpoint to subscribe to (connect)")
     p.add_argument("--orders", required=True, help="endpoint to publish orders and fills (bind)")
     p.add_argument("--journal", required=True, help="SQLite journal path")
-    p.add_argument("--strategy", default="sma-cross")
-    p.add_argument("--config")
+    p.add_argument("--strategy", default="sma-cross",
+                   help="built-in name or strategy file, as for replay")
+    p.add_argument("--config", help="engine TOML config (default: built-in defaults)")
     p.add_argument("--symbols", help="comma-separated symbols to subscribe to (default all)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="device of GPU-capable work (strategies, option groups)")
     p.add_argument("--max-seconds", type=float, default=0.0,
                    help="stop by itself after this long (0 = run until SIGTERM)")
 
@@ -56,7 +58,7 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
               if args.symbols else [b""])
     try:
         out = Publisher(args.orders, zmq.Context.shadow(ctx.underlying), nodrop=False)
-        sub = Subscriber(args.ticks, ctx, topics=topics)
+        sub = Subscriber(args.ticks, ctx, topics=topics, limits=cfg.validation)
     except zmq.ZMQError as exc:
         raise UserError(f"cannot open endpoints: {exc}") from None
     sub.validator.last_seq.update(state.last_seq)
@@ -73,7 +75,7 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
     if cfg.options:  # option groups repriced after each underlying tick, values published
         from engine.option_book import OptionBook
 
-        option_book = OptionBook(list(cfg.options), device=args.device)
+        option_book = OptionBook(list(cfg.options), device=args.device, timezone=cfg.timezone)
     engine = Engine(list(state.symbols), strategy, cfg, option_book=option_book,
                     on_order=on_order, on_fill=on_fill)
     engine.restore(state.orders, state.fills)

@@ -52,12 +52,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--asof", help="valuation date YYYY-MM-DD (default: chain snapshot)")
     parser.add_argument("--spot", type=float, help="underlying price (default: from the chain)")
-    parser.add_argument("--grid", choices=sorted(GRIDS), default="default")
+    parser.add_argument("--grid", choices=sorted(GRIDS), default="default",
+                        help="Crank-Nicolson grid size")
     parser.add_argument("--price-steps", type=int, help="override the grid's price steps")
     parser.add_argument("--time-steps", type=int, help="override the grid's time steps")
     parser.add_argument("--style", choices=("european", "american"), help="override the style")
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    parser.add_argument("--plot", type=Path, help="smile PNG (default next to --json)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="where to price: cuda if there is a GPU under auto")
+    parser.add_argument("--plot", type=Path,
+                        help="smile PNG with --iv (default: next to --json if given, else none)")
 
 
 def _progress(msg: str) -> None:
@@ -103,7 +106,11 @@ def _generated_chain(n: int, spot: float, vol: float) -> tuple[OptionChain, np.n
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    from engine.outputs import check_writable_file
+
     t_start = time.perf_counter()
+    if args.plot is not None:
+        check_writable_file(args.plot, "--plot")
     try:
         device = resolve_device(args.device, "option pricing")
         grid = make_grid(args.grid, price_steps=args.price_steps, time_steps=args.time_steps)
@@ -124,8 +131,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     else:
         try:
             chain = read_chain(args.chain)
+        except UnicodeDecodeError as e:  # a binary file: the message must name it
+            raise UserError(f"--chain {args.chain}: not a text CSV file ({e.reason} at byte "
+                            f"{e.start})") from None
         except (ValueError, OSError) as e:
-            raise UserError(str(e)) from None
+            text = str(e)
+            raise UserError(text if str(args.chain) in text else f"--chain {args.chain}: {text}"
+                            ) from None
         source = str(args.chain)
     n = len(chain)
 
@@ -268,13 +280,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         }
         for i in range(n)
     ]
+    result["rows_skipped"] = dict(chain.skipped) if not generated else {}
     if args.iv:
         plot = args.plot
-        if plot is None:
+        if plot is None:  # never a file the user did not ask for
             js = getattr(args, "json", None)
-            plot = Path(js).with_name(Path(js).stem + "_smile.png") if js else Path("smile.png")
-        _plot_smile(chain, iv, status == IVStatus.OK, spot, plot, asof)
-        result["plot"] = str(plot)
+            plot = Path(js).with_name(Path(js).stem + "_smile.png") if js else None
+        if plot is not None:
+            _plot_smile(chain, iv, status == IVStatus.OK, spot, plot, asof)
+            result["plot"] = str(plot)
     result["seconds"] = time.perf_counter() - t_start
 
     # -- human summary ----------------------------------------------------------------------
@@ -284,6 +298,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         f"{int(priced.sum())} priced on {device} with the {grid.name} grid in "
         f"{price_seconds:.3f} s (vol: {vol_source})"
     )
+    if result["rows_skipped"]:
+        bad = ", ".join(f"{k} {v}" for k, v in sorted(result["rows_skipped"].items()))
+        print(f"  chain rows skipped as malformed: {sum(result['rows_skipped'].values())} "
+              f"({bad})")
     if "analytic_max_rel_error" in result:
         print(f"  European prices vs analytic: max relative error "
               f"{result['analytic_max_rel_error']:.2e}")
@@ -295,7 +313,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         )
         for exp, atm in _atm_vols(chain, iv, status == IVStatus.OK, spot):
             print(f"    {exp}: ATM implied vol {atm:.3f}")
-        print(f"  smile plot: {result['plot']}")
+        print(f"  smile plot: {result.get('plot', 'none (give --plot PATH)')}")
     return result
 
 

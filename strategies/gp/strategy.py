@@ -98,11 +98,15 @@ class GPStrategy(GPEnsemble):
 
 def simulate_money(strategy_or_rule: GPRule | GPEnsemble | Sequence[GPRule],
                    panel: npt.NDArray[np.float32], close: F64, day0: int = 0,
-                   day1: int | None = None) -> F64:
+                   day1: int | None = None,
+                   last_day: npt.NDArray[np.int64] | None = None) -> F64:
     """Final cash per stock (dollars, float64) of the paper's simulation over days
     [day0, day1) of `panel` (n_days, 31, n_stocks) and `close` (n_days, n_stocks), on the
     CPU evaluator. A single rule runs the evaluator the GP uses; several rules (an ensemble)
-    are voted day by day, then traded with the same money rules."""
+    are voted day by day, then traded with the same money rules.
+
+    `last_day[s]` (optional) is the last day stock s trades: from that day on its decision
+    is SELL, so a position is closed at the stock's last price and nothing trades after."""
     if isinstance(strategy_or_rule, GPRule):
         rules = [strategy_or_rule]
     elif isinstance(strategy_or_rule, GPEnsemble):
@@ -111,8 +115,43 @@ def simulate_money(strategy_or_rule: GPRule | GPEnsemble | Sequence[GPRule],
         rules = list(strategy_or_rule)
     day1 = panel.shape[0] if day1 is None else day1
     programs, lengths = rules_programs(rules)
-    if len(rules) == 1:
+    stops = last_day is not None and bool(np.any(last_day < day1 - 1))
+    if len(rules) == 1 and not stops:
         return final_cash(programs, lengths, panel, close, day0, day1, device="cpu")[0]
     codes = decision_codes(programs, lengths, panel, day0, day1, device="cpu")
-    voted = np.stack([vote(codes[:, d, :]) for d in range(day1 - day0)])
+    if len(rules) == 1:
+        voted = np.array(codes[0], np.int8)
+    else:
+        voted = np.stack([vote(codes[:, d, :]) for d in range(day1 - day0)])
+    if stops:
+        assert last_day is not None
+        for s, d in enumerate(last_day.tolist()):
+            if d < day1 - 1:
+                voted[max(d - day0, 0):, s] = CODE_SELL
     return cash_from_codes(voted, close, day0, day1)
+
+
+def next_open_prices(open_: F64, close: F64, day0: int, day1: int) -> F64:
+    """Fill prices of the next-open model in the shape of `close`: a decision taken at day
+    d's close fills at day d+1's open; the window's last decision (and the liquidation after
+    it) fills at the last close, as there is no next open inside the window."""
+    prices = np.array(close, np.float64, copy=True)
+    prices[day0:day1 - 1] = open_[day0 + 1:day1]
+    return prices
+
+
+def simulate_money_next_open(strategy_or_rule: GPRule | GPEnsemble | Sequence[GPRule],
+                             panel: npt.NDArray[np.float32], open_: F64, close: F64,
+                             day0: int = 0, day1: int | None = None,
+                             last_day: npt.NDArray[np.int64] | None = None) -> F64:
+    """`simulate_money` under the next-open fill model: the same decisions (read at each
+    day's close), the same money rules, filled at the next day's open instead of the close
+    that produced them. The difference to `simulate_money` is the edge the same-close
+    assumption gives a rule."""
+    day1 = panel.shape[0] if day1 is None else day1
+    prices = next_open_prices(open_, close, day0, day1)
+    if last_day is not None:  # a stock that stops trading is closed at its last close
+        for s, d in enumerate(last_day.tolist()):
+            if d < day1 - 1:
+                prices[max(d, day0):day1, s] = close[d, s]
+    return simulate_money(strategy_or_rule, panel, prices, day0, day1, last_day)

@@ -34,19 +34,19 @@ VERSION = 1
 _STRUCT = {"frozen": True, "kw_only": True, "forbid_unknown_fields": True}
 
 
-class TreeRecord(msgspec.Struct, **_STRUCT):  # type: ignore[call-arg]
+class TreeRecord(msgspec.Struct, **_STRUCT):
     infix: str
     postfix: list[int]
 
 
-class RuleRecord(msgspec.Struct, **_STRUCT):  # type: ignore[call-arg]
+class RuleRecord(msgspec.Struct, **_STRUCT):
     buy: TreeRecord
     sell: TreeRecord
     fitness: float          # training fitness: mean over stocks of ROI - buy-and-hold ROI
     generation: int = 0     # generation that first produced it
 
 
-class PeriodRecord(msgspec.Struct, **_STRUCT):  # type: ignore[call-arg]
+class PeriodRecord(msgspec.Struct, **_STRUCT):
     symbols: list[str]
     first_date: str
     last_date: str
@@ -55,7 +55,7 @@ class PeriodRecord(msgspec.Struct, **_STRUCT):  # type: ignore[call-arg]
     roi_buy_hold: float | None = None   # mean buy-and-hold ROI
 
 
-class StrategyFile(msgspec.Struct, **_STRUCT):  # type: ignore[call-arg]
+class StrategyFile(msgspec.Struct, **_STRUCT):
     format: str = FORMAT
     version: int = VERSION
     terminal_set_version: int = TERMINAL_SET_VERSION

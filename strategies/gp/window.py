@@ -49,6 +49,20 @@ class GPWindow:
     train: Period
     test: Period
     source: str = ""
+    #: opening prices (float64, dollars), for the next-open fill model
+    open: npt.NDArray[np.float64] | None = None
+    #: per stock, the window's index of its last real bar (n_days - 1 if it trades to the
+    #: end; less for a stock that stopped trading in the test window, whose prices after
+    #: that day repeat its last close); None = every stock trades every day
+    last_day: npt.NDArray[np.int64] | None = None
+
+    def stopped(self, period: Period) -> dict[str, str]:
+        """Stocks that stop trading inside `period`, with the date of their last bar."""
+        if self.last_day is None:
+            return {}
+        return {s: str(self.dates[d]) for s, d in zip(self.symbols, self.last_day.tolist(),
+                                                       strict=True)
+                if period.day0 <= d < period.day1 - 1}
 
     @property
     def n_stocks(self) -> int:
@@ -77,7 +91,8 @@ def _cached_table(path: str, mtime_ns: int, size: int) -> DailyTable:
 
 
 def window_from_matrix(m: DailyMatrix, train_days: int, test_days: int,
-                       source: str = "") -> GPWindow:
+                       source: str = "", last_day: npt.NDArray[np.int64] | None = None
+                       ) -> GPWindow:
     """Split a DailyMatrix of at least train_days + test_days days into train and test."""
     if train_days < 2 or test_days < 0:
         raise ValueError(f"need train_days >= 2 and test_days >= 0, got {train_days}, "
@@ -94,7 +109,8 @@ def window_from_matrix(m: DailyMatrix, train_days: int, test_days: int,
         symbols=list(m.symbols), dates=np.asarray(m.dates[sl]),
         close=np.ascontiguousarray(m.close[sl], np.float64), panel=panel,
         train=Period("train", 0, train_days), test=Period("test", train_days, total),
-        source=source,
+        source=source, open=np.ascontiguousarray(m.open[sl], np.float64),
+        last_day=last_day,
     )
 
 
@@ -109,6 +125,48 @@ def load_window(path: str | Path | DailyTable, n_stocks: int | None, train_days:
     else:
         file = resolve_data_file(path)
         data, source = _table(file), str(file)
-    m = daily_matrix(data, n_stocks=n_stocks, symbols=symbols, start=start,
-                     n_days=train_days + test_days)
-    return window_from_matrix(m, train_days, test_days, source=source)
+    if test_days == 0:
+        m = daily_matrix(data, n_stocks=n_stocks, symbols=symbols, start=start,
+                         n_days=train_days)
+        return window_from_matrix(m, train_days, 0, source=source)
+    table = data if isinstance(data, DailyTable) else load_daily(data)
+    # survivorship: stocks are chosen by what was known at the end of training (complete
+    # over the training days); a stock that stops trading in the test window stays in it
+    train = daily_matrix(table, n_stocks=n_stocks, symbols=symbols, start=start,
+                         n_days=train_days)
+    m, last_day = _with_test_days(table, train, start, train_days + test_days)
+    return window_from_matrix(m, train_days, test_days, source=source, last_day=last_day)
+
+
+def _with_test_days(table: DailyTable, train: DailyMatrix, start: str | None, total: int
+                    ) -> tuple[DailyMatrix, npt.NDArray[np.int64]]:
+    """The training panel's stocks over `total` days, gaps after the training days filled
+    with the stock's last close (a stock that stops trading holds its last price)."""
+    sel = table.select(train.symbols, start, None)
+    calendar = np.unique(table.select(None, start, None).dates)
+    if len(calendar) < total:
+        raise ValueError(f"{table.path or 'daily data'}: only {len(calendar)} trading days "
+                         f"in the window, {total} asked")
+    calendar = calendar[:total]
+    n = len(train.symbols)
+    arrays = {k: np.full((total, n), np.nan) for k in ("open", "high", "low", "close",
+                                                          "volume")}
+    col = {s: j for j, s in enumerate(train.symbols)}
+    sym_names = [sel.symbols[i] for i in sel.sym.tolist()]
+    row = np.searchsorted(calendar, sel.dates)
+    ok = (row < total) & (calendar[np.minimum(row, total - 1)] == sel.dates)
+    cols = np.array([col[s] for s in sym_names], np.int64)
+    for k, a in arrays.items():
+        a[row[ok], cols[ok]] = getattr(sel, k)[ok]
+    have = np.isfinite(arrays["close"]) & (arrays["close"] > 0)
+    last_day = np.array([np.flatnonzero(have[:, j]).max() for j in range(n)], np.int64)
+    for j in range(n):  # forward fill: a missing day repeats the last close, volume 0
+        for d in range(1, total):
+            if not have[d, j]:
+                c = arrays["close"][d - 1, j]
+                for k in ("open", "high", "low", "close"):
+                    arrays[k][d, j] = c
+                arrays["volume"][d, j] = 0.0
+    if not np.all(np.isfinite(arrays["close"][: train.close.shape[0]])):
+        raise ValueError("training days of the chosen stocks are incomplete")
+    return DailyMatrix(dates=calendar, symbols=list(train.symbols), **arrays), last_day
