@@ -103,7 +103,7 @@ def _block_search(qs: Any, binom: Any, n: int, k: int, first: int, total: int, c
             if v < s_value[tid] or (v == s_value[tid] and r < s_rank[tid]):
                 s_value[tid] = v
                 s_rank[tid] = r
-        cuda.syncthreads()  # type: ignore[call-arg]
+        cuda.syncthreads()
         stride //= 2
     if tid == 0:
         out_value[block] = s_value[0]

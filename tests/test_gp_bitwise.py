@@ -23,7 +23,7 @@ needs_cuda = pytest.mark.skipif(not cuda_present(), reason="no CUDA device or si
 
 
 @pytest.fixture(scope="module")
-def window(shared_data) -> GPWindow:  # type: ignore[no-untyped-def]
+def window(shared_data) -> GPWindow:
     # 5 stocks; a 150-day window spans three words, the last one partial (22 days)
     return load_window(shared_data / "sp500_5yr_daily", 5, 150, 70)
 
@@ -129,7 +129,7 @@ def test_bad_programs_rejected(window: GPWindow) -> None:
 
 
 @pytest.mark.gpu
-def test_cuda_bitwise_equals_stack_interpreter_at_paper_size(shared_data) -> None:  # type: ignore[no-untyped-def]
+def test_cuda_bitwise_equals_stack_interpreter_at_paper_size(shared_data) -> None:
     w = load_window(shared_data / "sp500_5yr_daily", 32, 768, 0)
     programs, lengths = population(3000, 21).compile()
     day1 = w.panel.shape[0]

@@ -20,7 +20,7 @@ def _walk(n: int, seed: int, level: float = 100.0) -> np.ndarray:
     return level + np.cumsum(steps) + bounce
 
 
-def _assert_agrees(stats, ref, rtol: float, hurst_atol: float) -> None:  # type: ignore[no-untyped-def]
+def _assert_agrees(stats, ref, rtol: float, hurst_atol: float) -> None:
     m, hurst, rho, rho_abs = ref
     np.testing.assert_allclose(stats.mean_abs_change, m[:-1], rtol=rtol, atol=0)
     assert stats.mean_abs_change_next == pytest.approx(m[-1], rel=rtol)

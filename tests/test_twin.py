@@ -113,7 +113,7 @@ def test_backend_constant_replaces_a_core_function_on_that_backend_only() -> Non
     assert _scaled_twice(3.0) == 6.0                  # plain Python keeps the core's version
 
 
-def test_not_ready_answers_of_polled_events_are_kept_out_of_the_log(caplog) -> None:  # type: ignore[no-untyped-def]
+def test_not_ready_answers_of_polled_events_are_kept_out_of_the_log(caplog) -> None:
     import logging
 
     from gpu.device import quiet_event_polling
