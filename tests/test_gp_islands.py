@@ -19,7 +19,7 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
-from distributed import Client, LocalCluster  # noqa: E402
+from distributed import Client, Future, LocalCluster  # noqa: E402
 
 from feeds.daily import DailyMatrix  # noqa: E402
 from gpu.gp_eval import PopulationEvaluator  # noqa: E402
@@ -185,13 +185,13 @@ def test_killed_worker_mid_run_gives_the_undisturbed_result(client: Client,
     pids = client.run(os.getpid)
     killed: list[str] = []
 
-    def kill_during(epoch: int, futures: list[object]) -> None:
+    def kill_during(epoch: int, futures: list[Future]) -> None:
         if epoch != 1:
             return
         # kill the worker that holds or runs island 0's task of the second epoch
         deadline = time.time() + 10
         while time.time() < deadline:
-            where = client.run_on_scheduler(_worker_of, futures[0].key)  # type: ignore[attr-defined]
+            where = client.run_on_scheduler(_worker_of, futures[0].key)
             if where:
                 break
             time.sleep(0.01)
@@ -248,7 +248,7 @@ def test_command_runs_islands_on_a_given_scheduler(client: Client, tmp_path: Pat
         "evolve", "--data", str(csv), "--stocks", "3", "--train-days", "60", "--test-days",
         "20", "--population", "30", "--generations", "4", "--seed", "3", "--device", "cpu",
         "--islands", "2", "--migrate-every", "2", "--migrants", "4",
-        "--scheduler", client.scheduler.address,  # type: ignore[union-attr]
+        "--scheduler", str(client.scheduler_info()["address"]),
         "--out", str(out), "--json", str(report)])
     assert code == 0
     err = capsys.readouterr().err
