@@ -19,7 +19,7 @@ import pytest
 
 distributed = pytest.importorskip("distributed")
 
-from distributed import Client, Future, LocalCluster  # noqa: E402
+from distributed import Client, Future  # noqa: E402
 
 from feeds.daily import DailyMatrix  # noqa: E402
 from gpu.gp_eval import PopulationEvaluator  # noqa: E402
@@ -58,10 +58,10 @@ def data(window: GPWindow) -> isl.PanelData:
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[Client]:
-    # processes, not threads: the fault test kills one; NUMBA_NUM_THREADS=1 keeps 2 cores calm
-    os.environ["NUMBA_NUM_THREADS"] = os.environ.get("NUMBA_NUM_THREADS", "1")
-    with LocalCluster(n_workers=3, threads_per_worker=1, processes=True, dashboard_address=None,
-                      memory_limit=0) as cluster, Client(cluster) as c:
+    # worker processes (the fault test kills one), one numba thread each on CI's 2 cores
+    with isl.local_cluster(3, "cpu", workers=3, dashboard_address=None, threads=1) as cluster, \
+            Client(cluster) as c:
+        c.wait_for_workers(3, timeout=60)
         yield c
 
 
@@ -223,7 +223,7 @@ def test_local_workers_are_pinned_one_per_gpu_or_share_the_cores() -> None:
         n = workers or gpus or min(islands, cores)
         assert len(envs) == n
         for k, env in enumerate(envs):
-            assert env["NUMBA_NUM_THREADS"] == str(max(1, cores // n))
+            assert env[isl.THREADS_ENV] == str(max(1, cores // n))
             assert env.get("CUDA_VISIBLE_DEVICES") == (str(k % gpus) if gpus else None)
     with pytest.raises(ValueError, match="workers"):
         isl.worker_plan(2, 0, 4, 0)

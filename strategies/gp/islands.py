@@ -258,10 +258,23 @@ def _worker_name() -> str:
         return f"local pid {os.getpid()}"
 
 
+# The nanny applies a worker's env after the process has imported numba, and numba refuses a
+# NUMBA_NUM_THREADS that changes after its threads start: the share of cores travels in a
+# variable of our own and is applied with numba.set_num_threads in the task's thread.
+THREADS_ENV = "GP_ISLAND_NUMBA_THREADS"
+
+
+def _apply_thread_share() -> None:
+    share = os.environ.get(THREADS_ENV)
+    if share:
+        numba.set_num_threads(max(1, min(int(share), numba.config.NUMBA_NUM_THREADS)))
+
+
 def run_island_epoch(data: PanelData, payload: IslandPayload, until: int, device: str
                      ) -> EpochOutcome:
     """Continue one island to `until` evaluated generations (the Dask task of an epoch)."""
     t0 = time.perf_counter()
+    _apply_thread_share()
     ev = evaluator_for(data, device)
     state = payload.to_state()
     history = advance(ev, state, until)
@@ -541,19 +554,19 @@ def gpu_count() -> int:
     return len(cuda.gpus)
 
 
-def worker_plan(islands: int, gpus: int, cores: int, workers: int | None = None
-                ) -> list[dict[str, str]]:
+def worker_plan(islands: int, gpus: int, cores: int, workers: int | None = None,
+                threads: int | None = None) -> list[dict[str, str]]:
     """The environment of each local worker process: one worker per GPU pinned by
     CUDA_VISIBLE_DEVICES, or without GPUs min(islands, cores) CPU workers; `workers`
     overrides the count (GPU workers then share GPUs round-robin). Each gets an equal share
-    of the cores for numba's parallel loops (breeding, CPU evaluation)."""
+    of the cores for numba's parallel loops (breeding, CPU evaluation), or `threads`."""
     n = workers if workers is not None else (gpus or max(1, min(islands, cores)))
     if n < 1:
         raise ValueError(f"workers must be >= 1 (got {n})")
-    threads = max(1, cores // n)
+    threads = threads if threads is not None else max(1, cores // n)
     envs = []
     for k in range(n):
-        env = {"NUMBA_NUM_THREADS": str(threads), "OMP_NUM_THREADS": "1"}
+        env = {THREADS_ENV: str(threads)}
         if gpus:
             env["CUDA_VISIBLE_DEVICES"] = str(k % gpus)
         envs.append(env)
@@ -561,15 +574,17 @@ def worker_plan(islands: int, gpus: int, cores: int, workers: int | None = None
 
 
 def local_cluster(islands: int, device: str = "auto", workers: int | None = None,
-                  dashboard_address: str | None = ":8787") -> SpecCluster:
+                  dashboard_address: str | None = ":8787", threads: int | None = None
+                  ) -> SpecCluster:
     """A scheduler and worker processes on this machine, laid out by `worker_plan`."""
     from distributed import Nanny, Scheduler, SpecCluster
 
     gpus = 0 if device == "cpu" else gpu_count()
     specs: dict[str, dict[str, Any]] = {}
-    for k, env in enumerate(worker_plan(islands, gpus, os.cpu_count() or 1, workers)):
-        # numba and CUDA read these when the worker process starts, hence the nanny's env;
-        # memory_limit 0: an island's memory is its population, and a limit derived from
+    for k, env in enumerate(worker_plan(islands, gpus, os.cpu_count() or 1, workers,
+                                                 threads)):
+        # the nanny sets env in the worker process before it runs any task, so before CUDA
+        # initialises (which reads CUDA_VISIBLE_DEVICES); memory_limit 0: an island's memory is its population, and a limit derived from
         # the thread count would restart healthy workers
         specs[f"gp-worker-{k}"] = {"cls": Nanny, "options": {
             "nthreads": 1, "env": env, "memory_limit": 0, "host": "127.0.0.1"}}
