@@ -229,19 +229,44 @@ def test_local_workers_are_pinned_one_per_gpu_or_share_the_cores() -> None:
         isl.worker_plan(2, 0, 4, 0)
 
 
-def test_command_runs_islands_on_a_given_scheduler(client: Client, tmp_path: Path,
+@pytest.fixture(scope="module")
+def daily_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small daily OHLCV file in the shared data's format, from the synthetic market."""
+    w = synthetic_window(stocks=3, days=80)
+    csv = tmp_path_factory.mktemp("islands") / "daily.csv"
+    with csv.open("w") as f:
+        f.write("date,open,high,low,close,volume,Name\n")
+        for d in range(w.close.shape[0]):
+            for s, sym in enumerate(w.symbols):
+                c = w.close[d, s]
+                f.write(f"{w.dates[d]},{c},{c * 1.01},{c * 0.99},{c},1000,{sym}\n")
+    return csv
+
+
+@pytest.mark.parametrize("bad", [["--islands", "0"], ["--islands", "2", "--migrants", "16"],
+                                 ["--islands", "2", "--migrate-every", "0"],
+                                 ["--islands", "2", "--migrants", "-1"],
+                                 ["--islands", "3", "--workers", "0"]])
+def test_command_rejects_a_bad_island_plan_in_one_line(
+        daily_csv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        bad: list[str]) -> None:
+    import run_engine
+
+    code = run_engine.main(["evolve", "--data", str(daily_csv), "--stocks", "3",
+                            "--train-days", "60", "--test-days", "20", "--population", "30",
+                            "--generations", "2", "--device", "cpu", "--out",
+                            str(tmp_path / "b.json"), *bad])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.strip().splitlines()[-1].startswith("error:") and "Traceback" not in err
+
+
+def test_command_runs_islands_on_a_given_scheduler(client: Client, daily_csv: Path,
+                                                   tmp_path: Path,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     import run_engine
 
-    w = synthetic_window(stocks=3, days=80)
-    csv = tmp_path / "daily.csv"
-    with csv.open("w") as f:
-        f.write("date,open,high,low,close,volume,Name\n")
-        m_close = w.close
-        for d in range(m_close.shape[0]):
-            for s, sym in enumerate(w.symbols):
-                c = m_close[d, s]
-                f.write(f"{w.dates[d]},{c},{c * 1.01},{c * 0.99},{c},1000,{sym}\n")
+    csv = daily_csv
     out = tmp_path / "best.json"
     report = tmp_path / "r.json"
     code = run_engine.main([

@@ -170,7 +170,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                       window.train.day1)
             islands = isl.evolve_on_dask(data, config, plan, args.scheduler, args.workers,
                                          args.device, args.quiet)
-        except (ValueError, OSError) as e:
+        except (ValueError, OSError, DeviceUnavailable) as e:
             raise UserError(str(e)) from None
         result = islands.evolution_result()
     else:

@@ -38,6 +38,7 @@ its share of the cores.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import pickle
 import sys
@@ -506,9 +507,14 @@ def evolve_islands(client: Client, data: PanelData, config: EvolutionConfig, pla
         for e, until in enumerate(plan.epoch_ends(config.generations)):
             t_ep = time.perf_counter()
             sent = sum(_nbytes(p) for p in payloads)
+            # island i goes to worker i mod n: one island per GPU when islands == workers
+            # (Dask's own placement may queue two on one worker); loose, so a task whose
+            # worker died runs on another one
+            pool = workers or sorted(client.scheduler_info(n_workers=-1)["workers"])
             futures = [client.submit(run_island_epoch, data_future, p, until, device,
                                      key=f"gp-island-{p.island}-gen-{until}-{run_id}",
-                                     pure=False, workers=workers)
+                                     pure=False, workers=[pool[p.island % len(pool)]],
+                                     allow_other_workers=workers is None)
                        for p in payloads]
             if after_submit is not None:
                 after_submit(e, futures)
@@ -587,7 +593,8 @@ def local_cluster(islands: int, device: str = "auto", workers: int | None = None
         # initialises (which reads CUDA_VISIBLE_DEVICES); memory_limit 0: an island's memory is its population, and a limit derived from
         # the thread count would restart healthy workers
         specs[f"gp-worker-{k}"] = {"cls": Nanny, "options": {
-            "nthreads": 1, "env": env, "memory_limit": 0, "host": "127.0.0.1"}}
+            "nthreads": 1, "env": env, "memory_limit": 0, "host": "127.0.0.1",
+            "silence_logs": logging.WARNING}}
     sched_opts: dict[str, Any] = {"host": "127.0.0.1", "dashboard": dashboard_address is not None}
     if dashboard_address is not None:
         sched_opts["dashboard_address"] = dashboard_address
@@ -612,9 +619,11 @@ def evolve_on_dask(data: PanelData, config: EvolutionConfig, plan: IslandPlan,
     from distributed import Client
 
     plan.check(config.population)
+    # the scheduler's and nannies' INFO lines (connections, shutdown) would bury the progress
+    logging.getLogger("distributed").setLevel(logging.WARNING)
     cluster = None
     if scheduler:
-        client = Client(scheduler, timeout="30s")
+        client = Client(scheduler, timeout="10s")
         where = f"Dask scheduler {scheduler}"
     else:
         cluster = local_cluster(plan.islands, device, workers, dashboard_address)
