@@ -268,7 +268,8 @@ THREADS_ENV = "GP_ISLAND_NUMBA_THREADS"
 def _apply_thread_share() -> None:
     share = os.environ.get(THREADS_ENV)
     if share:
-        numba.set_num_threads(max(1, min(int(share), numba.config.NUMBA_NUM_THREADS)))
+        most = int(getattr(numba.config, "NUMBA_NUM_THREADS", 1))
+        numba.set_num_threads(max(1, min(int(share), most)))
 
 
 def run_island_epoch(data: PanelData, payload: IslandPayload, until: int, device: str
@@ -587,11 +588,12 @@ def local_cluster(islands: int, device: str = "auto", workers: int | None = None
 
     gpus = 0 if device == "cpu" else gpu_count()
     specs: dict[str, dict[str, Any]] = {}
-    for k, env in enumerate(worker_plan(islands, gpus, os.cpu_count() or 1, workers,
-                                                 threads)):
+    envs = worker_plan(islands, gpus, os.cpu_count() or 1, workers, threads)
+    for k, env in enumerate(envs):
         # the nanny sets env in the worker process before it runs any task, so before CUDA
-        # initialises (which reads CUDA_VISIBLE_DEVICES); memory_limit 0: an island's memory is its population, and a limit derived from
-        # the thread count would restart healthy workers
+        # initialises (which reads CUDA_VISIBLE_DEVICES); memory_limit 0: an island's memory
+        # is its population, and a limit derived from the thread count would restart
+        # healthy workers
         specs[f"gp-worker-{k}"] = {"cls": Nanny, "options": {
             "nthreads": 1, "env": env, "memory_limit": 0, "host": "127.0.0.1",
             "silence_logs": logging.WARNING}}
