@@ -24,7 +24,13 @@ from distributed import Client, Future  # noqa: E402
 from feeds.daily import DailyMatrix  # noqa: E402
 from gpu.gp_eval import PopulationEvaluator  # noqa: E402
 from strategies.gp import islands as isl  # noqa: E402
-from strategies.gp.evolution import EvolutionConfig, evolve  # noqa: E402
+from strategies.gp.evolution import (  # noqa: E402
+    EvolutionConfig,
+    EvolutionState,
+    advance,
+    evolve,
+    start_state,
+)
 from strategies.gp.init import ramped_half_and_half  # noqa: E402
 from strategies.gp.window import GPWindow, window_from_matrix  # noqa: E402
 
@@ -170,12 +176,36 @@ def test_result_is_independent_of_worker_count_and_data_travels_once(
     one = isl.evolve_islands(client, data, CONFIG, plan, DEVICE, workers=one_worker)
     assert {w for e in one.epochs for w in e.workers} == set(one_worker)
     assert fingerprint(one) == fingerprint(three)
+    # the same as islands run one after another in this process, migrating on whole arrays
+    ref = sequential_islands(data, CONFIG, plan)
+    for p, st in zip(three.final, ref, strict=True):
+        assert p.population is not None
+        got = p.population.unpack()
+        assert [got.key(i) for i in range(len(got))] == \
+            [st.population.key(i) for i in range(len(got))]
+        assert p.fitness.tobytes() == st.fitness.tobytes()
     # migration matters: without it the islands evolve alone, island 0 as a lone run does
     alone = isl.evolve_islands(client, data, CONFIG, isl.IslandPlan(4, 2, 0), DEVICE)
     assert fingerprint(alone) != fingerprint(three)
     lone = isl.evolve_islands(client, data, CONFIG, isl.IslandPlan(1, 7, 0), DEVICE)
     assert [s.best for s in alone.histories[0]] == [s.best for s in lone.histories[0]]
     assert [s.mean for s in three.histories[0]] != [s.mean for s in lone.histories[0]]
+
+
+def sequential_islands(data: isl.PanelData, config: EvolutionConfig, plan: isl.IslandPlan
+                       ) -> list[EvolutionState]:
+    """Reference: every island in turn in this process, ring migration on whole arrays."""
+    ev = PopulationEvaluator(data.panel, data.close, data.day0, data.day1, DEVICE)
+    states = [start_state(config, isl.island_rng(config.seed, i)) for i in range(plan.islands)]
+    for until in plan.epoch_ends(config.generations):
+        for st in states:
+            advance(ev, st, until)
+        if until < config.generations:
+            pops, fits = isl.ring_migration([st.population for st in states],
+                                            [st.fitness for st in states], plan.migrants)
+            for st, p, f in zip(states, pops, fits, strict=True):
+                st.population, st.fitness = p, f
+    return states
 
 
 def test_killed_worker_mid_run_gives_the_undisturbed_result(client: Client,

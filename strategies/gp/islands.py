@@ -1,12 +1,13 @@
 """Island-model GP evolution on dask.distributed: islands evolve in synchronous epochs on
-the workers of a Dask cluster, and between epochs the driver moves the best individuals of
-each island to the next one around a ring.
+the workers of a Dask cluster and pass their best individuals around a ring between epochs.
 
-One epoch: the driver submits one task per island ("run generations g .. g + migrate_every
-from this state"), gathers all of them, then performs ring migration: island i sends copies
-of its `migrants` fittest individuals to island (i + 1) mod n, which drops its `migrants`
-least fit for them (fitness travels along: every island trains on the same days, so a
-migrant's fitness is valid on arrival). With one island nothing migrates.
+One epoch: the driver submits one task per island ("take in these arrivals, run generations
+g .. g + migrate_every, pick your emigrants"), gathers all of them, and routes island i's
+emigrants (copies of its `migrants` fittest) to island (i + 1) mod n, whose next task puts
+them in place of its `migrants` least fit before breeding (fitness travels along: every
+island trains on the same days, so a migrant's fitness is valid on arrival). The driver
+only routes: choosing and inserting migrants runs on the workers. With one island nothing
+migrates.
 
 Reproducibility. An island's randomness comes from its own generator: island 0 draws from
 the run's seed exactly as a single-population run does (so one island reproduces
@@ -190,10 +191,11 @@ class IslandPayload:
 
 @dataclass
 class EpochOutcome:
-    """What an island task returns: the new state, its generations' statistics, and where
-    and how long it ran."""
+    """What an island task returns: the new state, the emigrants for the next island (None
+    after the last epoch), its generations' statistics, and where and how long it ran."""
 
     payload: IslandPayload
+    leaving: Migrants | None
     history: list[GenerationStats]
     device: str
     worker: str
@@ -272,16 +274,25 @@ def _apply_thread_share() -> None:
         numba.set_num_threads(max(1, min(int(share), most)))
 
 
-def run_island_epoch(data: PanelData, payload: IslandPayload, until: int, device: str
-                     ) -> EpochOutcome:
-    """Continue one island to `until` evaluated generations (the Dask task of an epoch)."""
+def run_island_epoch(data: PanelData, payload: IslandPayload, arrivals: Migrants | None,
+                     until: int, send: int, device: str) -> EpochOutcome:
+    """One island's epoch (the Dask task): take in the arrivals from the previous island,
+    run to `until` evaluated generations, pick `send` emigrants for the next island."""
     t0 = time.perf_counter()
     _apply_thread_share()
     ev = evaluator_for(data, device)
     state = payload.to_state()
+    if arrivals is not None:
+        state.population, state.fitness = receive(state.population, state.fitness,
+                                                  arrivals.population.unpack(),
+                                                  arrivals.fitness)
     history = advance(ev, state, until)
-    return EpochOutcome(IslandPayload.from_state(payload.island, state), history, ev.device,
-                        _worker_name(), time.perf_counter() - t0)
+    leaving = None
+    if send > 0:
+        pop, fit = emigrants(state.population, state.fitness, send)
+        leaving = Migrants(payload.island, PackedPopulation.pack(pop), fit)
+    return EpochOutcome(IslandPayload.from_state(payload.island, state), leaving, history,
+                        ev.device, _worker_name(), time.perf_counter() - t0)
 
 
 # --------------------------------------------------------------------------- migration
@@ -289,47 +300,45 @@ def _selectable(fitness: F64) -> F64:
     return np.where(np.isnan(fitness), -np.inf, fitness)
 
 
+@dataclass
+class Migrants:
+    """Copies of an island's fittest individuals on their way to the next island."""
+
+    source: int
+    population: PackedPopulation
+    fitness: F64
+
+
+def emigrants(pop: Population, fitness: F64, k: int) -> tuple[Population, F64]:
+    """The k fittest (ties: lower index; NaN counts as worst), best first."""
+    best = np.argsort(-_selectable(fitness), kind="stable")[:k]
+    return pop.take(best), np.array(fitness[best], np.float64)
+
+
+def receive(pop: Population, fitness: F64, arrivals: Population, arrival_fitness: F64
+            ) -> tuple[Population, F64]:
+    """Arrivals replace the least fit (ties: lower index); returns copies."""
+    worst = np.argsort(_selectable(fitness), kind="stable")[:len(arrivals)]
+    out = pop.take(np.arange(len(pop)))
+    out_fit = np.array(fitness, np.float64)
+    out.ops[worst], out.sizes[worst], out.lengths[worst] = (arrivals.ops, arrivals.sizes,
+                                                            arrivals.lengths)
+    out_fit[worst] = arrival_fitness
+    return out, out_fit
+
+
 def ring_migration(populations: list[Population], fitness: list[F64], migrants: int
                    ) -> tuple[list[Population], list[F64]]:
-    """Island i's `migrants` fittest replace island (i + 1) mod n's least fit.
-
-    Emigrants are chosen before anyone arrives; ties go to the lower index (stable sorts);
-    NaN fitness counts as the worst. Returns new populations and fitness (inputs untouched).
-    """
+    """Island i's `migrants` fittest replace island (i + 1) mod n's least fit, all emigrants
+    chosen before anyone arrives. The distributed run does the same in two halves: each
+    task picks its emigrants after its epoch, the next task of the receiving island takes
+    them in before breeding."""
     n = len(populations)
     if n < 2 or migrants == 0:
         return populations, fitness
-    leaving = []
-    for pop, fit in zip(populations, fitness, strict=True):
-        best = np.argsort(-_selectable(fit), kind="stable")[:migrants]
-        leaving.append((pop.take(best), fit[best].copy()))
-    new_pops, new_fits = [], []
-    for dst in range(n):
-        pop, fit = populations[dst], fitness[dst]
-        arrivals, arrival_fit = leaving[(dst - 1) % n]
-        worst = np.argsort(_selectable(fit), kind="stable")[:migrants]
-        out = pop.take(np.arange(len(pop)))
-        out_fit = np.array(fit, np.float64)
-        out.ops[worst], out.sizes[worst], out.lengths[worst] = (arrivals.ops, arrivals.sizes,
-                                                                arrivals.lengths)
-        out_fit[worst] = arrival_fit
-        new_pops.append(out)
-        new_fits.append(out_fit)
-    return new_pops, new_fits
-
-
-def migrate_payloads(payloads: list[IslandPayload], migrants: int) -> list[IslandPayload]:
-    """Ring migration between the states the driver gathered after an epoch."""
-    if len(payloads) < 2 or migrants == 0:
-        return payloads
-    pops = []
-    for p in payloads:
-        assert p.population is not None
-        pops.append(p.population.unpack())
-    new_pops, new_fits = ring_migration(pops, [p.fitness for p in payloads], migrants)
-    return [IslandPayload(p.island, p.config, p.rng, PackedPopulation.pack(pop), fit,
-                          p.generation, p.hall)
-            for p, pop, fit in zip(payloads, new_pops, new_fits, strict=True)]
+    leaving = [emigrants(p, f, migrants) for p, f in zip(populations, fitness, strict=True)]
+    out = [receive(populations[d], fitness[d], *leaving[(d - 1) % n]) for d in range(n)]
+    return [p for p, _ in out], [f for _, f in out]
 
 
 def merge_halls(halls: list[list[Champion]], capacity: int) -> list[Champion]:
@@ -360,22 +369,20 @@ class EpochRecord:
     until: int                  # generations evaluated after it
     seconds: float              # submit to migrated (wall)
     slowest_island_seconds: float
-    migration_seconds: float
-    bytes_sent: int             # pickled island states sent to the workers
+    bytes_sent: int             # pickled island states and migrants sent to the workers
     bytes_received: int         # pickled outcomes gathered back
     workers: list[str]          # worker of each island, island order
 
     @property
     def overhead_seconds(self) -> float:
-        """Wall time not spent inside the slowest island: scheduling, transfers, pickling
-        and migration."""
+        """Wall time not spent inside the slowest island: scheduling, transfers and
+        (un)pickling."""
         return max(0.0, self.seconds - self.slowest_island_seconds)
 
     def as_dict(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "first_generation": self.first_generation,
                 "until": self.until, "seconds": self.seconds,
                 "slowest_island_seconds": self.slowest_island_seconds,
-                "migration_seconds": self.migration_seconds,
                 "overhead_seconds": self.overhead_seconds, "bytes_sent": self.bytes_sent,
                 "bytes_received": self.bytes_received, "workers": self.workers}
 
@@ -504,19 +511,22 @@ def evolve_islands(client: Client, data: PanelData, config: EvolutionConfig, pla
     devices = ["?"] * plan.islands
     epochs: list[EpochRecord] = []
     first = 0
+    arrivals: list[Migrants | None] = [None] * plan.islands
+    ring = plan.islands > 1 and plan.migrants > 0
     try:
         for e, until in enumerate(plan.epoch_ends(config.generations)):
             t_ep = time.perf_counter()
-            sent = sum(_nbytes(p) for p in payloads)
+            send = plan.migrants if ring and until < config.generations else 0
+            sent = sum(_nbytes(p) + _nbytes(a) for p, a in zip(payloads, arrivals, strict=True))
             # island i goes to worker i mod n: one island per GPU when islands == workers
             # (Dask's own placement may queue two on one worker); loose, so a task whose
             # worker died runs on another one
             pool = workers or sorted(client.scheduler_info(n_workers=-1)["workers"])
-            futures = [client.submit(run_island_epoch, data_future, p, until, device,
+            futures = [client.submit(run_island_epoch, data_future, p, a, until, send, device,
                                      key=f"gp-island-{p.island}-gen-{until}-{run_id}",
                                      pure=False, workers=[pool[p.island % len(pool)]],
                                      allow_other_workers=workers is None)
-                       for p in payloads]
+                       for p, a in zip(payloads, arrivals, strict=True)]
             if after_submit is not None:
                 after_submit(e, futures)
             outcomes: list[EpochOutcome] = client.gather(futures)
@@ -528,15 +538,14 @@ def evolve_islands(client: Client, data: PanelData, config: EvolutionConfig, pla
                 if progress is not None:
                     for s in o.history:
                         progress(o.payload.island, s)
-            t_mig = time.perf_counter()
             payloads = [o.payload for o in outcomes]
-            if until < config.generations:
-                payloads = migrate_payloads(payloads, plan.migrants)
-            now = time.perf_counter()
-            rec = EpochRecord(epoch=e, first_generation=first, until=until, seconds=now - t_ep,
+            # the ring: what island i sent arrives at island i + 1 in the next epoch
+            arrivals = [outcomes[(i - 1) % plan.islands].leaving for i in range(plan.islands)]
+            rec = EpochRecord(epoch=e, first_generation=first, until=until,
+                              seconds=time.perf_counter() - t_ep,
                               slowest_island_seconds=max(o.seconds for o in outcomes),
-                              migration_seconds=now - t_mig, bytes_sent=sent,
-                              bytes_received=received, workers=[o.worker for o in outcomes])
+                              bytes_sent=sent, bytes_received=received,
+                              workers=[o.worker for o in outcomes])
             epochs.append(rec)
             if on_epoch is not None:
                 on_epoch(rec)
@@ -597,9 +606,10 @@ def local_cluster(islands: int, device: str = "auto", workers: int | None = None
         specs[f"gp-worker-{k}"] = {"cls": Nanny, "options": {
             "nthreads": 1, "env": env, "memory_limit": 0, "host": "127.0.0.1",
             "silence_logs": logging.WARNING}}
-    sched_opts: dict[str, Any] = {"host": "127.0.0.1", "dashboard": dashboard_address is not None}
-    if dashboard_address is not None:
-        sched_opts["dashboard_address"] = dashboard_address
+    # the scheduler's HTTP server (health, metrics) runs even without the dashboard: give it
+    # a free port then, not 8787
+    sched_opts: dict[str, Any] = {"host": "127.0.0.1", "dashboard": dashboard_address is not None,
+                                  "dashboard_address": dashboard_address or "127.0.0.1:0"}
     return SpecCluster(workers=specs, scheduler={"cls": Scheduler, "options": sched_opts},
                        name="gp-islands")
 
