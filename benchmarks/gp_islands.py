@@ -232,7 +232,7 @@ def main() -> None:
     ap.add_argument("--test-days", type=int, default=256)
     ap.add_argument("--population", type=int, default=25_000, help="per island")
     ap.add_argument("--generations", type=int,
-                    help="default: 10 (scaling), 25 (oos: 9 runs in about 8 minutes)")
+                    help="default: 20 (scaling), 25 (oos: 9 runs in about 8 minutes)")
     ap.add_argument("--migrate-every", type=int, default=5)
     ap.add_argument("--migrants", type=int, default=50)
     ap.add_argument("--seeds", type=parse_ints, default=[1, 2, 3])
@@ -244,7 +244,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=Path("gp_islands.json"))
     args = ap.parse_args()
     if args.generations is None:
-        args.generations = 10 if args.mode == "scaling" else 25
+        args.generations = 20 if args.mode == "scaling" else 25
     if args.quick:
         args.stocks, args.train_days, args.test_days = 6, 100, 40
         args.population, args.generations, args.seeds = 240, 4, [1, 2]
