@@ -255,6 +255,9 @@ def test_local_workers_are_pinned_one_per_gpu_or_share_the_cores() -> None:
         for k, env in enumerate(envs):
             assert env[isl.THREADS_ENV] == str(max(1, cores // n))
             assert env.get("CUDA_VISIBLE_DEVICES") == (str(k % gpus) if gpus else None)
+    # a process confined to GPUs 2 and 3 pins its workers to those, not to 0 and 1
+    envs = isl.worker_plan(2, 2, 32, visible="2,3")
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["2", "3"]
     with pytest.raises(ValueError, match="workers"):
         isl.worker_plan(2, 0, 4, 0)
 
@@ -318,3 +321,27 @@ def test_command_runs_islands_on_a_given_scheduler(client: Client, daily_csv: Pa
     assert Path(r["png"]).read_bytes()[:4] == b"\x89PNG"
     assert r["best"]["fitness"] == max(max(g["best"] for g in isl_h)
                                        for isl_h in r["islands"]["per_island"])
+
+
+def _current_gpu() -> str:
+    """UUID of the GPU this worker process sees (runs on a worker)."""
+    from numba import cuda
+
+    return str(cuda.get_current_device().uuid)
+
+
+@pytest.mark.gpu
+def test_local_cluster_pins_one_worker_per_gpu_and_matches_cpu(data: isl.PanelData) -> None:
+    gpus = isl.gpu_count()
+    plan = isl.IslandPlan(islands=max(2, gpus), migrate_every=2, migrants=3)
+    with isl.local_cluster(plan.islands, "cuda", dashboard_address=None) as cluster, \
+            Client(cluster) as c:
+        c.wait_for_workers(gpus, timeout=120)
+        seen = c.run(_current_gpu)
+        assert len(seen) == gpus and len(set(seen.values())) == gpus  # one GPU per worker
+        on_gpu = isl.evolve_islands(c, data, CONFIG, plan, "cuda")
+    assert set(on_gpu.devices) == {"cuda"}
+    with isl.local_cluster(plan.islands, "cpu", workers=2, dashboard_address=None) as cluster, \
+            Client(cluster) as c:
+        on_cpu = isl.evolve_islands(c, data, CONFIG, plan, "cpu")
+    assert fingerprint(on_gpu) == fingerprint(on_cpu)

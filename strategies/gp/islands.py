@@ -577,11 +577,17 @@ def gpu_count() -> int:
 
 
 def worker_plan(islands: int, gpus: int, cores: int, workers: int | None = None,
-                threads: int | None = None) -> list[dict[str, str]]:
+                threads: int | None = None, visible: str | None = None
+                ) -> list[dict[str, str]]:
     """The environment of each local worker process: one worker per GPU pinned by
     CUDA_VISIBLE_DEVICES, or without GPUs min(islands, cores) CPU workers; `workers`
     overrides the count (GPU workers then share GPUs round-robin). Each gets an equal share
-    of the cores for numba's parallel loops (breeding, CPU evaluation), or `threads`."""
+    of the cores for numba's parallel loops (breeding, CPU evaluation), or `threads`.
+    `visible` is this process's own CUDA_VISIBLE_DEVICES: worker k gets its k-th entry, so a
+    run confined to some GPUs stays on them."""
+    ids = [v.strip() for v in visible.split(",") if v.strip()] if visible else []
+    if len(ids) < gpus:
+        ids = [str(g) for g in range(gpus)]
     n = workers if workers is not None else (gpus or max(1, min(islands, cores)))
     if n < 1:
         raise ValueError(f"workers must be >= 1 (got {n})")
@@ -590,7 +596,7 @@ def worker_plan(islands: int, gpus: int, cores: int, workers: int | None = None,
     for k in range(n):
         env = {THREADS_ENV: str(threads)}
         if gpus:
-            env["CUDA_VISIBLE_DEVICES"] = str(k % gpus)
+            env["CUDA_VISIBLE_DEVICES"] = ids[k % gpus]
         envs.append(env)
     return envs
 
@@ -603,7 +609,8 @@ def local_cluster(islands: int, device: str = "auto", workers: int | None = None
 
     gpus = 0 if device == "cpu" else gpu_count()
     specs: dict[str, dict[str, Any]] = {}
-    envs = worker_plan(islands, gpus, os.cpu_count() or 1, workers, threads)
+    envs = worker_plan(islands, gpus, os.cpu_count() or 1, workers, threads,
+                       os.environ.get("CUDA_VISIBLE_DEVICES"))
     for k, env in enumerate(envs):
         # the nanny sets env in the worker process before it runs any task, so before CUDA
         # initialises (which reads CUDA_VISIBLE_DEVICES); memory_limit 0: an island's memory
