@@ -279,7 +279,8 @@ def daily_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("bad", [["--islands", "0"], ["--islands", "2", "--migrants", "16"],
                                  ["--islands", "2", "--migrate-every", "0"],
                                  ["--islands", "2", "--migrants", "-1"],
-                                 ["--islands", "3", "--workers", "0"]])
+                                 ["--islands", "3", "--workers", "0"],
+                                 ["--scheduler", "tcp://127.0.0.1:1", "--workers", "2"]])
 def test_command_rejects_a_bad_island_plan_in_one_line(
         daily_csv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
         bad: list[str]) -> None:

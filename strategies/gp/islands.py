@@ -644,6 +644,9 @@ def evolve_on_dask(data: PanelData, config: EvolutionConfig, plan: IslandPlan,
     from distributed import Client
 
     plan.check(config.population)
+    if scheduler and workers is not None:
+        raise ValueError("--workers sizes the local cluster; with --scheduler, start the "
+                         "workers with `dask worker`")
     # the scheduler's and nannies' INFO lines (connections, shutdown) would bury the progress
     logging.getLogger("distributed").setLevel(logging.WARNING)
     cluster = None
