@@ -54,7 +54,7 @@ def config(population: int, generations: int, seed: int) -> EvolutionConfig:
 
 
 def panel_data(window: GPWindow) -> isl.PanelData:
-    return isl.PanelData.make(window.panel, window.close, window.train.day0, window.train.day1)
+    return isl.PanelData.training(window)
 
 
 def log(msg: str) -> None:

@@ -37,7 +37,8 @@ from strategies.gp.window import GPWindow, window_from_matrix  # noqa: E402
 DEVICE = "cpu"  # the simulator would be slow; CPU and CUDA fitness are identical anyway
 
 
-def synthetic_window(seed: int = 11, stocks: int = 4, days: int = 90) -> GPWindow:
+def synthetic_window(seed: int = 11, stocks: int = 4, days: int = 90, test_days: int = 0
+                     ) -> GPWindow:
     """Geometric random walks with plausible OHLCV (no real data needed)."""
     rng = np.random.default_rng(seed)
     close = 50.0 * np.exp(np.cumsum(rng.normal(0.0003, 0.02, (days, stocks)), axis=0))
@@ -49,7 +50,7 @@ def synthetic_window(seed: int = 11, stocks: int = 4, days: int = 90) -> GPWindo
     dates = np.arange(np.datetime64("2020-01-01"), np.datetime64("2020-01-01") + days)
     m = DailyMatrix(dates=dates, symbols=[f"S{i}" for i in range(stocks)], open=open_,
                     high=high, low=low, close=close, volume=volume)
-    return window_from_matrix(m, days, 0, source="synthetic")
+    return window_from_matrix(m, days - test_days, test_days, source="synthetic")
 
 
 @pytest.fixture(scope="module")
@@ -124,6 +125,20 @@ def test_ring_migration_against_a_brute_force_reference() -> None:
                 assert new_pops[dst].key(i) == pops[dst].key(i)
             assert np.array_equal(new_fits[dst][untouched], fits[dst][untouched],
                                   equal_nan=True)
+
+
+def test_training_panel_gives_the_full_windows_fitness_without_test_days() -> None:
+    w = synthetic_window(days=90, test_days=30)
+    d = isl.PanelData.training(w)
+    assert d.panel.shape[0] == d.close.shape[0] == w.train.day1 == 60
+    pop = ramped_half_and_half(50, np.random.Generator(np.random.PCG64(2)), 1, 5, 64)
+    programs, lengths = pop.compile()
+    full = PopulationEvaluator(w.panel, w.close, 0, w.train.day1, DEVICE)
+    cut = isl.evaluator_for(d, DEVICE)
+    want, got = full.fitness(programs, lengths)[0], cut.fitness(programs, lengths)[0]
+    assert want.tobytes() == got.tobytes()
+    assert isl.PanelData.training(w).token == d.token != isl.PanelData.training(
+        synthetic_window(seed=12, days=90, test_days=30)).token
 
 
 @pytest.mark.parametrize("bad", [dict(islands=0), dict(migrate_every=0), dict(migrants=-1),

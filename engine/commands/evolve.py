@@ -166,8 +166,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         plan = isl.IslandPlan(args.islands or 1, args.migrate_every, args.migrants)
         try:
             plan.check(config.population)
-            data = isl.PanelData.make(window.panel, window.close, window.train.day0,
-                                      window.train.day1)
+            data = isl.PanelData.training(window)
             islands = isl.evolve_on_dask(data, config, plan, args.scheduler, args.workers,
                                          args.device, args.quiet)
         except (ValueError, OSError, DeviceUnavailable) as e:

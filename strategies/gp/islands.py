@@ -68,6 +68,7 @@ from strategies.gp.evolution import (
     start_state,
 )
 from strategies.gp.representation import Population, subtree_sizes
+from strategies.gp.window import GPWindow
 
 if TYPE_CHECKING:
     from distributed import Client, Future, SpecCluster
@@ -222,6 +223,13 @@ class PanelData:
             h.update(a.tobytes())
         h.update(f"{day0}:{day1}".encode())
         return PanelData(panel, close, day0, day1, h.hexdigest())
+
+    @staticmethod
+    def training(window: GPWindow) -> PanelData:
+        """The window's training days only: fewer bytes, and workers never see test days
+        (indicators were computed over the whole window, so the cut changes no value)."""
+        end = window.train.day1
+        return PanelData.make(window.panel[:end], window.close[:end], window.train.day0, end)
 
     @property
     def nbytes(self) -> int:
