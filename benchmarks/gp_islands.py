@@ -75,7 +75,7 @@ def scaling(args: argparse.Namespace, window: GPWindow) -> dict[str, Any]:
         log(f"-- {n} worker(s), {n} island(s) of {args.population} on "
             f"{'GPU ' + ','.join(str(k % usable) for k in range(n)) if usable else 'CPU'}")
         cluster = isl.local_cluster(n, args.device, workers=n, dashboard_address=None,
-                                    threads=threads)
+                                    threads=threads, gpus=usable)
         with Client(cluster) as client:
             client.wait_for_workers(n, timeout=120)
             t_w = time.perf_counter()

@@ -610,12 +610,14 @@ def worker_plan(islands: int, gpus: int, cores: int, workers: int | None = None,
 
 
 def local_cluster(islands: int, device: str = "auto", workers: int | None = None,
-                  dashboard_address: str | None = ":8787", threads: int | None = None
-                  ) -> SpecCluster:
-    """A scheduler and worker processes on this machine, laid out by `worker_plan`."""
+                  dashboard_address: str | None = ":8787", threads: int | None = None,
+                  gpus: int | None = None) -> SpecCluster:
+    """A scheduler and worker processes on this machine, laid out by `worker_plan`
+    (`gpus`: use at most this many of the GPUs)."""
     from distributed import Nanny, Scheduler, SpecCluster
 
-    gpus = 0 if device == "cpu" else gpu_count()
+    seen = 0 if device == "cpu" else gpu_count()
+    gpus = seen if gpus is None else max(0, min(gpus, seen))
     specs: dict[str, dict[str, Any]] = {}
     envs = worker_plan(islands, gpus, os.cpu_count() or 1, workers, threads,
                        os.environ.get("CUDA_VISIBLE_DEVICES"))
