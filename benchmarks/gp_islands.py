@@ -12,12 +12,16 @@ included), evaluation GP ops/s per evaluator, bytes moved per epoch, overhead pe
 the speed-up of 2 workers over 1 (target >= 1.8 with 2 GPUs). With one GPU the 2-worker run
 shares it (said in the note); with none, CPU workers.
 
+Mode `overhead`: `--islands` (default 64) islands of `--population` on the local cluster:
+bytes moved and wall time outside the island tasks per epoch (what grows with islands).
+
 Mode `oos`: 1 island x 25,000 against 8 islands x 25,000 and 8 x 3,125 (same total as the
 single population), seeds 1,2,3, on 128 stocks, 768 training then 256 test days; prints the
 train and test excess ROI over buy-and-hold of each run's best rule and the mean per setup.
 
     python benchmarks/gp_islands.py --json benchmarks/results/gp_islands_scaling.json
     python benchmarks/gp_islands.py --mode oos --json benchmarks/results/gp_islands_oos.json
+    python benchmarks/gp_islands.py --mode overhead --islands 64 --population 200 --device cpu
     python benchmarks/gp_islands.py --quick --device cpu            # CPU smoke run
     python benchmarks/gp_islands.py --mode oos --quick --device cpu
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pickle
 import statistics
 import sys
 import time
@@ -132,6 +137,46 @@ def scaling(args: argparse.Namespace, window: GPWindow) -> dict[str, Any]:
             "target": 1.8, "meets_target": bool(usable >= 2 and speedup >= 1.8), "note": note}
 
 
+# --------------------------------------------------------------------------- overhead
+def overhead(args: argparse.Namespace, window: GPWindow) -> dict[str, Any]:
+    """Bytes moved and time outside the island tasks per epoch, for many islands."""
+    data = panel_data(window)
+    cluster = isl.local_cluster(args.islands, args.device, workers=args.workers,
+                                dashboard_address=None)
+    with Client(cluster) as client:
+        n_workers = len(client.scheduler_info(n_workers=-1)["workers"])
+        isl.evolve_islands(client, data, config(200, 2, 99), isl.IslandPlan(n_workers, 1, 0),
+                           args.device)
+        plan = isl.IslandPlan(args.islands, args.migrate_every,
+                              min(args.migrants, args.population // 2))
+        r = isl.evolve_islands(client, data, config(args.population, args.generations, 1),
+                               plan, args.device)
+    cluster.close()
+    rep = r.report()["islands"]
+    state = [len(pickle.dumps(p, protocol=5)) for p in r.final]
+    nodes = [float(p.population.lengths.sum(axis=1).mean()) for p in r.final if p.population]
+    print(f"\n{args.islands} islands x {args.population} on {n_workers} workers "
+          f"({','.join(sorted(set(r.devices)))}), {window.n_stocks} stocks x "
+          f"{window.train.days} days, migrate {plan.migrants} every {plan.migrate_every}")
+    print(f"{'epoch':>5} {'seconds':>8} {'busiest worker s':>16} {'overhead s':>10} "
+          f"{'MB sent':>8} {'MB back':>8}")
+    for e in r.epochs:
+        print(f"{e.epoch:>5} {e.seconds:>8.3f} {e.busiest_worker_seconds:>16.3f} "
+              f"{e.overhead_seconds:>10.3f} {e.bytes_sent / 1e6:>8.3f} "
+              f"{e.bytes_received / 1e6:>8.3f}")
+    print(f"island state {statistics.fmean(state) / 1e6:.3f} MB packed (mean "
+          f"{statistics.fmean(nodes):.1f} nodes per individual); panel "
+          f"{data.nbytes / 1e6:.2f} MB per worker, once")
+    return {"mode": "overhead", "islands": args.islands, "workers": n_workers,
+            "population_per_island": args.population, "generations": args.generations,
+            "stocks": window.n_stocks, "train_days": window.train.days,
+            "mean_state_bytes": statistics.fmean(state),
+            "mean_nodes_per_individual": statistics.fmean(nodes),
+            "panel_bytes_per_worker": data.nbytes, "bytes_per_epoch": rep["bytes_per_epoch"],
+            "overhead_seconds_per_epoch": rep["overhead_seconds_per_epoch"],
+            "epochs": rep["epochs"], "devices": r.devices}
+
+
 # --------------------------------------------------------------------------- out of sample
 def out_of_sample(args: argparse.Namespace, window: GPWindow) -> dict[str, Any]:
     big, islands = args.population, 8
@@ -199,7 +244,18 @@ def plot(path: Path, out: dict[str, Any]) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    if out["mode"] == "scaling":
+    if out["mode"] == "overhead":
+        ep = out["epochs"]
+        ax.bar([str(e["epoch"]) for e in ep], [e["busiest_worker_seconds"] for e in ep],
+               label="busiest worker in island tasks")
+        ax.bar([str(e["epoch"]) for e in ep], [e["overhead_seconds"] for e in ep],
+               bottom=[e["busiest_worker_seconds"] for e in ep], label="overhead")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("seconds")
+        ax.set_title(f"{out['islands']} islands x {out['population_per_island']} on "
+                     f"{out['workers']} workers", fontsize=9)
+        ax.legend()
+    elif out["mode"] == "scaling":
         xs = [str(r["workers"]) for r in out["runs"]]
         ax.bar(xs, [r["wall_gp_ops_per_second"] for r in out["runs"]])
         ax.set_xlabel("workers (one island each)")
@@ -225,7 +281,7 @@ def plot(path: Path, out: dict[str, Any]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--mode", choices=("scaling", "oos"), default="scaling")
+    ap.add_argument("--mode", choices=("scaling", "oos", "overhead"), default="scaling")
     ap.add_argument("--data", default=str(data_dir() / "sp500_5yr_daily"))
     ap.add_argument("--stocks", type=int, default=128)
     ap.add_argument("--train-days", type=int, default=768)
@@ -237,6 +293,9 @@ def main() -> None:
     ap.add_argument("--migrants", type=int, default=50)
     ap.add_argument("--seeds", type=parse_ints, default=[1, 2, 3])
     ap.add_argument("--gpus", type=int, help="use at most this many GPUs (scaling)")
+    ap.add_argument("--islands", type=int, default=64, help="islands (overhead)")
+    ap.add_argument("--workers", type=int, help="local workers (overhead; default: one per "
+                    "GPU, else min(islands, cores))")
     ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     ap.add_argument("--quick", action="store_true",
                     help="toy sizes for a CPU smoke run (6 stocks, 100 + 40 days, population "
@@ -244,7 +303,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=Path("gp_islands.json"))
     args = ap.parse_args()
     if args.generations is None:
-        args.generations = 20 if args.mode == "scaling" else 25
+        args.generations = {"scaling": 20, "oos": 25, "overhead": 6}[args.mode]
     if args.quick:
         args.stocks, args.train_days, args.test_days = 6, 100, 40
         args.population, args.generations, args.seeds = 240, 4, [1, 2]
@@ -252,7 +311,8 @@ def main() -> None:
     t0 = time.perf_counter()
     window = load_window(args.data, args.stocks, args.train_days,
                          args.test_days if args.mode == "oos" else 0)
-    out = scaling(args, window) if args.mode == "scaling" else out_of_sample(args, window)
+    run = {"scaling": scaling, "oos": out_of_sample, "overhead": overhead}[args.mode]
+    out = run(args, window)
     out.update({"seconds": time.perf_counter() - t0, "data": window.source,
                 "symbols": window.symbols, "first_date": str(window.dates[0]),
                 "quick": args.quick})
