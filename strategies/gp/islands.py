@@ -13,15 +13,18 @@ Reproducibility. An island's randomness comes from its own generator: island 0 d
 the run's seed exactly as a single-population run does (so one island reproduces
 `strategies.gp.evolution.evolve` bit for bit), island i > 0 from the seed's i-th spawned
 stream (`SeedSequence(seed, spawn_key=(i,))`). A task is a pure function of its inputs
-(island state, generations, data), the epochs are synchronous and migration runs on the
-driver in island order, so the result does not depend on how many workers there are, how
-fast they are or in which order they finish; fitness is identical on CPU and CUDA workers.
+(island state, arrivals, generations, data), the epochs are synchronous and the driver
+routes migrants by island index, so the result does not depend on how many workers there
+are, how fast they are or in which order they finish; fitness is identical on CPU and CUDA
+workers.
 
-Data shipped once. The indicator panel and closes go to every worker once per run
-(`Client.scatter(broadcast=True)`); tasks name them by their future, so an epoch moves only
-island states: each population is sent packed (used tree prefixes only, subtree sizes are
-rebuilt on arrival), about 2 bytes per node. Each worker process keeps one evaluator per
-data token, so on a GPU the panel is copied to the device and the kernel compiled once.
+Data shipped once. The indicator panel and closes of the training days (never the test
+days) go to every worker once per run (`Client.scatter(broadcast=True)`); tasks name them by
+their future, so an epoch moves only island states and migrants: each population is sent
+packed (used tree prefixes only, subtree sizes are rebuilt on arrival), about 2 bytes per
+node, 1.3 MB for 25,000 individuals of 20 nodes against 12.9 MB unpacked. Each worker
+process keeps one evaluator per data token, so on a GPU the panel is copied to the device
+and the kernel compiled once.
 `EpochRecord` counts the bytes of the pickled task arguments and results of each epoch.
 
 Fault tolerance. The driver keeps every island's state between epochs and each task carries
