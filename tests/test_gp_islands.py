@@ -180,9 +180,13 @@ def test_result_is_independent_of_worker_count_and_data_travels_once(
         client: Client, data: isl.PanelData) -> None:
     plan = isl.IslandPlan(islands=4, migrate_every=2, migrants=3)
     built_before = client.run(isl.evaluators_built)
+    received_before = client.run(isl.panels_received)
     three = isl.evolve_islands(client, data, CONFIG, plan, DEVICE)
     built = client.run(isl.evaluators_built)
-    # every worker built its evaluator (received the panel) at most once for the 4 epochs
+    received = client.run(isl.panels_received)
+    # over 4 epochs every worker received the panel exactly once and built one evaluator
+    assert len(three.epochs) == 4
+    assert all(received[w] - received_before[w] == 1 for w in received)
     assert all(built[w] - built_before.get(w, 0) <= 1 for w in built)
     assert len({w for e in three.epochs for w in e.workers}) >= 2
     # an epoch moves island states only: far less than the panel per worker per epoch

@@ -238,6 +238,19 @@ class PanelData:
     def nbytes(self) -> int:
         return int(self.panel.nbytes + self.close.nbytes)
 
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # runs where a pickled copy arrives: counts the panels this process received
+        self.__dict__.update(state)  # frozen: bypass the dataclass's __setattr__
+        PANELS_RECEIVED[0] += 1
+
+
+PANELS_RECEIVED = [0]
+
+
+def panels_received() -> int:
+    """Panels unpickled in this process (a worker's count: once per run, not per epoch)."""
+    return PANELS_RECEIVED[0]
+
 
 # One evaluator per worker process and data token: a GPU worker copies the panel to its
 # device and compiles the kernel once per run, not once per epoch. `EVALUATORS_BUILT` counts
