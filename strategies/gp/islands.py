@@ -19,8 +19,9 @@ are, how fast they are or in which order they finish; fitness is identical on CP
 workers.
 
 Data shipped once. The indicator panel and closes of the training days (never the test
-days) go to every worker once per run (`Client.scatter(broadcast=True)`); tasks name them by
-their future, so an epoch moves only island states and migrants: each population is sent
+days) go to every worker once per run (`Client.scatter(broadcast=True)`, which now and then
+lands a second copy on a worker while it replicates; `panels_received` counts); tasks name
+them by their future, so an epoch moves only island states and migrants: each population is sent
 packed (used tree prefixes only, subtree sizes are rebuilt on arrival), about 2 bytes per
 node, 1.3 MB for 25,000 individuals of 20 nodes against 12.9 MB unpacked. Each worker
 process keeps one evaluator per data token, so on a GPU the panel is copied to the device
