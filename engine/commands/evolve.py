@@ -60,6 +60,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="where to evaluate: cuda if there is a GPU under auto")
     p.add_argument("--quiet", action="store_true", help="no per-generation progress lines")
+    # island model on Dask (strategies/gp/islands.py): --population is per island
+    isl = p.add_argument_group("islands on Dask (--population individuals each)")
+    isl.add_argument("--islands", type=int, help="island populations evolved on a Dask "
+                     "cluster with ring migration (default: one population, no Dask)")
+    isl.add_argument("--migrate-every", type=int, default=5, help="generations between "
+                     "migrations (default 5)")
+    isl.add_argument("--migrants", type=int, default=50, help="fittest individuals each island "
+                     "sends to the next per migration (default 50)")
+    isl.add_argument("--scheduler", metavar="ADDRESS", help="existing Dask scheduler, e.g. "
+                     "tcp://HOST:8786 (default: a local cluster, one worker per GPU or CPU "
+                     "workers)")
+    isl.add_argument("--workers", type=int, help="workers of the local cluster (default: one "
+                     "per GPU, else min(islands, cores))")
 
 
 def _config(args: argparse.Namespace) -> EvolutionConfig:
@@ -188,7 +201,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if not args.quiet:
             print(progress_line(s, config.generations, device), file=sys.stderr, flush=True)
 
-    result = evolve(train_eval, config, progress)
+    islands = None
+    if args.islands is not None or args.scheduler:
+        from strategies.gp import islands as isl
+
+        plan = isl.IslandPlan(args.islands or 1, args.migrate_every, args.migrants)
+        try:
+            plan.check(config.population)
+            data = isl.PanelData.training(window)
+            islands = isl.evolve_on_dask(data, config, plan, args.scheduler, args.workers,
+                                         args.device, args.quiet)
+        except (ValueError, OSError, DeviceUnavailable) as e:
+            raise UserError(str(e)) from None
+        result = islands.evolution_result()
+    else:
+        result = evolve(train_eval, config, progress)
     best = result.best
     train = evaluate_period(window, window.train, result, device)
     test = evaluate_period(window, window.test, result, device) if window.test.days else None
@@ -211,9 +238,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     png = args.png or out.with_name(out.stem + "_fitness.png")
     test_txt = (f", test ROI {test['roi']:+.2%} vs buy-and-hold {test['roi_buy_hold']:+.2%}"
                 if test else "")
-    plot_fitness(png, result.history,
-                 f"{window.n_stocks} stocks, {window.train.days} training days, "
-                 f"seed {config.seed}{test_txt}")
+    title = (f"{window.n_stocks} stocks, {window.train.days} training days, "
+             f"seed {config.seed}{test_txt}")
+    if islands is not None:
+        islands.plot(png, f"{plan.islands} islands x {config.population}, {title}")
+    else:
+        plot_fitness(png, result.history, title)
 
     if args.returns_out:
         write_hall_of_fame_returns(args.returns_out, window, result, device)
@@ -253,4 +283,5 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "png": str(png),
         "returns_out": str(args.returns_out) if args.returns_out else None,
         "seconds": time.perf_counter() - t0,
+        **(islands.report() if islands is not None else {}),
     }

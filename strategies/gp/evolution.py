@@ -188,52 +188,93 @@ def _selectable(fitness: F64) -> F64:
     return np.where(np.isnan(fitness), -np.inf, fitness)
 
 
-def evolve(evaluator: PopulationEvaluator, config: EvolutionConfig,
-           progress: Callable[[GenerationStats], None] | None = None) -> EvolutionResult:
-    """Run the GP over the evaluator's window (training days) and return the result."""
-    t_start = time.perf_counter()
-    rng = np.random.Generator(np.random.PCG64(config.seed))
+@dataclass
+class EvolutionState:
+    """One population between generations, everything needed to continue the run exactly.
+
+    After `advance` the whole population is evaluated: `fitness[i]` belongs to individual i.
+    The island model (strategies.gp.islands) ships this state between processes and edits
+    population and fitness between generations (migration); a single run never pauses.
+    """
+
+    config: EvolutionConfig
+    rng: np.random.Generator
+    population: Population
+    fitness: F64          # one per individual once generation >= 1; empty before
+    generation: int       # generations evaluated so far
+    hall: HallOfFame
+
+
+def start_state(config: EvolutionConfig, rng: np.random.Generator | None = None
+                ) -> EvolutionState:
+    """The random initial population (not evaluated yet), drawn from `rng` (default: the
+    config's seed)."""
+    if rng is None:
+        rng = np.random.Generator(np.random.PCG64(config.seed))
     pop = ramped_half_and_half(config.population, rng, config.init_min_depth,
                                config.init_max_depth, config.max_nodes)
-    fitness = np.empty(0, np.float64)
-    todo = pop  # individuals still to evaluate (appended after the carried elites)
-    carried = np.empty(0, np.float64)
-    hof = HallOfFame(config.hall_of_fame)
+    return EvolutionState(config=config, rng=rng, population=pop,
+                          fitness=np.empty(0, np.float64), generation=0,
+                          hall=HallOfFame(config.hall_of_fame))
+
+
+def advance(evaluator: PopulationEvaluator, state: EvolutionState, until: int,
+            progress: Callable[[GenerationStats], None] | None = None
+            ) -> list[GenerationStats]:
+    """Evaluate generations state.generation .. until - 1, in place; their statistics.
+
+    Generation 0 evaluates the initial population; each later one first breeds from the
+    evaluated population (elites keep their fitness), then evaluates the children. Running
+    to G at once or in several calls draws the same random numbers in the same order.
+    """
+    config = state.config
     history: list[GenerationStats] = []
-    total_ops = 0
-    total_eval = 0.0
-    for g in range(config.generations):
+    while state.generation < until:
         t_gen = time.perf_counter()
+        g = state.generation
+        if g == 0:
+            todo = state.population  # individuals still to evaluate
+            carried = np.empty(0, np.float64)
+            pop = state.population
+        else:
+            select = _selectable(state.fitness)
+            elite = np.argsort(-select, kind="stable")[:config.elite]
+            n_children = config.population - config.elite
+            recipients = tournament(state.rng, select, n_children, config.tournament)
+            donors = tournament(state.rng, select, n_children, config.tournament)
+            todo = breed(state.population, recipients, donors, state.rng,
+                         p_crossover=config.p_crossover, p_subtree=config.p_subtree_mutation,
+                         p_point=config.p_point_mutation, p_node=config.p_point_node,
+                         max_depth=config.max_depth, mutation_depth=config.mutation_depth)
+            carried = state.fitness[elite]
+            pop = Population.concat([state.population.take(elite), todo])
         programs, lengths = todo.compile()
         new_fit, _ = evaluator.fitness(programs, lengths)
         fitness = np.concatenate([carried, new_fit])
-        total_ops += evaluator.last_ops
-        total_eval += evaluator.last_seconds
-        hof.update(pop, fitness, g)
+        state.population, state.fitness, state.generation = pop, fitness, g + 1
+        state.hall.update(pop, fitness, g)
         sizes = pop.node_counts()
         finite = fitness[np.isfinite(fitness)]
         stats = GenerationStats(
             generation=g, best=float(finite.max()) if finite.size else float("nan"),
             mean=float(finite.mean()) if finite.size else float("nan"),
             mean_size=float(sizes.mean()), evaluated=len(todo),
-            eval_seconds=evaluator.last_seconds, seconds=0.0, gp_ops=evaluator.last_ops)
-        if g + 1 < config.generations:
-            select = _selectable(fitness)
-            elite = np.argsort(-select, kind="stable")[:config.elite]
-            n_children = config.population - config.elite
-            recipients = tournament(rng, select, n_children, config.tournament)
-            donors = tournament(rng, select, n_children, config.tournament)
-            todo = breed(pop, recipients, donors, rng, p_crossover=config.p_crossover,
-                         p_subtree=config.p_subtree_mutation, p_point=config.p_point_mutation,
-                         p_node=config.p_point_node, max_depth=config.max_depth,
-                         mutation_depth=config.mutation_depth)
-            carried = fitness[elite]
-            pop = Population.concat([pop.take(elite), todo])
-        stats.seconds = time.perf_counter() - t_gen
+            eval_seconds=evaluator.last_seconds, seconds=time.perf_counter() - t_gen,
+            gp_ops=evaluator.last_ops)
         history.append(stats)
         if progress is not None:
             progress(stats)
-    return EvolutionResult(config=config, population=pop, fitness=fitness, history=history,
-                           hall_of_fame=hof.members, device=evaluator.device,
-                           seconds=time.perf_counter() - t_start, gp_ops=total_ops,
-                           eval_seconds=total_eval)
+    return history
+
+
+def evolve(evaluator: PopulationEvaluator, config: EvolutionConfig,
+           progress: Callable[[GenerationStats], None] | None = None) -> EvolutionResult:
+    """Run the GP over the evaluator's window (training days) and return the result."""
+    t_start = time.perf_counter()
+    state = start_state(config)
+    history = advance(evaluator, state, config.generations, progress)
+    return EvolutionResult(config=config, population=state.population, fitness=state.fitness,
+                           history=history, hall_of_fame=state.hall.members,
+                           device=evaluator.device, seconds=time.perf_counter() - t_start,
+                           gp_ops=sum(s.gp_ops for s in history),
+                           eval_seconds=sum(s.eval_seconds for s in history))
