@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "price": "reprice an option chain on the GPU and solve implied vols",
     "live": "the paper-trading daemon: ZeroMQ ticks in, journaled orders and fills out",
     "feed": "publish files or the synthetic market on a ZeroMQ endpoint",
+    "ising": "2D/3D Ising Metropolis on the GPU: observables, Binder cumulants, Tc",
 }
 
 
