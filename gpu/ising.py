@@ -36,6 +36,7 @@ TWIN = compile_twin(__name__, core.FUNCTIONS, core.CONSTANTS)
 KERNELS = ("int8", "multispin")
 THREADS = 128  # threads per block: enough warps per SM while small lattices still spread
 MAX_SWEEPS = 2**31 - 1  # the counter word holds 2·sweep + colour
+TABLE_WIDTH = 14  # acceptance entries per temperature: 2·(2·dim+1) ≤ 14
 
 I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
@@ -162,26 +163,42 @@ _measure_word_dev = TWIN.cuda.measure_word_2d
 _jit = cuda.jit(cache=cuda_kernel_cache())
 
 
+def _load_table(thr, lat):  # type: ignore[no-untyped-def]
+    # The block's lattice's acceptance row in shared memory: every spin reads it, and a
+    # shared load is far cheaper than an indexed global one. All threads reach the barrier.
+    table = cuda.shared.array((1, TABLE_WIDTH), dtype=np.uint64)
+    t = cuda.threadIdx.x
+    if t < thr.shape[1]:
+        table[0, t] = thr[lat, t]
+    cuda.syncthreads()  # type: ignore[call-arg]
+    return table
+
+
+_load_table_dev = cuda.jit(device=True)(_load_table)
+
+
 @_jit
 def _k_update_int8(spins, offs, sizes, streams, dim, thr, key0, key1, sweep, colour, blk_lat, blk_first):  # type: ignore[no-untyped-def]  # noqa: E501
     lat = blk_lat[cuda.blockIdx.x]
+    table = _load_table_dev(thr, lat)
     g = blk_first[cuda.blockIdx.x] + cuda.threadIdx.x
     L = sizes[lat]
     n_sites = (L // 2) * L if dim == 2 else (L // 2) * L * L
     if 4 * g < n_sites:
         _update_int8_dev(
-            spins, offs[lat], L, dim, colour, g, streams[lat], sweep, key0, key1, thr, lat
+            spins, offs[lat], L, dim, colour, g, streams[lat], sweep, key0, key1, table, 0
         )
 
 
 @_jit
 def _k_update_word(own, other, offs, sizes, streams, thr, key0, key1, sweep, colour, blk_lat, blk_first):  # type: ignore[no-untyped-def]  # noqa: E501
     lat = blk_lat[cuda.blockIdx.x]
+    table = _load_table_dev(thr, lat)
     w = blk_first[cuda.blockIdx.x] + cuda.threadIdx.x
     L = sizes[lat]
     if w < L * L // 32:
         _update_word_dev(
-            own, other, offs[lat], L, colour, w, streams[lat], sweep, key0, key1, thr, lat
+            own, other, offs[lat], L, colour, w, streams[lat], sweep, key0, key1, table, 0
         )
 
 
@@ -191,7 +208,7 @@ def _block_sum_and_store(partial, mag, bonds, obs, row, lat):  # type: ignore[no
     tid = cuda.threadIdx.x
     partial[tid, 0] = mag
     partial[tid, 1] = bonds
-    cuda.syncthreads()
+    cuda.syncthreads()  # type: ignore[call-arg]
     step = THREADS // 2
     while step > 0:
         if tid < step:
@@ -276,8 +293,12 @@ class IsingEnsemble:
         self.streams = np.asarray(
             range(len(sizes)) if streams is None else streams, dtype=np.int64
         )
-        if self.streams.shape != self.sizes.shape or (self.streams < 0).any():
-            raise ValueError("need one non-negative stream id per lattice")
+        if (
+            self.streams.shape != self.sizes.shape
+            or (self.streams < 0).any()
+            or (self.streams >= 2**32).any()
+        ):
+            raise ValueError("need one stream id in [0, 2^32) per lattice")
         self.key0, self.key1 = seed_key(seed)
         self.thr = acceptance_table(dim, list(self.temperatures), self.field)
         self.n_spins = self.sizes**dim

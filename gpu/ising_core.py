@@ -34,10 +34,13 @@ from typing import Any
 import numpy as np
 
 U64 = np.uint64
+U32 = np.uint32
 MASK32 = np.uint64(0xFFFFFFFF)
 SH32 = np.uint64(32)
-SH34 = np.uint64(34)
 SH4 = np.uint64(4)
+SH8 = np.uint64(8)
+SH12 = np.uint64(12)
+FIVE = np.uint64(5)
 SH60 = np.uint64(60)
 ONE = np.uint64(1)
 TWO = np.uint64(2)
@@ -50,9 +53,12 @@ PHILOX_W1 = np.uint64(0xBB67AE85)
 
 CONSTANTS: dict[str, Any] = {
     "U64": U64,
+    "U32": U32,
+    "SH8": SH8,
+    "SH12": SH12,
+    "FIVE": FIVE,
     "MASK32": MASK32,
     "SH32": SH32,
-    "SH34": SH34,
     "SH4": SH4,
     "SH60": SH60,
     "ONE": ONE,
@@ -67,23 +73,29 @@ CONSTANTS: dict[str, Any] = {
 
 
 def philox_round(c0: Any, c1: Any, c2: Any, c3: Any, k0: Any, k1: Any) -> Any:
-    """One Philox-4x32 round on 32-bit values held in uint64 (products fit in 64 bits)."""
-    p0 = c0 * PHILOX_M0
-    p1 = c2 * PHILOX_M1
+    """One Philox-4x32 round on uint32 words.
+
+    The products are uint64 of zero-extended uint32 operands, which CUDA turns into one
+    32×32→64 multiply (IMAD.WIDE) each; the three-way XORs become one LOP3 each.
+    """
+    p0 = U64(c0) * PHILOX_M0
+    p1 = U64(c2) * PHILOX_M1
     return (
-        (p1 >> SH32) ^ c1 ^ k0,
-        p1 & MASK32,
-        (p0 >> SH32) ^ c3 ^ k1,
-        p0 & MASK32,
+        U32(((p1 >> SH32) ^ U64(c1) ^ U64(k0)) & MASK32),
+        U32(p1 & MASK32),
+        U32(((p0 >> SH32) ^ U64(c3) ^ U64(k1)) & MASK32),
+        U32(p0 & MASK32),
     )
 
 
 def philox4x32_10(c0: Any, c1: Any, c2: Any, c3: Any, k0: Any, k1: Any) -> Any:
     """Philox-4x32-10 (Salmon et al. 2011, Random123): counter (c0..c3), key (k0, k1)."""
-    c0, c1, c2, c3 = philox_round(c0, c1, c2, c3, k0, k1)
+    c0, c1, c2, c3 = philox_round(U32(c0), U32(c1), U32(c2), U32(c3), U32(k0), U32(k1))
+    k0 = U32(k0)
+    k1 = U32(k1)
     for _ in range(9):
-        k0 = (k0 + PHILOX_W0) & MASK32
-        k1 = (k1 + PHILOX_W1) & MASK32
+        k0 = U32((U64(k0) + PHILOX_W0) & MASK32)
+        k1 = U32((U64(k1) + PHILOX_W1) & MASK32)
         c0, c1, c2, c3 = philox_round(c0, c1, c2, c3, k0, k1)
     return c0, c1, c2, c3
 
@@ -92,10 +104,10 @@ def site_draws(group: int, stream: int, sweep: int, colour: int, key0: Any, key1
     """The four 32-bit uniforms of sites 4·group … 4·group+3 of one colour in one sweep."""
     g = U64(group)
     return philox4x32_10(
-        g & MASK32,
-        U64(stream) & MASK32,
-        (U64(sweep) * TWO + U64(colour)) & MASK32,
-        g >> SH32,
+        U32(g & MASK32),
+        U32(U64(stream) & MASK32),
+        U32((U64(sweep) * TWO + U64(colour)) & MASK32),
+        U32(g >> SH32),
         key0,
         key1,
     )
@@ -238,6 +250,14 @@ def neighbour_nibbles(other: Any, off: int, L: int, colour: int, w: int) -> Any:
     return other[off + iu * W + c] + other[off + idn * W + c] + centre + side
 
 
+def flip_bit(word: Any, up: Any, sh: Any, u: Any, thr: Any, tab: int) -> Any:
+    """The flip bit (at nibble shift sh) of one multi-spin coded spin drawing u."""
+    row = ((word >> sh) & ONE) * FIVE + ((up >> sh) & NIBBLE)
+    if u < thr[tab, int(row)]:
+        return ONE << sh
+    return ZERO
+
+
 def update_word_2d(
     own: Any, other: Any, off: int, L: int, colour: int, w: int,
     stream: int, sweep: int, key0: Any, key1: Any, thr: Any, tab: int,
@@ -252,12 +272,13 @@ def update_word_2d(
     first_group = i * (L // 8) + 4 * c
     for g in range(4):
         r0, r1, r2, r3 = site_draws(first_group + g, stream, sweep, colour, key0, key1)
-        for q in range(4):
-            sh = U64(16 * g + 4 * q)
-            sigma = (word >> sh) & ONE
-            n_up = (up >> sh) & NIBBLE
-            if pick4(r0, r1, r2, r3, q) < thr[tab, int(sigma * U64(5) + n_up)]:
-                flips |= ONE << sh
+        sh = U64(16 * g)
+        flips |= (
+            flip_bit(word, up, sh, r0, thr, tab)
+            | flip_bit(word, up, sh + SH4, r1, thr, tab)
+            | flip_bit(word, up, sh + SH8, r2, thr, tab)
+            | flip_bit(word, up, sh + SH12, r3, thr, tab)
+        )
     own[off + w] = word ^ flips
 
 
@@ -287,6 +308,7 @@ FUNCTIONS = (
     update_group_int8,
     measure_group_int8,
     neighbour_nibbles,
+    flip_bit,
     update_word_2d,
     measure_word_2d,
 )

@@ -179,7 +179,9 @@ def test_cuda_kernels_match_cpu_twin(dim: int, L: int, kernel: str) -> None:
         pytest.skip("no CUDA device nor simulator")
     runs = []
     for device in ("cpu", "cuda"):
-        ens = IsingEnsemble(dim, [L, L], [2.3, 4.0], field=0.2, seed=21, kernel=kernel, device=device)
+        ens = IsingEnsemble(
+            dim, [L, L], [2.3, 4.0], field=0.2, seed=21, kernel=kernel, device=device
+        )
         ens.set_spins(1, random_spins(np.random.default_rng(1), (L,) * dim))
         obs = ens.run(2, measure=True)
         runs.append(([ens.spins(0), ens.spins(1)], obs))
@@ -193,7 +195,8 @@ def exact_enumeration(dim: int, L: int, T: float, h: float) -> dict[str, float]:
     n = L**dim
     states = np.array(list(itertools.product((-1, 1), repeat=n)), dtype=np.int64)
     s = states.reshape((-1,) + (L,) * dim)
-    bonds = sum((s * np.roll(s, 1, axis=a + 1)).sum(axis=tuple(range(1, dim + 1))) for a in range(dim))
+    axes = tuple(range(1, dim + 1))
+    bonds = sum((s * np.roll(s, 1, axis=a + 1)).sum(axis=axes) for a in range(dim))
     mag = states.sum(axis=1)
     energy = -(bonds + h * mag)
     w = np.exp(-(energy - energy.min()) / T)
@@ -208,7 +211,8 @@ def exact_enumeration(dim: int, L: int, T: float, h: float) -> dict[str, float]:
 
 
 @pytest.mark.parametrize(
-    "dim,L,T,h", [(2, 4, 2.0, 0.0), (2, 4, 2.6, 0.0), (2, 4, 3.5, 0.5), (3, 2, 4.5, 0.0), (3, 2, 3.0, -0.3)]
+    "dim,L,T,h",
+    [(2, 4, 2.0, 0.0), (2, 4, 2.6, 0.0), (2, 4, 3.5, 0.5), (3, 2, 4.5, 0.0), (3, 2, 3.0, -0.3)],
 )
 def test_sampler_averages_match_exact_enumeration(dim: int, L: int, T: float, h: float) -> None:
     exact = exact_enumeration(dim, L, T, h)

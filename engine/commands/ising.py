@@ -29,6 +29,7 @@ from gpu.ising_stats import (
     TC_2D,
     TC_3D,
     estimate_tc,
+    integrated_autocorrelation_time,
     lattice_observables,
     onsager_energy,
     onsager_magnetization,
@@ -50,7 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="temperatures A, A+STEP, …, B or a list T1,T2,… "
         f"(default {DEFAULT_TEMPS[2]} in 2D, {DEFAULT_TEMPS[3]} in 3D)",
     )
-    parser.add_argument("--sweeps", type=int, default=20000, help="measuring sweeps (default 20000)")
+    parser.add_argument(
+        "--sweeps", type=int, default=20000, help="measuring sweeps (default 20000)"
+    )
     parser.add_argument("--therm", type=int, help="thermalisation sweeps (default sweeps/5)")
     parser.add_argument("--replicas", type=int, default=1, help="independent lattices per (L, T)")
     parser.add_argument("--field", type=float, default=0.0, help="magnetic field h (default 0)")
@@ -119,14 +122,18 @@ def _validate(args: argparse.Namespace) -> tuple[list[float], int]:
         if L < 2 or L % 2:
             raise UserError(f"--size {L}: sizes must be even and ≥ 2")
         if args.kernel == "multispin" and (args.dim != 2 or L % 32):
-            raise UserError(f"--kernel multispin needs --dim 2 and sizes that are multiples of 32 (got {L})")
+            raise UserError(
+                f"--kernel multispin needs --dim 2 and sizes that are multiples of 32 (got {L})"
+            )
     if not math.isfinite(args.field):
         raise UserError("--field must be finite")
     if not 0 <= args.seed < 2**64:
         raise UserError("--seed must be in [0, 2^64)")
     temps = parse_temps(args.temps or DEFAULT_TEMPS[args.dim])
     if len(args.size) * len(temps) * args.replicas > MAX_LATTICES:
-        raise UserError(f"more than {MAX_LATTICES} lattices: reduce sizes, temperatures or replicas")
+        raise UserError(
+            f"more than {MAX_LATTICES} lattices: reduce sizes, temperatures or replicas"
+        )
     if therm + args.sweeps >= 2**31:
         raise UserError("--sweeps + --therm must stay below 2^31")
     return temps, therm
@@ -142,8 +149,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     temps, therm = _validate(args)
     try:
         device = resolve_device(args.device, "Ising Metropolis")
-    except (ValueError, DeviceUnavailable) as e:
-        raise UserError(str(e)) from None
+    except (ValueError, DeviceUnavailable) as exc:
+        raise UserError(str(exc)) from None
     # lattice n = (size index, temperature index, replica), in that order: its Philox stream
     lattices = [
         (L, t, r) for L in args.size for t in range(len(temps)) for r in range(args.replicas)
@@ -178,9 +185,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             m = np.concatenate([m_series[n][: per_bin * N_BINS] for n in ns])
             e = np.concatenate([e_series[n][: per_bin * N_BINS] for n in ns])
             obs = lattice_observables(m, e, N_BINS * len(ns))
-            taus = [lattice_observables(m_series[n], e_series[n], N_BINS) for n in ns[1:]]
-            for key in ("tau_energy", "tau_magnetization", "tau_m2"):
-                obs[key] = float(np.mean([obs[key]] + [t[key] for t in taus]))
+            # τ_int of each replica's own chain, averaged (a concatenation has seams)
+            for key, f in (
+                ("tau_energy", lambda n: e_series[n]),
+                ("tau_magnetization", lambda n: np.abs(m_series[n])),
+                ("tau_m2", lambda n: m_series[n] ** 2),
+            ):
+                obs[key] = float(np.mean([integrated_autocorrelation_time(f(n)) for n in ns]))
             results.append({"L": L, "T": T, **obs})
 
     tc = tc_err = None
@@ -270,7 +281,9 @@ def _plot(out: dict[str, Any], directory: Path) -> list[Path]:
             ts = [r["T"] for r in out["results"]]
             grid = np.linspace(min(ts), max(ts), 400)
             ax.plot(grid, onsager_magnetization(grid), "k--", label="exact (Onsager–Yang, L=∞)")
-        ax.axvline(out["tc_exact"], color="grey", lw=0.8, ls=":", label=f"Tc = {out['tc_exact']:.4f}")
+        ax.axvline(
+            out["tc_exact"], color="grey", lw=0.8, ls=":", label=f"Tc = {out['tc_exact']:.4f}"
+        )
         if key == "binder" and out["tc"] is not None:
             ax.axvspan(out["tc"] - out["tc_err"], out["tc"] + out["tc_err"], color="C3", alpha=0.2,
                        label=f"crossings: {out['tc']:.4f} ± {out['tc_err']:.4f}")
