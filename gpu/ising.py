@@ -6,8 +6,8 @@ temperature each, one field), all advanced by one launch per half-sweep (CUDA) o
 measuring sweep yields, per lattice, Σ s and Σ_bonds s_i s_j as int64, never the lattice.
 
 Kernels (same random numbers and the same acceptance table, so identical lattices):
-- `int8`: one byte per spin, 2D and 3D, the reference; one thread per 4 sites of a colour
-  (one Philox call feeds 4 sites);
+- `int8`: one byte per spin, 2D and 3D, the reference; one thread per 8 sites of a colour
+  (one Philox call feeds 8 sites);
 - `multispin`: 2D, 16 spins per uint64 word at 4 bits per spin, one thread per word (see
   `gpu.ising_core`); needs L to be a multiple of 32.
 
@@ -98,25 +98,25 @@ def unpack_colours(black: U64, white: U64, L: int) -> npt.NDArray[np.int8]:
 
 
 # ---- CPU twin ------------------------------------------------------------------------------
-_update_int8 = TWIN.cpu.update_group_int8
-_measure_int8 = TWIN.cpu.measure_group_int8
+_update_int8 = TWIN.cpu.update_octet_int8
+_measure_int8 = TWIN.cpu.measure_octet_int8
 _update_word = TWIN.cpu.update_word_2d
 _measure_word = TWIN.cpu.measure_word_2d
 
 
 @njit(parallel=True, cache=True)
-def _cpu_int8(spins, offs, sizes, streams, dim, thr, key0, key1, sweep0, n_sweeps, measure, obs):  # type: ignore[no-untyped-def]  # noqa: E501
+def _cpu_int8(spins, offs, sizes, streams, dim, thr_hi, thr_lo, key0, key1, sweep0, n_sweeps, measure, obs):  # type: ignore[no-untyped-def]  # noqa: E501
     for lat in prange(sizes.shape[0]):
         L = sizes[lat]
         off = offs[lat]
         n_sites = (L // 2) * L if dim == 2 else (L // 2) * L * L
-        n_groups = (n_sites + 3) // 4
+        n_groups = (n_sites + 7) // 8
         for t in range(n_sweeps):
             for colour in range(2):
                 for g in range(n_groups):
                     _update_int8(
                         spins, off, L, dim, colour, g, streams[lat], sweep0 + t,
-                        key0, key1, thr, lat,
+                        key0, key1, thr_hi, thr_lo, lat,
                     )
             if measure:
                 mag = 0
@@ -130,7 +130,7 @@ def _cpu_int8(spins, offs, sizes, streams, dim, thr, key0, key1, sweep0, n_sweep
 
 
 @njit(parallel=True, cache=True)
-def _cpu_multispin(black, white, offs, sizes, streams, thr, key0, key1, sweep0, n_sweeps, measure, obs):  # type: ignore[no-untyped-def]  # noqa: E501
+def _cpu_multispin(black, white, offs, sizes, streams, thr_hi, thr_lo, key0, key1, sweep0, n_sweeps, measure, obs):  # type: ignore[no-untyped-def]  # noqa: E501
     for lat in prange(sizes.shape[0]):
         L = sizes[lat]
         off = offs[lat]
@@ -138,11 +138,13 @@ def _cpu_multispin(black, white, offs, sizes, streams, thr, key0, key1, sweep0, 
         for t in range(n_sweeps):
             for w in range(n_words):
                 _update_word(
-                    black, white, off, L, 0, w, streams[lat], sweep0 + t, key0, key1, thr, lat
+                    black, white, off, L, 0, w, streams[lat], sweep0 + t, key0, key1,
+                    thr_hi, thr_lo, lat,
                 )
             for w in range(n_words):
                 _update_word(
-                    white, black, off, L, 1, w, streams[lat], sweep0 + t, key0, key1, thr, lat
+                    white, black, off, L, 1, w, streams[lat], sweep0 + t, key0, key1,
+                    thr_hi, thr_lo, lat,
                 )
             if measure:
                 mag = 0
@@ -156,49 +158,54 @@ def _cpu_multispin(black, white, offs, sizes, streams, thr, key0, key1, sweep0, 
 
 
 # ---- CUDA kernels --------------------------------------------------------------------------
-_update_int8_dev = TWIN.cuda.update_group_int8
-_measure_int8_dev = TWIN.cuda.measure_group_int8
+_update_int8_dev = TWIN.cuda.update_octet_int8
+_measure_int8_dev = TWIN.cuda.measure_octet_int8
 _update_word_dev = TWIN.cuda.update_word_2d
 _measure_word_dev = TWIN.cuda.measure_word_2d
 _jit = cuda.jit(cache=cuda_kernel_cache())
 
 
-def _load_table(thr, lat):  # type: ignore[no-untyped-def]
+def _load_table(table_hi, table_lo, thr_hi, thr_lo, lat):  # type: ignore[no-untyped-def]
     # The block's lattice's acceptance row in shared memory: every spin reads it, and a
     # shared load is far cheaper than an indexed global one. All threads reach the barrier.
-    table = cuda.shared.array((1, TABLE_WIDTH), dtype=np.uint64)
     t = cuda.threadIdx.x
-    if t < thr.shape[1]:
-        table[0, t] = thr[lat, t]
+    if t < thr_hi.shape[1]:
+        table_hi[0, t] = thr_hi[lat, t]
+        table_lo[0, t] = thr_lo[lat, t]
     cuda.syncthreads()  # type: ignore[call-arg]
-    return table
 
 
 _load_table_dev = cuda.jit(device=True)(_load_table)
 
 
 @_jit
-def _k_update_int8(spins, offs, sizes, streams, dim, thr, key0, key1, sweep, colour, blk_lat, blk_first):  # type: ignore[no-untyped-def]  # noqa: E501
+def _k_update_int8(spins, offs, sizes, streams, dim, thr_hi, thr_lo, key0, key1, sweep, colour, blk_lat, blk_first):  # type: ignore[no-untyped-def]  # noqa: E501
     lat = blk_lat[cuda.blockIdx.x]
-    table = _load_table_dev(thr, lat)
+    table_hi = cuda.shared.array((1, TABLE_WIDTH), dtype=np.uint32)
+    table_lo = cuda.shared.array((1, TABLE_WIDTH), dtype=np.uint32)
+    _load_table_dev(table_hi, table_lo, thr_hi, thr_lo, lat)
     g = blk_first[cuda.blockIdx.x] + cuda.threadIdx.x
     L = sizes[lat]
     n_sites = (L // 2) * L if dim == 2 else (L // 2) * L * L
-    if 4 * g < n_sites:
+    if 8 * g < n_sites:
         _update_int8_dev(
-            spins, offs[lat], L, dim, colour, g, streams[lat], sweep, key0, key1, table, 0
+            spins, offs[lat], L, dim, colour, g, streams[lat], sweep, key0, key1,
+            table_hi, table_lo, 0,
         )
 
 
 @_jit
-def _k_update_word(own, other, offs, sizes, streams, thr, key0, key1, sweep, colour, blk_lat, blk_first):  # type: ignore[no-untyped-def]  # noqa: E501
+def _k_update_word(own, other, offs, sizes, streams, thr_hi, thr_lo, key0, key1, sweep, colour, blk_lat, blk_first):  # type: ignore[no-untyped-def]  # noqa: E501
     lat = blk_lat[cuda.blockIdx.x]
-    table = _load_table_dev(thr, lat)
+    table_hi = cuda.shared.array((1, TABLE_WIDTH), dtype=np.uint32)
+    table_lo = cuda.shared.array((1, TABLE_WIDTH), dtype=np.uint32)
+    _load_table_dev(table_hi, table_lo, thr_hi, thr_lo, lat)
     w = blk_first[cuda.blockIdx.x] + cuda.threadIdx.x
     L = sizes[lat]
     if w < L * L // 32:
         _update_word_dev(
-            own, other, offs[lat], L, colour, w, streams[lat], sweep, key0, key1, table, 0
+            own, other, offs[lat], L, colour, w, streams[lat], sweep, key0, key1,
+            table_hi, table_lo, 0,
         )
 
 
@@ -233,7 +240,7 @@ def _k_measure_int8(spins, offs, sizes, dim, blk_lat, blk_first, obs, row):  # t
     n_sites = (L // 2) * L if dim == 2 else (L // 2) * L * L
     mag = 0
     bonds = 0
-    if 4 * g < n_sites:  # no early return: every thread must reach the barriers
+    if 8 * g < n_sites:  # no early return: every thread must reach the barriers
         mag, bonds = _measure_int8_dev(spins, offs[lat], L, dim, g)
     _block_sum_dev(partial, mag, bonds, obs, row, lat)
 
@@ -301,11 +308,14 @@ class IsingEnsemble:
             raise ValueError("need one stream id in [0, 2^32) per lattice")
         self.key0, self.key1 = seed_key(seed)
         self.thr = acceptance_table(dim, list(self.temperatures), self.field)
+        # the kernels compare the 16-bit halves of a site's uniform (see gpu.ising_core)
+        self.thr_hi = (self.thr >> np.uint64(16)).astype(np.uint32)
+        self.thr_lo = (self.thr & np.uint64(0xFFFF)).astype(np.uint32)
         self.n_spins = self.sizes**dim
         self.sweep = 0
         if kernel == "int8":
             per_lattice = self.n_spins
-            self._units = ((self.n_spins // 2) + 3) // 4  # thread work items per lattice
+            self._units = ((self.n_spins // 2) + 7) // 8  # thread work items per lattice
         else:
             per_lattice = self.sizes * self.sizes // 32
             self._units = per_lattice
@@ -330,7 +340,7 @@ class IsingEnsemble:
         to = cuda.to_device
         self._dev = tuple(to(a) for a in self._host)
         self._d_meta = tuple(
-            to(a) for a in (self.offsets, self.sizes, self.streams, self.thr,
+            to(a) for a in (self.offsets, self.sizes, self.streams, self.thr_hi, self.thr_lo,
                             self._blk_lat, self._blk_first)
         )
 
@@ -386,18 +396,18 @@ class IsingEnsemble:
         holder = obs if measure else np.zeros((1, 1, 2), dtype=np.int64)
         if self.kernel == "int8":
             _cpu_int8(
-                self._host[0], self.offsets, self.sizes, self.streams, self.dim, self.thr,
-                self.key0, self.key1, self.sweep, n_sweeps, measure, holder,
+                self._host[0], self.offsets, self.sizes, self.streams, self.dim, self.thr_hi,
+                self.thr_lo, self.key0, self.key1, self.sweep, n_sweeps, measure, holder,
             )
         else:
             _cpu_multispin(
-                self._host[0], self._host[1], self.offsets, self.sizes, self.streams, self.thr,
-                self.key0, self.key1, self.sweep, n_sweeps, measure, holder,
+                self._host[0], self._host[1], self.offsets, self.sizes, self.streams,
+                self.thr_hi, self.thr_lo, self.key0, self.key1, self.sweep, n_sweeps, measure, holder,
             )
 
     def _run_cuda(self, n_sweeps: int, measure: bool, obs: I64) -> I64:
         assert self._dev is not None
-        offs, sizes, streams, thr, blk_lat, blk_first = self._d_meta
+        offs, sizes, streams, thr_hi, thr_lo, blk_lat, blk_first = self._d_meta
         grid = int(self._blk_lat.shape[0])
         d_obs = cuda.to_device(obs) if measure else None
         for t in range(n_sweeps):
@@ -406,7 +416,7 @@ class IsingEnsemble:
                 (spins,) = self._dev
                 for colour in (0, 1):
                     _k_update_int8[grid, THREADS](
-                        spins, offs, sizes, streams, self.dim, thr, self.key0, self.key1,
+                        spins, offs, sizes, streams, self.dim, thr_hi, thr_lo, self.key0, self.key1,
                         sweep, colour, blk_lat, blk_first,
                     )
                 if measure:
@@ -417,7 +427,7 @@ class IsingEnsemble:
                 black, white = self._dev
                 for colour, own, other in ((0, black, white), (1, white, black)):
                     _k_update_word[grid, THREADS](
-                        own, other, offs, sizes, streams, thr, self.key0, self.key1,
+                        own, other, offs, sizes, streams, thr_hi, thr_lo, self.key0, self.key1,
                         sweep, colour, blk_lat, blk_first,
                     )
                 if measure:

@@ -14,12 +14,18 @@ words are packed): 2D site (i, j) of colour c has k = i·L/2 + jj with j = 2·jj
 
 Random numbers: counter-based, so the number a site draws depends only on
 (seed, lattice stream, sweep, colour, k) and never on the launch shape or the kernel.
-One Philox-4x32-10 call with counter (k>>2, stream, 2·sweep+colour, k>>34) and key
-(seed_lo, seed_hi) yields four 32-bit words; site k takes word k&3. Acceptance: flip iff
-u < thr[σ·(2·dim+1) + n_up], where σ ∈ {0, 1} is the spin (1 = up), n_up the number of
-up neighbours and thr = ceil(min(1, exp(-β·ΔE))·2^32) (see `gpu.ising.acceptance_table`);
-u < thr is then exactly u·2^-32 < exp(-β·ΔE), and the int8 and multi-spin kernels take
-identical decisions, so their lattices agree bit for bit.
+Site k draws the 32-bit uniform u = hi·2^16 + lo, where hi is 16-bit half (k&1) of word
+(k>>1)&3 of Philox-4x32-10 with counter (k>>3, stream, 2·sweep+colour, k>>35) and key
+(seed_lo, seed_hi), and lo the same half of the same word of the *refining* draw, whose
+counter has bit 31 of its last word set. One Philox call thus serves 8 sites, and the
+refining call is made only where hi alone cannot decide (hi equal to the threshold's top
+16 bits, probability 2^-16), so u is a full 32-bit uniform at a quarter of the cost.
+Acceptance: flip iff u < thr[σ·(2·dim+1) + n_up], where σ ∈ {0, 1} is the spin (1 = up),
+n_up the number of up neighbours and thr = ceil(min(1, exp(-β·ΔE))·2^32) (see
+`gpu.ising.acceptance_table`), kept as thr_hi = thr >> 16 and thr_lo = thr & 0xFFFF:
+u < thr ⟺ hi < thr_hi or (hi = thr_hi and lo < thr_lo). u < thr is exactly
+u·2^-32 < exp(-β·ΔE); the int8 and multi-spin kernels take identical decisions, so their
+lattices agree bit for bit.
 
 Multi-spin coding (2D): each colour is stored as L rows of L/32 uint64 words, 16 spins
 per word, 4 bits per spin (nibble n of word c holds jj = 16·c + n, value 0 or 1), so the
@@ -38,9 +44,8 @@ U32 = np.uint32
 MASK32 = np.uint64(0xFFFFFFFF)
 SH32 = np.uint64(32)
 SH4 = np.uint64(4)
-SH8 = np.uint64(8)
-SH12 = np.uint64(12)
-FIVE = np.uint64(5)
+SH31 = np.uint64(31)
+LOW16 = np.uint32(0xFFFF)
 SH60 = np.uint64(60)
 ONE = np.uint64(1)
 TWO = np.uint64(2)
@@ -54,12 +59,11 @@ PHILOX_W1 = np.uint64(0xBB67AE85)
 CONSTANTS: dict[str, Any] = {
     "U64": U64,
     "U32": U32,
-    "SH8": SH8,
-    "SH12": SH12,
-    "FIVE": FIVE,
     "MASK32": MASK32,
     "SH32": SH32,
     "SH4": SH4,
+    "SH31": SH31,
+    "LOW16": LOW16,
     "SH60": SH60,
     "ONE": ONE,
     "TWO": TWO,
@@ -100,50 +104,68 @@ def philox4x32_10(c0: Any, c1: Any, c2: Any, c3: Any, k0: Any, k1: Any) -> Any:
     return c0, c1, c2, c3
 
 
-def site_draws(group: int, stream: int, sweep: int, colour: int, key0: Any, key1: Any) -> Any:
-    """The four 32-bit uniforms of sites 4·group … 4·group+3 of one colour in one sweep."""
-    g = U64(group)
+def site_draws(
+    octet: int, stream: int, sweep: int, colour: int, key0: Any, key1: Any, refine: int
+) -> Any:
+    """The Philox words of sites 8·octet … 8·octet+7 of one colour in one sweep.
+
+    refine = 0: the main draw (the top 16 bits of each site's uniform); refine = 1: the
+    refining draw (the low 16 bits), needed only where the top bits tie the threshold.
+    """
+    o = U64(octet)
     return philox4x32_10(
-        U32(g & MASK32),
+        U32(o & MASK32),
         U32(U64(stream) & MASK32),
         U32((U64(sweep) * TWO + U64(colour)) & MASK32),
-        U32(g >> SH32),
+        U32(((o >> SH32) | (U64(refine) << SH31)) & MASK32),
         key0,
         key1,
     )
 
 
-def pick4(r0: Any, r1: Any, r2: Any, r3: Any, q: int) -> Any:
-    """Word q of a Philox output (an if-chain: CUDA keeps it in registers)."""
+def half16(r0: Any, r1: Any, r2: Any, r3: Any, m: int) -> Any:
+    """16-bit half (m&1) of Philox word (m>>1) (an if-chain: CUDA keeps it in registers)."""
+    q = m >> 1
     if q == 0:
-        return r0
-    if q == 1:
-        return r1
-    if q == 2:
-        return r2
-    return r3
+        r = r0
+    elif q == 1:
+        r = r1
+    elif q == 2:
+        r = r2
+    else:
+        r = r3
+    return (U32(r) >> U32(16 * (m & 1))) & LOW16
 
 
-def flip_int8(spins: Any, at: int, s: int, nb: int, u: Any, thr: Any, tab: int, dim: int) -> None:
-    """Metropolis decision for the spin s = spins[at] whose neighbours sum to nb."""
+def accepts(
+    hi: Any, row: int, octet: int, m: int, stream: int, sweep: int, colour: int,
+    key0: Any, key1: Any, thr_hi: Any, thr_lo: Any, tab: int,
+) -> bool:
+    """u < thr for site 8·octet+m whose main draw gave the top 16 bits `hi`."""
+    t = thr_hi[tab, row]
+    if hi != t:
+        return hi < t
+    f0, f1, f2, f3 = site_draws(octet, stream, sweep, colour, key0, key1, 1)
+    return half16(f0, f1, f2, f3, m) < thr_lo[tab, row]
+
+
+def int8_row(s: int, nb: int, dim: int) -> int:
+    """Acceptance-table row of spin s whose neighbours sum to nb: σ·(2·dim+1) + n_up."""
     n_up = (nb + 2 * dim) >> 1
-    row = n_up + (2 * dim + 1) if s > 0 else n_up
-    if u < thr[tab, row]:
-        spins[at] = -s
+    return n_up + (2 * dim + 1) if s > 0 else n_up
 
 
-def update_group_int8(
-    spins: Any, off: int, L: int, dim: int, colour: int, group: int,
-    stream: int, sweep: int, key0: Any, key1: Any, thr: Any, tab: int,
+def update_octet_int8(
+    spins: Any, off: int, L: int, dim: int, colour: int, octet: int,
+    stream: int, sweep: int, key0: Any, key1: Any, thr_hi: Any, thr_lo: Any, tab: int,
 ) -> None:
-    """Metropolis on sites 4·group … 4·group+3 of one colour of an int8 lattice at `off`."""
+    """Metropolis on sites 8·octet … 8·octet+7 of one colour of an int8 lattice at `off`."""
     half = L // 2
     n_sites = half * L if dim == 2 else half * L * L
-    r0, r1, r2, r3 = site_draws(group, stream, sweep, colour, key0, key1)
-    for q in range(4):
-        k = 4 * group + q
+    r0, r1, r2, r3 = site_draws(octet, stream, sweep, colour, key0, key1, 0)
+    for m in range(8):
+        k = 8 * octet + m
         if k < n_sites:
-            u = pick4(r0, r1, r2, r3, q)
             if dim == 2:
                 i = k // half
                 j = 2 * (k - i * half) + ((i + colour) & 1)
@@ -173,11 +195,17 @@ def update_group_int8(
                     + spins[off + (i * L + jl) * L + z] + spins[off + (i * L + jr) * L + z]
                     + spins[off + (i * L + j) * L + zb] + spins[off + (i * L + j) * L + zf]
                 )
-            flip_int8(spins, at, int(spins[at]), int(nb), u, thr, tab, dim)
+            s = int(spins[at])
+            row = int8_row(s, int(nb), dim)
+            if accepts(
+                half16(r0, r1, r2, r3, m), row, octet, m, stream, sweep, colour,
+                key0, key1, thr_hi, thr_lo, tab,
+            ):
+                spins[at] = -s
 
 
-def measure_group_int8(spins: Any, off: int, L: int, dim: int, group: int) -> Any:
-    """(Σ s, Σ_bonds s_i s_j) over colour-0 sites 4·group… and their colour-1 twins.
+def measure_octet_int8(spins: Any, off: int, L: int, dim: int, octet: int) -> Any:
+    """(Σ s, Σ_bonds s_i s_j) over colour-0 sites 8·octet… and their colour-1 twins.
 
     Every bond joins a colour-0 and a colour-1 site, so Σ over colour-0 sites of s·(sum of
     its neighbours) counts each bond once; the colour-1 site with the same k adds its spin
@@ -187,8 +215,8 @@ def measure_group_int8(spins: Any, off: int, L: int, dim: int, group: int) -> An
     n_sites = half * L if dim == 2 else half * L * L
     mag = 0
     bonds = 0
-    for q in range(4):
-        k = 4 * group + q
+    for m in range(8):
+        k = 8 * octet + m
         if k < n_sites:
             if dim == 2:
                 i = k // half
@@ -250,35 +278,62 @@ def neighbour_nibbles(other: Any, off: int, L: int, colour: int, w: int) -> Any:
     return other[off + iu * W + c] + other[off + idn * W + c] + centre + side
 
 
-def flip_bit(word: Any, up: Any, sh: Any, u: Any, thr: Any, tab: int) -> Any:
-    """The flip bit (at nibble shift sh) of one multi-spin coded spin drawing u."""
-    row = ((word >> sh) & ONE) * FIVE + ((up >> sh) & NIBBLE)
-    if u < thr[tab, int(row)]:
-        return ONE << sh
-    return ZERO
+def nibble_decision(
+    rows: Any, n: int, r0: Any, r1: Any, r2: Any, r3: Any, thr_hi: Any, tab: int
+) -> Any:
+    """(flip bit, tie bit) of nibble n (0..7 within its octet's half word) of a word.
+
+    `rows` holds every nibble's acceptance row σ·5 + n_up (≤ 9, so word-parallel
+    arithmetic builds it without carries); a tie (top bits equal to the threshold's)
+    is settled later by the refining draw.
+    """
+    sh = U64(4 * n)
+    t = thr_hi[tab, int((rows >> sh) & NIBBLE)]
+    hi = half16(r0, r1, r2, r3, n & 7)
+    bit = ONE << sh
+    if hi < t:
+        return bit, ZERO
+    if hi == t:
+        return ZERO, bit
+    return ZERO, ZERO
 
 
 def update_word_2d(
     own: Any, other: Any, off: int, L: int, colour: int, w: int,
-    stream: int, sweep: int, key0: Any, key1: Any, thr: Any, tab: int,
+    stream: int, sweep: int, key0: Any, key1: Any, thr_hi: Any, thr_lo: Any, tab: int,
 ) -> None:
-    """Metropolis on the 16 spins of word w of colour `colour` (multi-spin coded 2D)."""
+    """Metropolis on the 16 spins of word w of colour `colour` (multi-spin coded 2D).
+
+    Two main Philox calls serve the word's two octets of sites; the rare ties go through
+    the refining draw afterwards, outside the unrolled hot path.
+    """
     W = L // 32
     i = w // W
     c = w - i * W
     up = neighbour_nibbles(other, off, L, colour, w)
     word = own[off + w]
+    rows = word + (word << TWO) + up  # σ·5 + n_up in every nibble
+    first_octet = i * (L // 16) + 2 * c
     flips = ZERO
-    first_group = i * (L // 8) + 4 * c
-    for g in range(4):
-        r0, r1, r2, r3 = site_draws(first_group + g, stream, sweep, colour, key0, key1)
-        sh = U64(16 * g)
-        flips |= (
-            flip_bit(word, up, sh, r0, thr, tab)
-            | flip_bit(word, up, sh + SH4, r1, thr, tab)
-            | flip_bit(word, up, sh + SH8, r2, thr, tab)
-            | flip_bit(word, up, sh + SH12, r3, thr, tab)
-        )
+    ties = ZERO
+    r0, r1, r2, r3 = site_draws(first_octet, stream, sweep, colour, key0, key1, 0)
+    for n in range(8):
+        f, t = nibble_decision(rows, n, r0, r1, r2, r3, thr_hi, tab)
+        flips |= f
+        ties |= t
+    r0, r1, r2, r3 = site_draws(first_octet + 1, stream, sweep, colour, key0, key1, 0)
+    for n in range(8, 16):
+        f, t = nibble_decision(rows, n, r0, r1, r2, r3, thr_hi, tab)
+        flips |= f
+        ties |= t
+    if ties != ZERO:
+        for n in range(16):
+            sh = U64(4 * n)
+            if (ties >> sh) & ONE:
+                octet = first_octet + (n >> 3)
+                f0, f1, f2, f3 = site_draws(octet, stream, sweep, colour, key0, key1, 1)
+                if half16(f0, f1, f2, f3, n & 7) < thr_lo[tab, int((rows >> sh) & NIBBLE)]:
+                    flips |= ONE << sh
     own[off + w] = word ^ flips
 
 
@@ -303,12 +358,13 @@ FUNCTIONS = (
     philox_round,
     philox4x32_10,
     site_draws,
-    pick4,
-    flip_int8,
-    update_group_int8,
-    measure_group_int8,
+    half16,
+    accepts,
+    int8_row,
+    update_octet_int8,
+    measure_octet_int8,
     neighbour_nibbles,
-    flip_bit,
+    nibble_decision,
     update_word_2d,
     measure_word_2d,
 )
