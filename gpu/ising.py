@@ -334,6 +334,15 @@ class IsingEnsemble:
         self._dev: tuple[Any, ...] | None = None
         if self.device == "cuda":
             self._to_device()
+            # configure the launches once: a fresh kernel[grid, block] per call costs
+            # host time that dominates the sweep of lattices below L ≈ 8,192
+            grid = int(self._blk_lat.shape[0])
+            if kernel == "int8":
+                self._launch_update = _k_update_int8[grid, THREADS]
+                self._launch_measure = _k_measure_int8[grid, THREADS]
+            else:
+                self._launch_update = _k_update_word[grid, THREADS]
+                self._launch_measure = _k_measure_word[grid, THREADS]
 
     # -- state access (tests, plots); not for the hot loop --------------------------------
     def _to_device(self) -> None:
@@ -408,30 +417,30 @@ class IsingEnsemble:
     def _run_cuda(self, n_sweeps: int, measure: bool, obs: I64) -> I64:
         assert self._dev is not None
         offs, sizes, streams, thr_hi, thr_lo, blk_lat, blk_first = self._d_meta
-        grid = int(self._blk_lat.shape[0])
+        update, measure_sums = self._launch_update, self._launch_measure
         d_obs = cuda.to_device(obs) if measure else None
         for t in range(n_sweeps):
             sweep = self.sweep + t
             if self.kernel == "int8":
                 (spins,) = self._dev
                 for colour in (0, 1):
-                    _k_update_int8[grid, THREADS](
+                    update(
                         spins, offs, sizes, streams, self.dim, thr_hi, thr_lo, self.key0, self.key1,
                         sweep, colour, blk_lat, blk_first,
                     )
                 if measure:
-                    _k_measure_int8[grid, THREADS](
+                    measure_sums(
                         spins, offs, sizes, self.dim, blk_lat, blk_first, d_obs, t
                     )
             else:
                 black, white = self._dev
                 for colour, own, other in ((0, black, white), (1, white, black)):
-                    _k_update_word[grid, THREADS](
+                    update(
                         own, other, offs, sizes, streams, thr_hi, thr_lo, self.key0, self.key1,
                         sweep, colour, blk_lat, blk_first,
                     )
                 if measure:
-                    _k_measure_word[grid, THREADS](
+                    measure_sums(
                         black, white, offs, sizes, blk_lat, blk_first, d_obs, t
                     )
         if d_obs is not None:
