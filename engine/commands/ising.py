@@ -129,7 +129,7 @@ def _validate(args: argparse.Namespace) -> tuple[list[float], int]:
         raise UserError("--field must be finite")
     if not 0 <= args.seed < 2**64:
         raise UserError("--seed must be in [0, 2^64)")
-    temps = parse_temps(args.temps or DEFAULT_TEMPS[args.dim])
+    temps = parse_temps(DEFAULT_TEMPS[args.dim] if args.temps is None else args.temps)
     if len(args.size) * len(temps) * args.replicas > MAX_LATTICES:
         raise UserError(
             f"more than {MAX_LATTICES} lattices: reduce sizes, temperatures or replicas"
