@@ -411,7 +411,8 @@ class IsingEnsemble:
         else:
             _cpu_multispin(
                 self._host[0], self._host[1], self.offsets, self.sizes, self.streams,
-                self.thr_hi, self.thr_lo, self.key0, self.key1, self.sweep, n_sweeps, measure, holder,
+                self.thr_hi, self.thr_lo, self.key0, self.key1, self.sweep, n_sweeps, measure,
+                holder,
             )
 
     def _run_cuda(self, n_sweeps: int, measure: bool, obs: I64) -> I64:
