@@ -144,7 +144,7 @@ def _profile_kernels() -> tuple[Any, Any]:
             if acc == np.uint32(12345):  # never true in practice: keeps the work alive
                 out[0] = acc
 
-    decision = ising_mod.TWIN.cuda.nibble_decision
+    decisions = ising_mod.TWIN.cuda.octet_decisions
 
     @cuda.jit
     def no_rng(own, other, n_words, L, colour, thr):  # type: ignore[no-untyped-def]
@@ -160,11 +160,10 @@ def _profile_kernels() -> tuple[Any, Any]:
             rows = word + (word << np.uint64(2)) + up
             h = word ^ (up * np.uint64(0x9E3779B97F4A7C15))
             r0, r1 = np.uint32(h >> np.uint64(32)), np.uint32(h & np.uint64(0xFFFFFFFF))
-            flips = np.uint64(0)
-            for n in range(16):
-                f, t = decision(rows, n, r0, r1, r1, r0, table, 0)
-                flips |= f
-            own[w] = word ^ flips
+            lo32 = np.uint32(rows & np.uint64(0xFFFFFFFF))
+            f_lo, t_lo = decisions(lo32, r0, r1, r1, r0, table, 0)
+            f_hi, t_hi = decisions(np.uint32(rows >> np.uint64(32)), r1, r0, r0, r1, table, 0)
+            own[w] = word ^ (np.uint64(f_lo) | (np.uint64(f_hi) << np.uint64(32)))
 
     return rng_only, no_rng
 

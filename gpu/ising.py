@@ -100,7 +100,7 @@ def unpack_colours(black: U64, white: U64, L: int) -> npt.NDArray[np.int8]:
 # ---- CPU twin ------------------------------------------------------------------------------
 _update_int8 = TWIN.cpu.update_octet_int8
 _measure_int8 = TWIN.cpu.measure_octet_int8
-_update_word = TWIN.cpu.update_word_2d
+_update_words = TWIN.cpu.update_words_2d
 _measure_word = TWIN.cpu.measure_word_2d
 
 
@@ -136,14 +136,15 @@ def _cpu_multispin(black, white, offs, sizes, streams, thr_hi, thr_lo, key0, key
         off = offs[lat]
         n_words = L * L // 32
         for t in range(n_sweeps):
-            for w in range(n_words):
-                _update_word(
-                    black, white, off, L, 0, w, streams[lat], sweep0 + t, key0, key1,
+            W = L // 32
+            for i in range(L):
+                _update_words(
+                    black, white, off, L, 0, i * W, W, streams[lat], sweep0 + t, key0, key1,
                     thr_hi, thr_lo, lat,
                 )
-            for w in range(n_words):
-                _update_word(
-                    white, black, off, L, 1, w, streams[lat], sweep0 + t, key0, key1,
+            for i in range(L):
+                _update_words(
+                    white, black, off, L, 1, i * W, W, streams[lat], sweep0 + t, key0, key1,
                     thr_hi, thr_lo, lat,
                 )
             if measure:
@@ -160,7 +161,8 @@ def _cpu_multispin(black, white, offs, sizes, streams, thr_hi, thr_lo, key0, key
 # ---- CUDA kernels --------------------------------------------------------------------------
 _update_int8_dev = TWIN.cuda.update_octet_int8
 _measure_int8_dev = TWIN.cuda.measure_octet_int8
-_update_word_dev = TWIN.cuda.update_word_2d
+_update_words_dev = TWIN.cuda.update_words_2d
+_words_per_thread_dev = TWIN.cuda.words_per_thread
 _measure_word_dev = TWIN.cuda.measure_word_2d
 _jit = cuda.jit(cache=cuda_kernel_cache())
 
@@ -200,11 +202,12 @@ def _k_update_word(own, other, offs, sizes, streams, thr_hi, thr_lo, key0, key1,
     table_hi = cuda.shared.array((1, TABLE_WIDTH), dtype=np.uint32)
     table_lo = cuda.shared.array((1, TABLE_WIDTH), dtype=np.uint32)
     _load_table_dev(table_hi, table_lo, thr_hi, thr_lo, lat)
-    w = blk_first[cuda.blockIdx.x] + cuda.threadIdx.x
     L = sizes[lat]
-    if w < L * L // 32:
-        _update_word_dev(
-            own, other, offs[lat], L, colour, w, streams[lat], sweep, key0, key1,
+    count = _words_per_thread_dev(L)
+    w0 = (blk_first[cuda.blockIdx.x] + cuda.threadIdx.x) * count
+    if w0 < L * L // 32:
+        _update_words_dev(
+            own, other, offs[lat], L, colour, w0, count, streams[lat], sweep, key0, key1,
             table_hi, table_lo, 0,
         )
 
@@ -249,12 +252,16 @@ def _k_measure_int8(spins, offs, sizes, dim, blk_lat, blk_first, obs, row):  # t
 def _k_measure_word(black, white, offs, sizes, blk_lat, blk_first, obs, row):  # type: ignore[no-untyped-def]  # noqa: E501
     partial = cuda.shared.array((THREADS, 2), dtype=np.int64)
     lat = blk_lat[cuda.blockIdx.x]
-    w = blk_first[cuda.blockIdx.x] + cuda.threadIdx.x
     L = sizes[lat]
+    count = _words_per_thread_dev(L)  # the update kernel's work split
+    w0 = (blk_first[cuda.blockIdx.x] + cuda.threadIdx.x) * count
     mag = 0
     bonds = 0
-    if w < L * L // 32:
-        mag, bonds = _measure_word_dev(black, white, offs[lat], L, w)
+    if w0 < L * L // 32:
+        for k in range(count):
+            m, b = _measure_word_dev(black, white, offs[lat], L, w0 + k)
+            mag += m
+            bonds += b
     _block_sum_dev(partial, mag, bonds, obs, row, lat)
 
 
@@ -318,7 +325,9 @@ class IsingEnsemble:
             self._units = ((self.n_spins // 2) + 7) // 8  # thread work items per lattice
         else:
             per_lattice = self.sizes * self.sizes // 32
-            self._units = per_lattice
+            self._units = per_lattice // np.array(
+                [core.words_per_thread(int(L)) for L in self.sizes], dtype=np.int64
+            )
         self.offsets = np.concatenate([[0], np.cumsum(per_lattice)[:-1]]).astype(np.int64)
         total = int(per_lattice.sum())
         if kernel == "int8":

@@ -46,6 +46,8 @@ SH32 = np.uint64(32)
 SH4 = np.uint64(4)
 SH31 = np.uint64(31)
 LOW16 = np.uint32(0xFFFF)
+NIBBLE32 = np.uint32(0xF)
+ONE32 = np.uint32(1)
 SH60 = np.uint64(60)
 ONE = np.uint64(1)
 TWO = np.uint64(2)
@@ -56,7 +58,10 @@ PHILOX_M1 = np.uint64(0xCD9E8D57)
 PHILOX_W0 = np.uint64(0x9E3779B9)
 PHILOX_W1 = np.uint64(0xBB67AE85)
 
+WORDS_MAX = 4  # words of a row per CUDA thread (when the row length allows)
+
 CONSTANTS: dict[str, Any] = {
+    "WORDS_MAX": WORDS_MAX,
     "U64": U64,
     "U32": U32,
     "MASK32": MASK32,
@@ -64,6 +69,8 @@ CONSTANTS: dict[str, Any] = {
     "SH4": SH4,
     "SH31": SH31,
     "LOW16": LOW16,
+    "NIBBLE32": NIBBLE32,
+    "ONE32": ONE32,
     "SH60": SH60,
     "ONE": ONE,
     "TWO": TWO,
@@ -278,63 +285,89 @@ def neighbour_nibbles(other: Any, off: int, L: int, colour: int, w: int) -> Any:
     return other[off + iu * W + c] + other[off + idn * W + c] + centre + side
 
 
-def nibble_decision(
-    rows: Any, n: int, r0: Any, r1: Any, r2: Any, r3: Any, thr_hi: Any, tab: int
+def octet_decisions(
+    rows: Any, r0: Any, r1: Any, r2: Any, r3: Any, thr_hi: Any, tab: int
 ) -> Any:
-    """(flip bit, tie bit) of nibble n (0..7 within its octet's half word) of a word.
+    """(flip bits, tie bits) of the 8 spins of one 32-bit half word (one octet of sites).
 
-    `rows` holds every nibble's acceptance row σ·5 + n_up (≤ 9, so word-parallel
-    arithmetic builds it without carries); a tie (top bits equal to the threshold's)
-    is settled later by the refining draw.
+    `rows` holds each nibble's acceptance row σ·5 + n_up (≤ 9, so word-parallel arithmetic
+    builds it without carries); r0..r3 are the octet's main Philox words. A tie (top 16
+    bits equal to the threshold's) is settled later by the refining draw. All in 32 bits:
+    the half word and the octet's draw line up, and 32-bit shifts are single instructions.
     """
-    sh = U64(4 * n)
-    t = thr_hi[tab, int((rows >> sh) & NIBBLE)]
-    hi = half16(r0, r1, r2, r3, n & 7)
-    bit = ONE << sh
-    if hi < t:
-        return bit, ZERO
-    if hi == t:
-        return ZERO, bit
-    return ZERO, ZERO
+    flips = U32(0)
+    ties = U32(0)
+    for n in range(8):
+        sh = U32(4 * n)
+        t = thr_hi[tab, int((rows >> sh) & NIBBLE32)]
+        hi = half16(r0, r1, r2, r3, n)
+        if hi < t:
+            flips = U32(flips | (ONE32 << sh))
+        elif hi == t:
+            ties = U32(ties | (ONE32 << sh))
+    return flips, ties
 
 
-def update_word_2d(
-    own: Any, other: Any, off: int, L: int, colour: int, w: int,
+def words_per_thread(L: int) -> int:
+    """How many consecutive words of a row one thread updates: the most of 4, 2, 1 that
+    divides the row (L/32 words), so the row set-up is shared and no thread straddles rows."""
+    W = L // 32
+    if W % WORDS_MAX == 0:
+        return WORDS_MAX
+    if W % 2 == 0:
+        return 2
+    return 1
+
+
+def update_words_2d(
+    own: Any, other: Any, off: int, L: int, colour: int, w0: int, count: int,
     stream: int, sweep: int, key0: Any, key1: Any, thr_hi: Any, thr_lo: Any, tab: int,
 ) -> None:
-    """Metropolis on the 16 spins of word w of colour `colour` (multi-spin coded 2D).
+    """Metropolis on words w0 … w0+count-1 (one row) of colour `colour`, 16 spins each.
 
-    Two main Philox calls serve the word's two octets of sites; the rare ties go through
-    the refining draw afterwards, outside the unrolled hot path.
+    Per word, two main Philox calls serve its two octets of sites; the rare ties go
+    through the refining draw afterwards, outside the hot path. The side neighbours are
+    jj and jj±1 (see `neighbour_nibbles`), so the fourth neighbour word is the centre word
+    shifted by one nibble, with the missing nibble from the next word along the row.
     """
     W = L // 32
-    i = w // W
-    c = w - i * W
-    up = neighbour_nibbles(other, off, L, colour, w)
-    word = own[off + w]
-    rows = word + (word << TWO) + up  # σ·5 + n_up in every nibble
-    first_octet = i * (L // 16) + 2 * c
-    flips = ZERO
-    ties = ZERO
-    r0, r1, r2, r3 = site_draws(first_octet, stream, sweep, colour, key0, key1, 0)
-    for n in range(8):
-        f, t = nibble_decision(rows, n, r0, r1, r2, r3, thr_hi, tab)
-        flips |= f
-        ties |= t
-    r0, r1, r2, r3 = site_draws(first_octet + 1, stream, sweep, colour, key0, key1, 0)
-    for n in range(8, 16):
-        f, t = nibble_decision(rows, n, r0, r1, r2, r3, thr_hi, tab)
-        flips |= f
-        ties |= t
-    if ties != ZERO:
-        for n in range(16):
-            sh = U64(4 * n)
-            if (ties >> sh) & ONE:
-                octet = first_octet + (n >> 3)
-                f0, f1, f2, f3 = site_draws(octet, stream, sweep, colour, key0, key1, 1)
-                if half16(f0, f1, f2, f3, n & 7) < thr_lo[tab, int((rows >> sh) & NIBBLE)]:
-                    flips |= ONE << sh
-    own[off + w] = word ^ flips
+    i = int(U64(w0) // U64(W))  # unsigned: no floor-division fix-ups on the GPU
+    c0 = w0 - i * W
+    iu = i - 1 if i > 0 else L - 1
+    idn = i + 1 if i < L - 1 else 0
+    row = off + i * W
+    row_up = off + iu * W
+    row_down = off + idn * W
+    to_right = ((i + colour) & 1) == 1
+    octet_row = i * (L // 16)
+    for k in range(count):
+        c = c0 + k
+        centre = other[row + c]
+        if to_right:
+            cr = c + 1 if c < W - 1 else 0
+            side = (centre >> SH4) | (other[row + cr] << SH60)
+        else:
+            cl = c - 1 if c > 0 else W - 1
+            side = (centre << SH4) | (other[row + cl] >> SH60)
+        up = other[row_up + c] + other[row_down + c] + centre + side
+        word = own[row + c]
+        rows = word + (word << TWO) + up  # σ·5 + n_up in every nibble
+        first_octet = octet_row + 2 * c
+        r0, r1, r2, r3 = site_draws(first_octet, stream, sweep, colour, key0, key1, 0)
+        f_lo, t_lo = octet_decisions(U32(rows & MASK32), r0, r1, r2, r3, thr_hi, tab)
+        r0, r1, r2, r3 = site_draws(first_octet + 1, stream, sweep, colour, key0, key1, 0)
+        f_hi, t_hi = octet_decisions(U32(rows >> SH32), r0, r1, r2, r3, thr_hi, tab)
+        flips = U64(f_lo) | (U64(f_hi) << SH32)
+        ties = U64(t_lo) | (U64(t_hi) << SH32)
+        if ties != ZERO:
+            for n in range(16):
+                sh = U64(4 * n)
+                if (ties >> sh) & ONE:
+                    octet = first_octet + (n >> 3)
+                    f0, f1, f2, f3 = site_draws(octet, stream, sweep, colour, key0, key1, 1)
+                    if half16(f0, f1, f2, f3, n & 7) < thr_lo[tab, int((rows >> sh) & NIBBLE)]:
+                        flips |= ONE << sh
+        own[row + c] = word ^ flips
 
 
 def measure_word_2d(black: Any, white: Any, off: int, L: int, w: int) -> Any:
@@ -364,7 +397,8 @@ FUNCTIONS = (
     update_octet_int8,
     measure_octet_int8,
     neighbour_nibbles,
-    nibble_decision,
-    update_word_2d,
+    octet_decisions,
+    words_per_thread,
+    update_words_2d,
     measure_word_2d,
 )

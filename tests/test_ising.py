@@ -176,7 +176,7 @@ def test_launch_shape_does_not_change_a_lattice() -> None:
     assert not np.array_equal(other_seed.spins(0), alone.spins(0))
 
 
-@pytest.mark.parametrize("dim,L,kernel", [(2, 6, "int8"), (3, 4, "int8"), (2, 32, "multispin")])
+@pytest.mark.parametrize("dim,L,kernel", [(2, 6, "int8"), (3, 4, "int8"), (2, 64, "multispin")])
 def test_cuda_kernels_match_cpu_twin(dim: int, L: int, kernel: str) -> None:
     """The CUDA kernels (simulator in CI) give the CPU twin's lattices and sums."""
     pytest.importorskip("numba.cuda")
@@ -195,6 +195,22 @@ def test_cuda_kernels_match_cpu_twin(dim: int, L: int, kernel: str) -> None:
     for a, b in zip(runs[0][0], runs[1][0], strict=True):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(runs[0][1], runs[1][1])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("L", [256, 1024])
+def test_real_gpu_multispin_matches_int8_twin_at_larger_sizes(L: int) -> None:
+    """On the GPU: 4 words a thread (L/32 divisible by 4), many lattices in one launch."""
+    sizes, temps = [L, 64, L], [2.269, 2.5, 1.8]
+    gpu = IsingEnsemble(2, sizes, temps, field=0.1, seed=8, kernel="multispin", device="cuda")
+    cpu = IsingEnsemble(2, sizes, temps, field=0.1, seed=8, kernel="int8", device="cpu")
+    start = random_spins(np.random.default_rng(2), (L, L))
+    gpu.set_spins(0, start)
+    cpu.set_spins(0, start)
+    og, oc = gpu.run(6, measure=True), cpu.run(6, measure=True)
+    for n in range(3):
+        np.testing.assert_array_equal(gpu.spins(n), cpu.spins(n))
+    np.testing.assert_array_equal(og, oc)
 
 
 def exact_enumeration(dim: int, L: int, T: float, h: float) -> dict[str, float]:
