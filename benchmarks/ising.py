@@ -278,13 +278,17 @@ def validation(device: str, quick: bool) -> dict[str, Any]:
         log(f"  {dim}D Tc = {tc} ± {tc_err} (exact {exact}, goal ±{goal}): "
             f"{'ok' if ok else 'MISSED'} in {time.perf_counter() - t0:.1f}s")
     # Onsager–Yang at large L, where finite-size effects are far below the errors
-    L = 64 if quick else 512
-    ens = IsingEnsemble(2, [L] * 8, [2.0] * 4 + [2.2] * 4, seed=3,
+    # L ≫ ξ (≈ 18 at T = 2.2), so finite-size effects are far below the errors; τ_int of
+    # |m| at T = 2.2 is hundreds of sweeps, hence long runs and long bins
+    L, reps = (64, 4) if quick else (256, 16)
+    ens = IsingEnsemble(2, [L] * (2 * reps), [2.0] * reps + [2.2] * reps, seed=3,
                         kernel="multispin", device=device)
-    m, e, _ = run_ensemble(ens, 500 if quick else 10000, 200 if quick else 2000)
+    m, e, _ = run_ensemble(ens, 512 if quick else 20000, 200 if quick else 4000)
     checks = []
-    for T, cols in ((2.0, slice(0, 4)), (2.2, slice(4, 8))):
-        obs = lattice_observables(m[:, cols].T.reshape(-1), e[:, cols].T.reshape(-1), 128)
+    for T, cols in ((2.0, slice(0, reps)), (2.2, slice(reps, 2 * reps))):
+        obs = lattice_observables(
+            m[:, cols].T.reshape(-1), e[:, cols].T.reshape(-1), 8 * reps, min_bins=reps
+        )
         mx, ex = onsager_magnetization(T), onsager_energy(T)
         checks.append({
             "T": T, "L": L, "magnetization": obs["magnetization"],

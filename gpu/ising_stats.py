@@ -82,12 +82,29 @@ def binder(m2: float, m4: float) -> float:
     return 1.0 - m4 / (3.0 * m2 * m2) if m2 > 0 else float("nan")
 
 
-def lattice_observables(m: npt.ArrayLike, e: npt.ArrayLike, n_bins: int = 32) -> dict[str, float]:
-    """Observables of one lattice from per-sweep magnetisation and energy per spin."""
+def lattice_observables(
+    m: npt.ArrayLike, e: npt.ArrayLike, n_bins: int = 32, *, min_bins: int = 8,
+    bin_taus: float = 6.0,
+) -> dict[str, float]:
+    """Observables of one lattice from per-sweep magnetisation and energy per spin.
+
+    Errors come from a jackknife over bins; the number of bins is halved from `n_bins`
+    (down to `min_bins`) until a bin spans `bin_taus` integrated autocorrelation times of
+    the slowest observable, so that bins are nearly independent and errors are not
+    underestimated near Tc.
+    """
     m = np.asarray(m, dtype=np.float64)
     e = np.asarray(e, dtype=np.float64)
     am = np.abs(m)
     m2 = m * m
+    taus = {
+        "tau_energy": integrated_autocorrelation_time(e),
+        "tau_magnetization": integrated_autocorrelation_time(am),
+        "tau_m2": integrated_autocorrelation_time(m2),
+    }
+    slowest = max(taus.values())
+    while n_bins // 2 >= min_bins and m.shape[0] / n_bins < bin_taus * slowest:
+        n_bins //= 2
     energy, energy_err = jackknife(lambda x: x, [e], n_bins)
     mag, mag_err = jackknife(lambda x: x, [am], n_bins)
     u4, u4_err = jackknife(binder, [m2, m2 * m2], n_bins)
@@ -98,9 +115,8 @@ def lattice_observables(m: npt.ArrayLike, e: npt.ArrayLike, n_bins: int = 32) ->
         "magnetization_err": mag_err,
         "binder": u4,
         "binder_err": u4_err,
-        "tau_energy": integrated_autocorrelation_time(e),
-        "tau_magnetization": integrated_autocorrelation_time(am),
-        "tau_m2": integrated_autocorrelation_time(m2),
+        "bins": float(n_bins),
+        **taus,
     }
 
 

@@ -115,3 +115,15 @@ def test_onsager_results() -> None:
     assert onsager_energy(TC_2D) == pytest.approx(-math.sqrt(2), rel=1e-6)
     assert onsager_energy(0.5) == pytest.approx(-2.0, abs=1e-6)
     assert onsager_energy(50.0) == pytest.approx(-math.tanh(1 / 50) * 2, rel=0.01)
+
+
+def test_bins_grow_until_they_span_several_autocorrelation_times() -> None:
+    phi = 0.98  # τ_int = 49.5 sweeps
+    x = ar1(phi, 2**15, 5)
+    e = np.random.default_rng(1).normal(size=x.size)
+    obs = lattice_observables(x, e, n_bins=256)
+    assert obs["tau_magnetization"] == pytest.approx(49.5, rel=0.3)
+    assert x.size / obs["bins"] >= 6 * obs["tau_magnetization"]
+    assert obs["bins"] >= 8
+    iid = lattice_observables(e, e, n_bins=256)  # uncorrelated: all bins kept
+    assert iid["bins"] == 256
