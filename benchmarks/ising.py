@@ -352,6 +352,8 @@ def main() -> int:
         print(f"multispin L={p['L']}: sweep {p['sweep_ms']:.2f} ms; Philox alone "
               f"{p['philox_only_ms']:.2f} ms; without Philox {p['no_philox_ms']:.2f} ms; "
               f"memory bound {p['memory_bound_ms']:.2f} ms at {p['bandwidth_gbs']:.0f} GB/s")
+    if args.quick:
+        print("--quick: tiny sizes and runs, a smoke test; the goals apply to the full run")
     if "validation" in result:
         v = result["validation"]
         for dim in (2, 3):

@@ -55,14 +55,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--sweeps", type=int, default=20000, help="measuring sweeps (default 20000)"
     )
     parser.add_argument("--therm", type=int, help="thermalisation sweeps (default sweeps/5)")
-    parser.add_argument("--replicas", type=int, default=1, help="independent lattices per (L, T)")
+    parser.add_argument(
+        "--replicas", type=int, default=1, help="independent lattices per (L, T) (default 1)"
+    )
     parser.add_argument("--field", type=float, default=0.0, help="magnetic field h (default 0)")
     parser.add_argument("--seed", type=int, default=1, help="Philox key (default 1)")
     parser.add_argument(
         "--kernel", choices=("auto", "multispin", "int8"), default="auto",
         help="auto: multispin for 2D sizes that are multiples of 32, int8 otherwise",
     )
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument(
+        "--device", choices=("auto", "cpu", "cuda"), default="auto",
+        help="auto: CUDA when numba sees a GPU, else the CPU twin (default auto)",
+    )
     parser.add_argument("--out", type=Path, help="directory for the U4(T) and |M|(T) PNG plots")
 
 
