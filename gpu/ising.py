@@ -175,13 +175,16 @@ _measure_word_dev = TWIN.cuda.measure_word_2d
 _jit = cuda.jit(cache=cuda_kernel_cache())
 
 
-def _load_table(table_hi, table_lo, thr_hi, thr_lo, lat):  # type: ignore[no-untyped-def]
+# Kernel arguments are packed (meta = offset, L, stream per lattice; blocks = lattice,
+# first work item per block; thr = thr_hi, thr_lo): numba-cuda marshals every array
+# argument on each launch, and small lattices are bound by that host cost.
+def _load_table(table, thr, lat):  # type: ignore[no-untyped-def]
     # The block's lattice's acceptance row in shared memory: every spin reads it, and a
     # shared load is far cheaper than an indexed global one. All threads reach the barrier.
     t = cuda.threadIdx.x
-    if t < thr_hi.shape[1]:
-        table_hi[0, t] = thr_hi[lat, t]
-        table_lo[0, t] = thr_lo[lat, t]
+    if t < TABLE_WIDTH:
+        table[0, t] = thr[0, lat, t]
+        table[1, t] = thr[1, lat, t]
     cuda.syncthreads()  # type: ignore[call-arg]
 
 
@@ -189,34 +192,32 @@ _load_table_dev = cuda.jit(device=True)(_load_table)
 
 
 @_jit
-def _k_update_int8(spins, offs, sizes, streams, dim, thr_hi, thr_lo, key0, key1, sweep, colour, blk_lat, blk_first):  # type: ignore[no-untyped-def]  # noqa: E501
-    lat = blk_lat[cuda.blockIdx.x]
-    table_hi = cuda.shared.array((1, TABLE_WIDTH), dtype=np.uint32)
-    table_lo = cuda.shared.array((1, TABLE_WIDTH), dtype=np.uint32)
-    _load_table_dev(table_hi, table_lo, thr_hi, thr_lo, lat)
-    g = blk_first[cuda.blockIdx.x] + cuda.threadIdx.x
-    L = sizes[lat]
+def _k_update_int8(spins, meta, thr, blocks, dim, key0, key1, sweep, colour):  # type: ignore[no-untyped-def]  # noqa: E501
+    lat = blocks[cuda.blockIdx.x, 0]
+    table = cuda.shared.array((2, TABLE_WIDTH), dtype=np.uint32)
+    _load_table_dev(table, thr, lat)
+    g = blocks[cuda.blockIdx.x, 1] + cuda.threadIdx.x
+    L = meta[lat, 1]
     n_sites = (L // 2) * L if dim == 2 else (L // 2) * L * L
     if 8 * g < n_sites:
         _update_int8_dev(
-            spins, offs[lat], L, dim, colour, g, streams[lat], sweep, key0, key1,
-            table_hi, table_lo, 0,
+            spins, meta[lat, 0], L, dim, colour, g, meta[lat, 2], sweep, key0, key1,
+            table[0:1], table[1:2], 0,
         )
 
 
 @_jit
-def _k_update_word(own, other, offs, sizes, streams, thr_hi, thr_lo, key0, key1, sweep, colour, blk_lat, blk_first):  # type: ignore[no-untyped-def]  # noqa: E501
-    lat = blk_lat[cuda.blockIdx.x]
-    table_hi = cuda.shared.array((1, TABLE_WIDTH), dtype=np.uint32)
-    table_lo = cuda.shared.array((1, TABLE_WIDTH), dtype=np.uint32)
-    _load_table_dev(table_hi, table_lo, thr_hi, thr_lo, lat)
-    L = sizes[lat]
+def _k_update_word(own, other, meta, thr, blocks, key0, key1, sweep, colour):  # type: ignore[no-untyped-def]  # noqa: E501
+    lat = blocks[cuda.blockIdx.x, 0]
+    table = cuda.shared.array((2, TABLE_WIDTH), dtype=np.uint32)
+    _load_table_dev(table, thr, lat)
+    L = meta[lat, 1]
     count = _words_per_thread_dev(L)
-    w0 = (blk_first[cuda.blockIdx.x] + cuda.threadIdx.x) * count
+    w0 = (blocks[cuda.blockIdx.x, 1] + cuda.threadIdx.x) * count
     if w0 < L * L // 32:
         _update_words_dev(
-            own, other, offs[lat], L, colour, w0, count, streams[lat], sweep, key0, key1,
-            table_hi, table_lo, 0,
+            own, other, meta[lat, 0], L, colour, w0, count, meta[lat, 2], sweep, key0, key1,
+            table[0:1], table[1:2], 0,
         )
 
 
@@ -243,31 +244,31 @@ _block_sum_dev = cuda.jit(device=True)(_block_sum_and_store)
 
 
 @_jit
-def _k_measure_int8(spins, offs, sizes, dim, blk_lat, blk_first, obs, row):  # type: ignore[no-untyped-def]  # noqa: E501
+def _k_measure_int8(spins, meta, blocks, dim, obs, row):  # type: ignore[no-untyped-def]
     partial = cuda.shared.array((THREADS, 2), dtype=np.int64)
-    lat = blk_lat[cuda.blockIdx.x]
-    g = blk_first[cuda.blockIdx.x] + cuda.threadIdx.x
-    L = sizes[lat]
+    lat = blocks[cuda.blockIdx.x, 0]
+    g = blocks[cuda.blockIdx.x, 1] + cuda.threadIdx.x
+    L = meta[lat, 1]
     n_sites = (L // 2) * L if dim == 2 else (L // 2) * L * L
     mag = 0
     bonds = 0
     if 8 * g < n_sites:  # no early return: every thread must reach the barriers
-        mag, bonds = _measure_int8_dev(spins, offs[lat], L, dim, g)
+        mag, bonds = _measure_int8_dev(spins, meta[lat, 0], L, dim, g)
     _block_sum_dev(partial, mag, bonds, obs, row, lat)
 
 
 @_jit
-def _k_measure_word(black, white, offs, sizes, blk_lat, blk_first, obs, row):  # type: ignore[no-untyped-def]  # noqa: E501
+def _k_measure_word(black, white, meta, blocks, obs, row):  # type: ignore[no-untyped-def]
     partial = cuda.shared.array((THREADS, 2), dtype=np.int64)
-    lat = blk_lat[cuda.blockIdx.x]
-    L = sizes[lat]
+    lat = blocks[cuda.blockIdx.x, 0]
+    L = meta[lat, 1]
     count = _words_per_thread_dev(L)  # the update kernel's work split
-    w0 = (blk_first[cuda.blockIdx.x] + cuda.threadIdx.x) * count
+    w0 = (blocks[cuda.blockIdx.x, 1] + cuda.threadIdx.x) * count
     mag = 0
     bonds = 0
     if w0 < L * L // 32:
         for k in range(count):
-            m, b = _measure_word_dev(black, white, offs[lat], L, w0 + k)
+            m, b = _measure_word_dev(black, white, meta[lat, 0], L, w0 + k)
             mag += m
             bonds += b
     _block_sum_dev(partial, mag, bonds, obs, row, lat)
@@ -365,9 +366,13 @@ class IsingEnsemble:
     def _to_device(self) -> None:
         to = cuda.to_device
         self._dev = tuple(to(a) for a in self._host)
-        self._d_meta = tuple(
-            to(a) for a in (self.offsets, self.sizes, self.streams, self.thr_hi, self.thr_lo,
-                            self._blk_lat, self._blk_first)
+        thr = np.zeros((2, self.sizes.shape[0], TABLE_WIDTH), dtype=np.uint32)
+        thr[0, :, : self.thr_hi.shape[1]] = self.thr_hi
+        thr[1, :, : self.thr_lo.shape[1]] = self.thr_lo
+        self._d_meta = (
+            to(np.stack([self.offsets, self.sizes, self.streams], axis=1)),
+            to(thr),
+            to(np.stack([self._blk_lat, self._blk_first], axis=1)),
         )
 
     def _sync_host(self) -> None:
@@ -434,7 +439,7 @@ class IsingEnsemble:
 
     def _run_cuda(self, n_sweeps: int, measure: bool, obs: I64) -> I64:
         assert self._dev is not None
-        offs, sizes, streams, thr_hi, thr_lo, blk_lat, blk_first = self._d_meta
+        meta, thr, blocks = self._d_meta
         update, measure_sums = self._launch_update, self._launch_measure
         d_obs = cuda.to_device(obs) if measure else None
         for t in range(n_sweeps):
@@ -442,25 +447,15 @@ class IsingEnsemble:
             if self.kernel == "int8":
                 (spins,) = self._dev
                 for colour in (0, 1):
-                    update(
-                        spins, offs, sizes, streams, self.dim, thr_hi, thr_lo, self.key0, self.key1,
-                        sweep, colour, blk_lat, blk_first,
-                    )
+                    update(spins, meta, thr, blocks, self.dim, self.key0, self.key1, sweep, colour)
                 if measure:
-                    measure_sums(
-                        spins, offs, sizes, self.dim, blk_lat, blk_first, d_obs, t
-                    )
+                    measure_sums(spins, meta, blocks, self.dim, d_obs, t)
             else:
                 black, white = self._dev
                 for colour, own, other in ((0, black, white), (1, white, black)):
-                    update(
-                        own, other, offs, sizes, streams, thr_hi, thr_lo, self.key0, self.key1,
-                        sweep, colour, blk_lat, blk_first,
-                    )
+                    update(own, other, meta, thr, blocks, self.key0, self.key1, sweep, colour)
                 if measure:
-                    measure_sums(
-                        black, white, offs, sizes, blk_lat, blk_first, d_obs, t
-                    )
+                    measure_sums(black, white, meta, blocks, d_obs, t)
         if d_obs is not None:
             return np.asarray(d_obs.copy_to_host())
         cuda.synchronize()
