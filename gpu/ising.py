@@ -182,7 +182,7 @@ def _load_table(table, thr, lat):  # type: ignore[no-untyped-def]
     # The block's lattice's acceptance row in shared memory: every spin reads it, and a
     # shared load is far cheaper than an indexed global one. All threads reach the barrier.
     t = cuda.threadIdx.x
-    if t < TABLE_WIDTH:
+    if t < TABLE_WIDTH:  # type: ignore[operator]
         table[0, t] = thr[0, lat, t]
         table[1, t] = thr[1, lat, t]
     cuda.syncthreads()  # type: ignore[call-arg]
