@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "feed": "publish files or the synthetic market on a ZeroMQ endpoint",
     "timeseries": "lag-dependent Hurst exponent and autocorrelations of tick or daily prices",
     "select": "least-correlated k of n strategies (exact search over all combinations)",
+    "ising": "2D/3D Ising Metropolis on the GPU: observables, Binder cumulants, Tc",
 }
 
 

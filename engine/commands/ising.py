@@ -1,0 +1,304 @@
+"""`ising`: 2D/3D Ising Metropolis over sizes × temperatures × replicas, Tc from U4 crossings.
+
+    python run_engine.py ising [--dim 2|3] [--size L ...] [--temps A:B:STEP | T,T,...]
+        [--sweeps N] [--therm N] [--replicas R] [--field h] [--seed S]
+        [--kernel auto|multispin|int8] [--device auto|cpu|cuda] [--out DIR] [--json PATH]
+
+Every (L, T, replica) lattice runs in the same launches (see `gpu.ising`); 2D sizes that
+are multiples of 32 take the multi-spin kernel under `--kernel auto`, the others the int8
+kernel (both give identical lattices). Per (L, T): energy per spin, |m| and the Binder
+cumulant U4 with jackknife errors over bins, and the integrated autocorrelation times.
+Tc is the weighted mean of the U4(T) crossings of consecutive sizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine.errors import UserError
+from gpu.device import DeviceUnavailable, resolve_device
+from gpu.ising import IsingEnsemble, run_ensemble
+from gpu.ising_stats import (
+    TC_2D,
+    TC_3D,
+    estimate_tc,
+    integrated_autocorrelation_time,
+    lattice_observables,
+    onsager_energy,
+    onsager_magnetization,
+)
+
+DEFAULT_TEMPS = {2: "2.20:2.34:0.01", 3: "4.46:4.56:0.01"}
+N_BINS = 32
+MAX_LATTICES = 100_000
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--dim", type=int, choices=(2, 3), default=2, help="dimension (default 2)")
+    parser.add_argument(
+        "--size", type=int, nargs="+", default=[16, 32, 64], metavar="L",
+        help="linear sizes, even (default 16 32 64)",
+    )
+    parser.add_argument(
+        "--temps", metavar="A:B:STEP",
+        help="temperatures A, A+STEP, …, B or a list T1,T2,… "
+        f"(default {DEFAULT_TEMPS[2]} in 2D, {DEFAULT_TEMPS[3]} in 3D)",
+    )
+    parser.add_argument(
+        "--sweeps", type=int, default=20000, help="measuring sweeps (default 20000)"
+    )
+    parser.add_argument("--therm", type=int, help="thermalisation sweeps (default sweeps/5)")
+    parser.add_argument(
+        "--replicas", type=int, default=1, help="independent lattices per (L, T) (default 1)"
+    )
+    parser.add_argument("--field", type=float, default=0.0, help="magnetic field h (default 0)")
+    parser.add_argument("--seed", type=int, default=1, help="Philox key (default 1)")
+    parser.add_argument(
+        "--kernel", choices=("auto", "multispin", "int8"), default="auto",
+        help="auto: multispin for 2D sizes that are multiples of 32, int8 otherwise",
+    )
+    parser.add_argument(
+        "--device", choices=("auto", "cpu", "cuda"), default="auto",
+        help="auto: CUDA when numba sees a GPU, else the CPU twin (default auto)",
+    )
+    parser.add_argument("--out", type=Path, help="directory for the U4(T) and |M|(T) PNG plots")
+
+
+def parse_temps(text: str) -> list[float]:
+    """'A:B:STEP' (B included) or 'T1,T2,…'; every temperature positive and finite."""
+    try:
+        if ":" in text:
+            a, b, step = (float(x) for x in text.split(":"))
+            if not (step > 0 and math.isfinite(step) and b >= a):
+                raise UserError(f"--temps {text}: need A ≤ B and STEP > 0")
+            n = int(math.floor((b - a) / step + 1e-9)) + 1
+            if n > 10_000:
+                raise UserError(f"--temps {text}: {n} temperatures is too many")
+            temps = [round(a + i * step, 12) for i in range(n)]
+        else:
+            temps = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise UserError(f"--temps {text!r}: expected A:B:STEP or T1,T2,…") from None
+    if not temps or not all(t > 0 and math.isfinite(t) for t in temps):
+        raise UserError(f"--temps {text!r}: temperatures must be positive and finite")
+    return temps
+
+
+class Progress:
+    """A one-line progress bar on stderr, redrawn at most twice a second."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.start = time.perf_counter()
+        self.last = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.perf_counter()
+        if now - self.last < 0.5 and done < total:
+            return
+        self.last = now
+        width = 30
+        filled = int(width * done / max(total, 1))
+        bar = "#" * filled + "-" * (width - filled)
+        print(
+            f"\r{self.label} [{bar}] {done}/{total} sweeps {now - self.start:6.1f}s",
+            end="\n" if done >= total else "", file=sys.stderr, flush=True,
+        )
+
+
+def _validate(args: argparse.Namespace) -> tuple[list[float], int]:
+    if args.sweeps < N_BINS:
+        raise UserError(f"--sweeps must be at least {N_BINS} (the jackknife bins)")
+    therm = args.sweeps // 5 if args.therm is None else args.therm
+    if therm < 0:
+        raise UserError("--therm must be ≥ 0")
+    if args.replicas < 1:
+        raise UserError("--replicas must be ≥ 1")
+    if len(set(args.size)) != len(args.size):
+        raise UserError("--size values must be distinct")
+    for L in args.size:
+        if L < 2 or L % 2:
+            raise UserError(f"--size {L}: sizes must be even and ≥ 2")
+        if args.kernel == "multispin" and (args.dim != 2 or L % 32):
+            raise UserError(
+                f"--kernel multispin needs --dim 2 and sizes that are multiples of 32 (got {L})"
+            )
+    if not math.isfinite(args.field):
+        raise UserError("--field must be finite")
+    if not 0 <= args.seed < 2**64:
+        raise UserError("--seed must be in [0, 2^64)")
+    temps = parse_temps(DEFAULT_TEMPS[args.dim] if args.temps is None else args.temps)
+    if len(args.size) * len(temps) * args.replicas > MAX_LATTICES:
+        raise UserError(
+            f"more than {MAX_LATTICES} lattices: reduce sizes, temperatures or replicas"
+        )
+    if therm + args.sweeps >= 2**31:
+        raise UserError("--sweeps + --therm must stay below 2^31")
+    return temps, therm
+
+
+def _kernel_for(dim: int, L: int, choice: str) -> str:
+    if choice != "auto":
+        return choice
+    return "multispin" if dim == 2 and L % 32 == 0 else "int8"
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    temps, therm = _validate(args)
+    try:
+        device = resolve_device(args.device, "Ising Metropolis")
+    except (ValueError, DeviceUnavailable) as exc:
+        raise UserError(str(exc)) from None
+    # lattice n = (size index, temperature index, replica), in that order: its Philox stream
+    lattices = [
+        (L, t, r) for L in args.size for t in range(len(temps)) for r in range(args.replicas)
+    ]
+    groups: dict[str, list[int]] = {}
+    for n, (L, _, _) in enumerate(lattices):
+        groups.setdefault(_kernel_for(args.dim, L, args.kernel), []).append(n)
+
+    m_series: dict[int, np.ndarray] = {}
+    e_series: dict[int, np.ndarray] = {}
+    flips = 0.0
+    seconds = 0.0
+    for kernel, members in groups.items():
+        ens = IsingEnsemble(
+            args.dim, [lattices[n][0] for n in members], [temps[lattices[n][1]] for n in members],
+            field=args.field, seed=args.seed, streams=members, kernel=kernel, device=device,
+        )
+        m, e, secs = run_ensemble(
+            ens, args.sweeps, therm, progress=Progress(f"ising {kernel} {device}")
+        )
+        for col, n in enumerate(members):
+            m_series[n], e_series[n] = m[:, col], e[:, col]
+        flips += float(ens.n_spins.sum()) * (args.sweeps + therm)
+        seconds += secs
+
+    results = []
+    per_bin = args.sweeps // N_BINS
+    for L in args.size:
+        for ti, T in enumerate(temps):
+            ns = [n for n, (LL, tt, _) in enumerate(lattices) if LL == L and tt == ti]
+            # replicas are independent chains: whole bins of each, so no bin straddles two
+            m = np.concatenate([m_series[n][: per_bin * N_BINS] for n in ns])
+            e = np.concatenate([e_series[n][: per_bin * N_BINS] for n in ns])
+            obs = lattice_observables(m, e, N_BINS * len(ns))
+            # τ_int of each replica's own chain, averaged (a concatenation has seams)
+            for key, f in (
+                ("tau_energy", lambda n: e_series[n]),
+                ("tau_magnetization", lambda n: np.abs(m_series[n])),
+                ("tau_m2", lambda n: m_series[n] ** 2),
+            ):
+                obs[key] = float(np.mean([integrated_autocorrelation_time(f(n)) for n in ns]))
+            results.append({"L": L, "T": T, **obs})
+
+    tc = tc_err = None
+    crossings: list[dict[str, Any]] = []
+    if len(args.size) > 1 and len(temps) > 2:
+        by_size = {
+            L: (
+                np.array([r["binder"] for r in results if r["L"] == L]),
+                np.array([r["binder_err"] for r in results if r["L"] == L]),
+            )
+            for L in args.size
+        }
+        tc, tc_err, crossings = estimate_tc(np.array(temps), by_size)
+    exact_tc = TC_2D if args.dim == 2 else TC_3D
+    out: dict[str, Any] = {
+        "dim": args.dim,
+        "field": args.field,
+        "sweeps": args.sweeps,
+        "therm": therm,
+        "replicas": args.replicas,
+        "seed": args.seed,
+        "device": device,
+        "kernels": {k: sorted({lattices[n][0] for n in v}) for k, v in groups.items()},
+        "results": results,
+        "tc": tc,
+        "tc_err": tc_err,
+        "tc_exact": exact_tc,
+        "crossings": crossings,
+        "seconds": seconds,
+        "flips_per_ns": flips / seconds / 1e9 if seconds > 0 else None,
+    }
+    _print_summary(out)
+    if args.out is not None:
+        out["plots"] = [str(p) for p in _plot(out, args.out)]
+    return out
+
+
+def _print_summary(out: dict[str, Any]) -> None:
+    exact = out["dim"] == 2 and out["field"] == 0.0
+    head = f"{'L':>6} {'T':>7} {'energy':>18} {'|m|':>18} {'U4':>18} {'tau_|m|':>8}"
+    if exact:
+        head += f" {'e_exact':>9} {'m_exact':>8}"
+    print(head)
+    for r in out["results"]:
+        line = (
+            f"{r['L']:>6} {r['T']:>7.4f} {r['energy']:>10.5f}±{r['energy_err']:<7.5f}"
+            f" {r['magnetization']:>10.5f}±{r['magnetization_err']:<7.5f}"
+            f" {r['binder']:>10.5f}±{r['binder_err']:<7.5f} {r['tau_magnetization']:>8.1f}"
+        )
+        if exact:
+            line += f" {onsager_energy(r['T']):>9.5f} {onsager_magnetization(r['T']):>8.5f}"
+        print(line)
+    for c in out["crossings"]:
+        print(f"U4 crossing L={c['L1']},{c['L2']}: T = {c['tc']:.5f} ± {c['tc_err']:.5f}")
+    if out["tc"] is not None:
+        print(
+            f"Tc = {out['tc']:.5f} ± {out['tc_err']:.5f}  (exact/reference {out['tc_exact']:.6f},"
+            f" off by {out['tc'] - out['tc_exact']:+.5f})"
+        )
+    else:
+        print("Tc: no U4 crossing inside the temperature range")
+    if out["flips_per_ns"] is not None:
+        print(f"{out['flips_per_ns']:.3f} spin flips/ns (attempted) on {out['device']}")
+
+
+def _plot(out: dict[str, Any], directory: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    directory.mkdir(parents=True, exist_ok=True)
+    sizes = sorted({r["L"] for r in out["results"]})
+    paths = []
+    for key, label, name in (
+        ("binder", "Binder cumulant U4", "binder.png"),
+        ("magnetization", "|m| per spin", "magnetization.png"),
+    ):
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        for L in sizes:
+            rs = [r for r in out["results"] if r["L"] == L]
+            ax.errorbar(
+                [r["T"] for r in rs], [r[key] for r in rs], yerr=[r[key + "_err"] for r in rs],
+                marker="o", ms=3, capsize=2, label=f"L = {L}",
+            )
+        if key == "magnetization" and out["dim"] == 2 and out["field"] == 0.0:
+            ts = [r["T"] for r in out["results"]]
+            grid = np.linspace(min(ts), max(ts), 400)
+            ax.plot(grid, onsager_magnetization(grid), "k--", label="exact (Onsager–Yang, L=∞)")
+        ax.axvline(
+            out["tc_exact"], color="grey", lw=0.8, ls=":", label=f"Tc = {out['tc_exact']:.4f}"
+        )
+        if key == "binder" and out["tc"] is not None:
+            ax.axvspan(out["tc"] - out["tc_err"], out["tc"] + out["tc_err"], color="C3", alpha=0.2,
+                       label=f"crossings: {out['tc']:.4f} ± {out['tc_err']:.4f}")
+        ax.set_xlabel("temperature T (J = 1)")
+        ax.set_ylabel(label)
+        ax.set_title(f"{out['dim']}D Ising, {out['sweeps']} sweeps, h = {out['field']}")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = directory / name
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths

@@ -1,0 +1,501 @@
+"""Many Ising lattices advanced together by checkerboard Metropolis, on the GPU or the CPU.
+
+`IsingEnsemble` holds a batch of lattices of one dimension (any mix of sizes, one
+temperature each, one field), all advanced by one launch per half-sweep (CUDA) or one
+`prange` over lattices (CPU twin), with observables reduced where the spins live: each
+measuring sweep yields, per lattice, Σ s and Σ_bonds s_i s_j as int64, never the lattice.
+
+Kernels (same random numbers and the same acceptance table, so identical lattices):
+- `int8`: one byte per spin, 2D and 3D, the reference; one thread per 8 sites of a colour
+  (one Philox call feeds 8 sites);
+- `multispin`: 2D, 16 spins per uint64 word at 4 bits per spin, one thread per 8
+  consecutive words of a row (fewer where L/32 is not a multiple of 8), see
+  `gpu.ising_core`; needs L to be a multiple of 32.
+
+Measured on one H200 (benchmarks/ising.py, 2026-11-22): multispin 1,028 attempted flips/ns
+on one 65,536² lattice (1,009 at 32,768², 957 at 16,384²); the int8 reference 96 (2D) and
+65 (3D). Per 65,536² sweep (4.2 ms): Philox alone 2.75 ms, the kernel without Philox
+3.3 ms, the bytes it must move 2.7 ms at the measured 4.0 TB/s; both halves are
+instruction-issue bound and overlap only partly. Below L ≈ 8,192 one lattice is bound by
+the host's launch cost (≈ 50 µs a launch in numba-cuda): batch many lattices per launch.
+
+Cold start (all spins up). Lattice `n` of an ensemble draws from Philox stream
+`streams[n]`, so a run is reproducible from (seed, streams) whatever the launch shape.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from numba import cuda, njit, prange
+
+from gpu import ising_core as core
+from gpu.device import resolve_device
+from gpu.twin import compile_twin, cuda_kernel_cache, flush_stale_caches
+
+flush_stale_caches(__file__, [core.__file__])
+TWIN = compile_twin(__name__, core.FUNCTIONS, core.CONSTANTS)
+
+KERNELS = ("int8", "multispin")
+THREADS = 128  # threads per block: enough warps per SM while small lattices still spread
+MAX_SWEEPS = 2**31 - 1  # the counter word holds 2·sweep + colour
+TABLE_WIDTH = 14  # acceptance entries per temperature: 2·(2·dim+1) ≤ 14
+
+I64 = npt.NDArray[np.int64]
+U64 = npt.NDArray[np.uint64]
+
+
+def acceptance_table(dim: int, temperatures: Sequence[float], field: float = 0.0) -> U64:
+    """thr[t, σ·(2·dim+1) + n_up] = ceil(min(1, exp(-ΔE/T))·2^32) as uint64.
+
+    σ ∈ {0, 1} is the spin (1 = up), n_up the number of up neighbours, and
+    ΔE = 2·s·(Σ neighbours + h) the energy cost of flipping s = 2σ-1 (J = 1). A 32-bit
+    uniform u then flips iff u < thr, which is exactly u·2^-32 < exp(-ΔE/T): p·2^32 is
+    exact in float64 and u is an integer.
+    """
+    z = 2 * dim
+    out = np.empty((len(temperatures), 2 * (z + 1)), dtype=np.uint64)
+    for t, temp in enumerate(temperatures):
+        if not (temp > 0 and math.isfinite(temp)):
+            raise ValueError(f"temperature must be positive and finite, got {temp}")
+        for sigma in (0, 1):
+            for n_up in range(z + 1):
+                s = 2 * sigma - 1
+                d_e = 2.0 * s * ((2 * n_up - z) + field)
+                p = 1.0 if d_e <= 0 else math.exp(-d_e / temp)
+                out[t, sigma * (z + 1) + n_up] = np.uint64(math.ceil(p * 2.0**32))
+    return out
+
+
+def seed_key(seed: int) -> tuple[np.uint64, np.uint64]:
+    """The Philox key (two 32-bit words) of a 64-bit seed."""
+    if not 0 <= seed < 2**64:
+        raise ValueError(f"seed must be in [0, 2^64), got {seed}")
+    return np.uint64(seed & 0xFFFFFFFF), np.uint64((seed >> 32) & 0xFFFFFFFF)
+
+
+def pack_colour(spins: npt.NDArray[np.int8], colour: int) -> U64:
+    """One colour of a 2D ±1 int8 lattice as multi-spin words (L rows × L/32)."""
+    L = spins.shape[0]
+    half = L // 2
+    i = np.arange(L)[:, None]
+    jj = np.arange(half)[None, :]
+    j = 2 * jj + ((i + colour) & 1)
+    bits = (spins[i, j] > 0).astype(np.uint64).reshape(L, L // 32, 16)
+    shifts = (4 * np.arange(16, dtype=np.uint64))[None, None, :]
+    return np.bitwise_or.reduce(bits << shifts, axis=2).reshape(-1)
+
+
+def unpack_colours(black: U64, white: U64, L: int) -> npt.NDArray[np.int8]:
+    """The 2D ±1 int8 lattice from its two multi-spin colours."""
+    out = np.empty((L, L), dtype=np.int8)
+    half = L // 2
+    shifts = (4 * np.arange(16, dtype=np.uint64))[None, None, :]
+    i = np.arange(L)[:, None]
+    jj = np.arange(half)[None, :]
+    for colour, words in ((0, black), (1, white)):
+        nib = (words.reshape(L, L // 32, 1) >> shifts) & np.uint64(1)
+        s = (2 * nib.reshape(L, half).astype(np.int8) - 1).astype(np.int8)
+        out[i, 2 * jj + ((i + colour) & 1)] = s
+    return out
+
+
+# ---- CPU twin ------------------------------------------------------------------------------
+_update_int8 = TWIN.cpu.update_octet_int8
+_measure_int8 = TWIN.cpu.measure_octet_int8
+_update_words = TWIN.cpu.update_words_2d
+_measure_word = TWIN.cpu.measure_word_2d
+
+
+@njit(parallel=True, cache=True)
+def _cpu_int8(spins, offs, sizes, streams, dim, thr_hi, thr_lo, key0, key1, sweep0, n_sweeps, measure, obs):  # type: ignore[no-untyped-def]  # noqa: E501
+    for lat in prange(sizes.shape[0]):
+        L = sizes[lat]
+        off = offs[lat]
+        n_sites = (L // 2) * L if dim == 2 else (L // 2) * L * L
+        n_groups = (n_sites + 7) // 8
+        for t in range(n_sweeps):
+            for colour in range(2):
+                for g in range(n_groups):
+                    _update_int8(
+                        spins, off, L, dim, colour, g, streams[lat], sweep0 + t,
+                        key0, key1, thr_hi, thr_lo, lat,
+                    )
+            if measure:
+                mag = 0
+                bonds = 0
+                for g in range(n_groups):
+                    m, b = _measure_int8(spins, off, L, dim, g)
+                    mag += m
+                    bonds += b
+                obs[t, lat, 0] = mag
+                obs[t, lat, 1] = bonds
+
+
+@njit(parallel=True, cache=True)
+def _cpu_multispin(black, white, offs, sizes, streams, thr_hi, thr_lo, key0, key1, sweep0, n_sweeps, measure, obs):  # type: ignore[no-untyped-def]  # noqa: E501
+    for lat in prange(sizes.shape[0]):
+        L = sizes[lat]
+        off = offs[lat]
+        n_words = L * L // 32
+        for t in range(n_sweeps):
+            W = L // 32
+            for i in range(L):
+                _update_words(
+                    black, white, off, L, 0, i * W, W, streams[lat], sweep0 + t, key0, key1,
+                    thr_hi, thr_lo, lat,
+                )
+            for i in range(L):
+                _update_words(
+                    white, black, off, L, 1, i * W, W, streams[lat], sweep0 + t, key0, key1,
+                    thr_hi, thr_lo, lat,
+                )
+            if measure:
+                mag = 0
+                bonds = 0
+                for w in range(n_words):
+                    m, b = _measure_word(black, white, off, L, w)
+                    mag += m
+                    bonds += b
+                obs[t, lat, 0] = mag
+                obs[t, lat, 1] = bonds
+
+
+# ---- CUDA kernels --------------------------------------------------------------------------
+_update_int8_dev = TWIN.cuda.update_octet_int8
+_measure_int8_dev = TWIN.cuda.measure_octet_int8
+_update_words_dev = TWIN.cuda.update_words_2d
+_words_per_thread_dev = TWIN.cuda.words_per_thread
+_measure_word_dev = TWIN.cuda.measure_word_2d
+_jit = cuda.jit(cache=cuda_kernel_cache())
+
+
+# Kernel arguments are packed (meta = offset, L, stream per lattice; blocks = lattice,
+# first work item per block; thr = thr_hi, thr_lo): numba-cuda marshals every array
+# argument on each launch, and small lattices are bound by that host cost.
+def _load_table(table, thr, lat):  # type: ignore[no-untyped-def]
+    # The block's lattice's acceptance row in shared memory: every spin reads it, and a
+    # shared load is far cheaper than an indexed global one. All threads reach the barrier.
+    t = cuda.threadIdx.x
+    if t < TABLE_WIDTH:  # type: ignore[operator]
+        table[0, t] = thr[0, lat, t]
+        table[1, t] = thr[1, lat, t]
+    cuda.syncthreads()  # type: ignore[call-arg]
+
+
+_load_table_dev = cuda.jit(device=True)(_load_table)
+
+
+@_jit
+def _k_update_int8(spins, meta, thr, blocks, dim, key0, key1, sweep, colour):  # type: ignore[no-untyped-def]  # noqa: E501
+    lat = blocks[cuda.blockIdx.x, 0]
+    table = cuda.shared.array((2, TABLE_WIDTH), dtype=np.uint32)
+    _load_table_dev(table, thr, lat)
+    g = blocks[cuda.blockIdx.x, 1] + cuda.threadIdx.x
+    L = meta[lat, 1]
+    n_sites = (L // 2) * L if dim == 2 else (L // 2) * L * L
+    if 8 * g < n_sites:
+        _update_int8_dev(
+            spins, meta[lat, 0], L, dim, colour, g, meta[lat, 2], sweep, key0, key1,
+            table[0:1], table[1:2], 0,
+        )
+
+
+@_jit
+def _k_update_word(own, other, meta, thr, blocks, key0, key1, sweep, colour):  # type: ignore[no-untyped-def]  # noqa: E501
+    lat = blocks[cuda.blockIdx.x, 0]
+    table = cuda.shared.array((2, TABLE_WIDTH), dtype=np.uint32)
+    _load_table_dev(table, thr, lat)
+    L = meta[lat, 1]
+    count = _words_per_thread_dev(L)
+    w0 = (blocks[cuda.blockIdx.x, 1] + cuda.threadIdx.x) * count
+    if w0 < L * L // 32:
+        _update_words_dev(
+            own, other, meta[lat, 0], L, colour, w0, count, meta[lat, 2], sweep, key0, key1,
+            table[0:1], table[1:2], 0,
+        )
+
+
+def _block_sum_and_store(partial, mag, bonds, obs, row, lat):  # type: ignore[no-untyped-def]
+    # Shared-memory tree reduction of one block, then one atomic add per block and
+    # observable: the lattice is read once per measurement and never leaves the GPU.
+    tid = cuda.threadIdx.x
+    partial[tid, 0] = mag
+    partial[tid, 1] = bonds
+    cuda.syncthreads()  # type: ignore[call-arg]
+    step = THREADS // 2
+    while step > 0:
+        if tid < step:
+            partial[tid, 0] += partial[tid + step, 0]
+            partial[tid, 1] += partial[tid + step, 1]
+        cuda.syncthreads()
+        step //= 2
+    if tid == 0:
+        cuda.atomic.add(obs, (row, lat, 0), partial[0, 0])
+        cuda.atomic.add(obs, (row, lat, 1), partial[0, 1])
+
+
+_block_sum_dev = cuda.jit(device=True)(_block_sum_and_store)
+
+
+@_jit
+def _k_measure_int8(spins, meta, blocks, dim, obs, row):  # type: ignore[no-untyped-def]
+    partial = cuda.shared.array((THREADS, 2), dtype=np.int64)
+    lat = blocks[cuda.blockIdx.x, 0]
+    g = blocks[cuda.blockIdx.x, 1] + cuda.threadIdx.x
+    L = meta[lat, 1]
+    n_sites = (L // 2) * L if dim == 2 else (L // 2) * L * L
+    mag = 0
+    bonds = 0
+    if 8 * g < n_sites:  # no early return: every thread must reach the barriers
+        mag, bonds = _measure_int8_dev(spins, meta[lat, 0], L, dim, g)
+    _block_sum_dev(partial, mag, bonds, obs, row, lat)
+
+
+@_jit
+def _k_measure_word(black, white, meta, blocks, obs, row):  # type: ignore[no-untyped-def]
+    partial = cuda.shared.array((THREADS, 2), dtype=np.int64)
+    lat = blocks[cuda.blockIdx.x, 0]
+    L = meta[lat, 1]
+    count = _words_per_thread_dev(L)  # the update kernel's work split
+    w0 = (blocks[cuda.blockIdx.x, 1] + cuda.threadIdx.x) * count
+    mag = 0
+    bonds = 0
+    if w0 < L * L // 32:
+        for k in range(count):
+            m, b = _measure_word_dev(black, white, meta[lat, 0], L, w0 + k)
+            mag += m
+            bonds += b
+    _block_sum_dev(partial, mag, bonds, obs, row, lat)
+
+
+# ---- the ensemble --------------------------------------------------------------------------
+class IsingEnsemble:
+    """A batch of lattices (sizes[n], temperatures[n]) of one dimension, advanced together.
+
+    `run(n, measure)` advances every lattice by n sweeps (a sweep = both colours); with
+    `measure` it returns obs[t, n, :] = (Σ s, Σ_bonds s_i s_j) after each sweep (int64).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        sizes: Sequence[int],
+        temperatures: Sequence[float],
+        *,
+        field: float = 0.0,
+        seed: int = 0,
+        streams: Sequence[int] | None = None,
+        kernel: str = "int8",
+        device: str = "auto",
+    ) -> None:
+        if dim not in (2, 3):
+            raise ValueError(f"dimension must be 2 or 3, got {dim}")
+        if kernel not in KERNELS:
+            raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+        if len(sizes) != len(temperatures) or not sizes:
+            raise ValueError("need one temperature per lattice and at least one lattice")
+        for L in sizes:
+            if L < 2 or L % 2:
+                raise ValueError(f"lattice size must be even and ≥ 2, got {L}")
+            if kernel == "multispin" and (dim != 2 or L % 32):
+                raise ValueError(f"the multispin kernel needs 2D and L a multiple of 32, got {L}")
+        if not math.isfinite(field):
+            raise ValueError("field must be finite")
+        self.dim = dim
+        self.kernel = kernel
+        self.device = resolve_device(device, "Ising Metropolis")
+        self.sizes = np.asarray(sizes, dtype=np.int64)
+        self.temperatures = np.asarray(temperatures, dtype=np.float64)
+        self.field = float(field)
+        self.streams = np.asarray(
+            range(len(sizes)) if streams is None else streams, dtype=np.int64
+        )
+        if (
+            self.streams.shape != self.sizes.shape
+            or (self.streams < 0).any()
+            or (self.streams >= 2**32).any()
+        ):
+            raise ValueError("need one stream id in [0, 2^32) per lattice")
+        self.key0, self.key1 = seed_key(seed)
+        self.thr = acceptance_table(dim, list(self.temperatures), self.field)
+        # the kernels compare the 16-bit halves of a site's uniform (see gpu.ising_core)
+        self.thr_hi = (self.thr >> np.uint64(16)).astype(np.uint32)
+        self.thr_lo = (self.thr & np.uint64(0xFFFF)).astype(np.uint32)
+        self.n_spins = self.sizes**dim
+        self.sweep = 0
+        if kernel == "int8":
+            per_lattice = self.n_spins
+            self._units = ((self.n_spins // 2) + 7) // 8  # thread work items per lattice
+        else:
+            per_lattice = self.sizes * self.sizes // 32
+            self._units = per_lattice // np.array(
+                [core.words_per_thread(int(L)) for L in self.sizes], dtype=np.int64
+            )
+        self.offsets = np.concatenate([[0], np.cumsum(per_lattice)[:-1]]).astype(np.int64)
+        total = int(per_lattice.sum())
+        if kernel == "int8":
+            self._host: tuple[Any, ...] = (np.ones(total, dtype=np.int8),)
+        else:
+            up = np.uint64(0x1111111111111111)  # every nibble 1: all spins up
+            self._host = (np.full(total, up), np.full(total, up))
+        blocks = (self._units + THREADS - 1) // THREADS
+        self._blk_lat = np.repeat(np.arange(len(sizes), dtype=np.int64), blocks)
+        self._blk_first = np.concatenate(
+            [np.arange(b, dtype=np.int64) * THREADS for b in blocks]
+        )
+        self._dev: tuple[Any, ...] | None = None
+        if self.device == "cuda":
+            self._to_device()
+            # configure the launches once: a fresh kernel[grid, block] per call costs
+            # host time that dominates the sweep of lattices below L ≈ 8,192
+            grid = int(self._blk_lat.shape[0])
+            if kernel == "int8":
+                self._launch_update = _k_update_int8[grid, THREADS]
+                self._launch_measure = _k_measure_int8[grid, THREADS]
+            else:
+                self._launch_update = _k_update_word[grid, THREADS]
+                self._launch_measure = _k_measure_word[grid, THREADS]
+
+    # -- state access (tests, plots); not for the hot loop --------------------------------
+    def _to_device(self) -> None:
+        to = cuda.to_device
+        self._dev = tuple(to(a) for a in self._host)
+        thr = np.zeros((2, self.sizes.shape[0], TABLE_WIDTH), dtype=np.uint32)
+        thr[0, :, : self.thr_hi.shape[1]] = self.thr_hi
+        thr[1, :, : self.thr_lo.shape[1]] = self.thr_lo
+        self._d_meta = (
+            to(np.stack([self.offsets, self.sizes, self.streams], axis=1)),
+            to(thr),
+            to(np.stack([self._blk_lat, self._blk_first], axis=1)),
+        )
+
+    def _sync_host(self) -> None:
+        if self._dev is not None:
+            self._host = tuple(d.copy_to_host() for d in self._dev)
+
+    def spins(self, n: int) -> npt.NDArray[np.int8]:
+        """Lattice n as a ±1 int8 array of shape (L,)*dim."""
+        self._sync_host()
+        L = int(self.sizes[n])
+        off = int(self.offsets[n])
+        if self.kernel == "int8":
+            return self._host[0][off : off + L**self.dim].reshape((L,) * self.dim).copy()
+        w = L * L // 32
+        return unpack_colours(self._host[0][off : off + w], self._host[1][off : off + w], L)
+
+    def set_spins(self, n: int, spins: npt.NDArray[np.integer[Any]]) -> None:
+        """Replace lattice n (±1 values, shape (L,)*dim)."""
+        L = int(self.sizes[n])
+        spins = np.asarray(spins)
+        if spins.shape != (L,) * self.dim or not np.isin(spins, (-1, 1)).all():
+            raise ValueError(f"spins must be ±1 of shape {(L,) * self.dim}")
+        self._sync_host()
+        off = int(self.offsets[n])
+        s8 = spins.astype(np.int8)
+        if self.kernel == "int8":
+            self._host[0][off : off + L**self.dim] = s8.reshape(-1)
+        else:
+            w = L * L // 32
+            self._host[0][off : off + w] = pack_colour(s8, 0)
+            self._host[1][off : off + w] = pack_colour(s8, 1)
+        if self._dev is not None:
+            self._to_device()
+
+    # -- advancing -------------------------------------------------------------------------
+    def run(self, n_sweeps: int, measure: bool = False) -> I64 | None:
+        """Advance every lattice by n_sweeps; with `measure`, (Σ s, Σ bonds) per sweep."""
+        if n_sweeps < 0 or self.sweep + n_sweeps > MAX_SWEEPS:
+            raise ValueError(f"sweep count out of range: {n_sweeps}")
+        n_lat = self.sizes.shape[0]
+        obs = np.zeros((n_sweeps if measure else 0, n_lat, 2), dtype=np.int64)
+        if n_sweeps == 0:
+            return obs if measure else None
+        if self.device == "cpu":
+            self._run_cpu(n_sweeps, measure, obs)
+        else:
+            obs = self._run_cuda(n_sweeps, measure, obs)
+        self.sweep += n_sweeps
+        return obs if measure else None
+
+    def _run_cpu(self, n_sweeps: int, measure: bool, obs: I64) -> None:
+        holder = obs if measure else np.zeros((1, 1, 2), dtype=np.int64)
+        if self.kernel == "int8":
+            _cpu_int8(
+                self._host[0], self.offsets, self.sizes, self.streams, self.dim, self.thr_hi,
+                self.thr_lo, self.key0, self.key1, self.sweep, n_sweeps, measure, holder,
+            )
+        else:
+            _cpu_multispin(
+                self._host[0], self._host[1], self.offsets, self.sizes, self.streams,
+                self.thr_hi, self.thr_lo, self.key0, self.key1, self.sweep, n_sweeps, measure,
+                holder,
+            )
+
+    def _run_cuda(self, n_sweeps: int, measure: bool, obs: I64) -> I64:
+        assert self._dev is not None
+        meta, thr, blocks = self._d_meta
+        update, measure_sums = self._launch_update, self._launch_measure
+        d_obs = cuda.to_device(obs) if measure else None
+        for t in range(n_sweeps):
+            sweep = self.sweep + t
+            if self.kernel == "int8":
+                (spins,) = self._dev
+                for colour in (0, 1):
+                    update(spins, meta, thr, blocks, self.dim, self.key0, self.key1, sweep, colour)
+                if measure:
+                    measure_sums(spins, meta, blocks, self.dim, d_obs, t)
+            else:
+                black, white = self._dev
+                for colour, own, other in ((0, black, white), (1, white, black)):
+                    update(own, other, meta, thr, blocks, self.key0, self.key1, sweep, colour)
+                if measure:
+                    measure_sums(black, white, meta, blocks, d_obs, t)
+        if d_obs is not None:
+            return np.asarray(d_obs.copy_to_host())
+        cuda.synchronize()
+        return obs
+
+
+def run_ensemble(
+    ensemble: IsingEnsemble,
+    sweeps: int,
+    therm: int,
+    *,
+    chunk: int = 200,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], float]:
+    """Thermalise, then measure every sweep: (m[t, n], e[t, n]) per spin, and seconds.
+
+    m is the magnetisation per spin, e the energy per spin -(Σ bonds + h·Σ s)/N. Work goes
+    in chunks so that `progress(done, total)` can report between them.
+    """
+    total = therm + sweeps
+    done = 0
+    start = time.perf_counter()
+    while done < therm:
+        n = min(chunk, therm - done)
+        ensemble.run(n)
+        done += n
+        if progress:
+            progress(done, total)
+    parts = []
+    while done < total:
+        n = min(chunk, total - done)
+        obs = ensemble.run(n, measure=True)
+        assert obs is not None
+        parts.append(obs)
+        done += n
+        if progress:
+            progress(done, total)
+    seconds = time.perf_counter() - start
+    raw = np.concatenate(parts, axis=0) if parts else np.zeros((0, len(ensemble.sizes), 2))
+    n_spins = ensemble.n_spins.astype(np.float64)[None, :]
+    m = raw[:, :, 0] / n_spins
+    e = -(raw[:, :, 1] + ensemble.field * raw[:, :, 0]) / n_spins
+    return m, e, seconds
