@@ -131,8 +131,8 @@ def _profile_kernels() -> tuple[Any, Any]:
     neighbours = ising_mod.TWIN.cuda.neighbour_nibbles
 
     @cuda.jit
-    def rng_only(out, n_words, L, sweep, key0, key1):  # type: ignore[no-untyped-def]
-        w = cuda.grid(1)
+    def rng_only(out, n_words, L, sweep, key0, key1):
+        w = cuda.grid(1)  # type: ignore[call-arg,var-annotated]
         if w < n_words:
             W = L // 32
             i = w // W
@@ -147,12 +147,12 @@ def _profile_kernels() -> tuple[Any, Any]:
     decisions = ising_mod.TWIN.cuda.octet_decisions
 
     @cuda.jit
-    def no_rng(own, other, n_words, L, colour, thr):  # type: ignore[no-untyped-def]
+    def no_rng(own, other, n_words, L, colour, thr):
         # the multi-spin kernel with a cheap hash where Philox was: memory + arithmetic
         table = cuda.shared.array((1, 14), dtype=np.uint32)
         if cuda.threadIdx.x < thr.shape[1]:
             table[0, cuda.threadIdx.x] = thr[0, cuda.threadIdx.x]
-        cuda.syncthreads()
+        cuda.syncthreads()  # type: ignore[call-arg]
         w = cuda.grid(1)
         if w < n_words:
             up = neighbours(other, 0, L, colour, w)

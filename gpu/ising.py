@@ -113,7 +113,7 @@ _measure_word = TWIN.cpu.measure_word_2d
 
 
 @njit(parallel=True, cache=True)
-def _cpu_int8(spins, offs, sizes, streams, dim, thr_hi, thr_lo, key0, key1, sweep0, n_sweeps, measure, obs):  # type: ignore[no-untyped-def]  # noqa: E501
+def _cpu_int8(spins, offs, sizes, streams, dim, thr_hi, thr_lo, key0, key1, sweep0, n_sweeps, measure, obs):  # noqa: E501
     for lat in prange(sizes.shape[0]):
         L = sizes[lat]
         off = offs[lat]
@@ -138,7 +138,7 @@ def _cpu_int8(spins, offs, sizes, streams, dim, thr_hi, thr_lo, key0, key1, swee
 
 
 @njit(parallel=True, cache=True)
-def _cpu_multispin(black, white, offs, sizes, streams, thr_hi, thr_lo, key0, key1, sweep0, n_sweeps, measure, obs):  # type: ignore[no-untyped-def]  # noqa: E501
+def _cpu_multispin(black, white, offs, sizes, streams, thr_hi, thr_lo, key0, key1, sweep0, n_sweeps, measure, obs):  # noqa: E501
     for lat in prange(sizes.shape[0]):
         L = sizes[lat]
         off = offs[lat]
@@ -178,7 +178,7 @@ _jit = cuda.jit(cache=cuda_kernel_cache())
 # Kernel arguments are packed (meta = offset, L, stream per lattice; blocks = lattice,
 # first work item per block; thr = thr_hi, thr_lo): numba-cuda marshals every array
 # argument on each launch, and small lattices are bound by that host cost.
-def _load_table(table, thr, lat):  # type: ignore[no-untyped-def]
+def _load_table(table, thr, lat):
     # The block's lattice's acceptance row in shared memory: every spin reads it, and a
     # shared load is far cheaper than an indexed global one. All threads reach the barrier.
     t = cuda.threadIdx.x
@@ -192,7 +192,7 @@ _load_table_dev = cuda.jit(device=True)(_load_table)
 
 
 @_jit
-def _k_update_int8(spins, meta, thr, blocks, dim, key0, key1, sweep, colour):  # type: ignore[no-untyped-def]  # noqa: E501
+def _k_update_int8(spins, meta, thr, blocks, dim, key0, key1, sweep, colour):  # noqa: E501
     lat = blocks[cuda.blockIdx.x, 0]
     table = cuda.shared.array((2, TABLE_WIDTH), dtype=np.uint32)
     _load_table_dev(table, thr, lat)
@@ -207,7 +207,7 @@ def _k_update_int8(spins, meta, thr, blocks, dim, key0, key1, sweep, colour):  #
 
 
 @_jit
-def _k_update_word(own, other, meta, thr, blocks, key0, key1, sweep, colour):  # type: ignore[no-untyped-def]  # noqa: E501
+def _k_update_word(own, other, meta, thr, blocks, key0, key1, sweep, colour):  # noqa: E501
     lat = blocks[cuda.blockIdx.x, 0]
     table = cuda.shared.array((2, TABLE_WIDTH), dtype=np.uint32)
     _load_table_dev(table, thr, lat)
@@ -221,7 +221,7 @@ def _k_update_word(own, other, meta, thr, blocks, key0, key1, sweep, colour):  #
         )
 
 
-def _block_sum_and_store(partial, mag, bonds, obs, row, lat):  # type: ignore[no-untyped-def]
+def _block_sum_and_store(partial, mag, bonds, obs, row, lat):
     # Shared-memory tree reduction of one block, then one atomic add per block and
     # observable: the lattice is read once per measurement and never leaves the GPU.
     tid = cuda.threadIdx.x
@@ -244,7 +244,7 @@ _block_sum_dev = cuda.jit(device=True)(_block_sum_and_store)
 
 
 @_jit
-def _k_measure_int8(spins, meta, blocks, dim, obs, row):  # type: ignore[no-untyped-def]
+def _k_measure_int8(spins, meta, blocks, dim, obs, row):
     partial = cuda.shared.array((THREADS, 2), dtype=np.int64)
     lat = blocks[cuda.blockIdx.x, 0]
     g = blocks[cuda.blockIdx.x, 1] + cuda.threadIdx.x
@@ -258,7 +258,7 @@ def _k_measure_int8(spins, meta, blocks, dim, obs, row):  # type: ignore[no-unty
 
 
 @_jit
-def _k_measure_word(black, white, meta, blocks, obs, row):  # type: ignore[no-untyped-def]
+def _k_measure_word(black, white, meta, blocks, obs, row):
     partial = cuda.shared.array((THREADS, 2), dtype=np.int64)
     lat = blocks[cuda.blockIdx.x, 0]
     L = meta[lat, 1]

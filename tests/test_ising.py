@@ -33,7 +33,7 @@ KAT = [
 
 
 @pytest.mark.parametrize("ctr,key,expected", KAT)
-def test_philox_matches_random123_known_answers(ctr, key, expected) -> None:  # type: ignore[no-untyped-def]
+def test_philox_matches_random123_known_answers(ctr, key, expected) -> None:
     args = [U(x) for x in (*ctr, *key)]
     assert tuple(int(x) for x in core.philox4x32_10(*args)) == expected
     assert tuple(int(x) for x in TWIN.cpu.philox4x32_10(*args)) == expected
@@ -291,7 +291,7 @@ def test_acceptance_table_is_exact_threshold_of_boltzmann_factor() -> None:
         {"field": float("inf")}, {"seed": -1}, {"streams": [-3]},
     ],
 )
-def test_bad_ensemble_parameters_are_rejected(kwargs: dict) -> None:  # type: ignore[type-arg]
+def test_bad_ensemble_parameters_are_rejected(kwargs: dict) -> None:
     args = {"dim": 2, "sizes": [32], "temperatures": [2.0], "device": "cpu", **kwargs}
     with pytest.raises(ValueError):
         IsingEnsemble(args.pop("dim"), args.pop("sizes"), args.pop("temperatures"), **args)

@@ -17,11 +17,11 @@ KEYS = {
 }
 
 
-def run(tmp_path: Path, *extra: str, name: str = "out.json") -> dict:  # type: ignore[type-arg]
+def run(tmp_path: Path, *extra: str, name: str = "out.json") -> dict:
     path = tmp_path / name
     rc = run_engine.main(["ising", "--device", "cpu", "--json", str(path), *extra])
     assert rc == 0
-    return json.loads(path.read_text())  # type: ignore[no-any-return]
+    return json.loads(path.read_text())
 
 
 def test_json_contract_plots_and_progress(
