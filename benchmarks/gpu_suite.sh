@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One device call: the real-GPU tests and the GPU benchmarks, logs and JSON into $OUT.
 # Usage on the GPU machine (after the wheel install line of ../shared/tools/device-wheels.sh):
-#   bash benchmarks/gpu_suite.sh [tests] [indicators] [options] [gp] [experiment]
+#   bash benchmarks/gpu_suite.sh [tests] [indicators] [options] [gp] [experiment] [gp_eval]
+#                                [ising] [timeseries] [subset] [islands]   (islands: on two GPUs)
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-benchmarks/out}
@@ -18,6 +19,10 @@ for s in "${steps[@]}"; do
     options) timeout 300 python3 benchmarks/options.py --json "$OUT/options.json" 2>&1 | tail -40 ;;
     gp) timeout 300 python3 benchmarks/gp_evaluator.py --json "$OUT/gp_evaluator.json" 2>&1 | tail -25 ;;
     gp_eval) timeout 400 python3 benchmarks/gp_eval.py --json "$OUT/gp_eval.json" 2>&1 | grep -v repaired | tail -40 ;;
+    ising) timeout 300 python3 benchmarks/ising.py --json "$OUT/ising.json" 2>&1 | tail -40 ;;
+    timeseries) timeout 200 python3 benchmarks/timeseries.py --json "$OUT/timeseries.json" 2>&1 | tail -25 ;;
+    subset) timeout 200 python3 benchmarks/subset.py --json "$OUT/subset.json" 2>&1 | tail -25 ;;
+    islands) timeout 300 python3 benchmarks/gp_islands.py --json "$OUT/gp_islands_scaling.json" 2>&1 | grep -v "repaired\|distributed\." | tail -20 ;;
     experiment) timeout 560 python3 benchmarks/gp_experiment.py --json "$OUT/gp_experiment.json" 2>&1 | tail -40 ;;
   esac
 done
