@@ -45,9 +45,14 @@ def _finite(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
+#: fewer daily returns than this give no annualised ratio: Sharpe from two days of a
+#: synthetic replay came out near 40, which says nothing about a year
+MIN_RATIO_DAYS = 20
+
+
 def sharpe_ratio(rets: np.ndarray) -> float | None:
-    """Annualised Sharpe ratio of daily returns (risk-free rate 0); None under 2 days."""
-    if rets.size < 2:
+    """Annualised Sharpe ratio of daily returns (risk-free rate 0); None under MIN_RATIO_DAYS."""
+    if rets.size < MIN_RATIO_DAYS:
         return None
     sd = rets.std(ddof=1)
     return _finite(rets.mean() / sd * math.sqrt(TRADING_DAYS)) if sd > 0 else None
@@ -55,14 +60,16 @@ def sharpe_ratio(rets: np.ndarray) -> float | None:
 
 def sortino_ratio(rets: np.ndarray) -> float | None:
     """Annualised Sortino ratio: mean daily return over the downside deviation (target 0)."""
-    if rets.size < 2:
+    if rets.size < MIN_RATIO_DAYS:
         return None
     dd = math.sqrt(float(np.mean(np.minimum(rets, 0.0) ** 2)))
     return _finite(rets.mean() / dd * math.sqrt(TRADING_DAYS)) if dd > 0 else None
 
 
 def annual_volatility(rets: np.ndarray) -> float | None:
-    return _finite(rets.std(ddof=1) * math.sqrt(TRADING_DAYS)) if rets.size >= 2 else None
+    if rets.size < MIN_RATIO_DAYS:
+        return None
+    return _finite(rets.std(ddof=1) * math.sqrt(TRADING_DAYS))
 
 
 MIN_CAGR_DAYS = 30  # compounding a few days' return over a year means nothing

@@ -14,7 +14,7 @@ from engine.config import load_config
 from engine.errors import UserError
 from engine.outputs import check_writable_dir
 from engine.replay import replay
-from engine.report import build_report, write_outputs
+from engine.report import MIN_RATIO_DAYS, build_report, write_outputs
 from gpu.device import resolve_device
 from strategies.registry import load_strategy
 
@@ -219,7 +219,8 @@ def summary(r: dict[str, Any]) -> str:
         f"CAGR {_pct(r['cagr'])}, max drawdown {r['max_drawdown'] * 100:.2f}%",
         f"  Sharpe {_num(r['sharpe'])}, Sortino {_num(r['sortino'])}, Calmar "
         f"{_num(r['calmar'])}, volatility {_share(r['annual_volatility'])} a year "
-        f"(from {r['trading_days']} daily returns)",
+        f"(from {r['trading_days']} daily returns; ratios need at least "
+        f"{MIN_RATIO_DAYS})",
         f"  {r['round_trips']:,} round trips: win rate {_share(r['win_rate'])}, profit factor "
         f"{_num(r['profit_factor'])}, average win {_money(r['average_win'])}, average loss "
         f"{_money(r['average_loss'])}; exposure {r['exposure'] * 100:.1f}%, turnover "
