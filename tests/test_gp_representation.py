@@ -231,3 +231,4 @@ def test_population_check_names_a_corrupt_individual() -> None:
     deep = pop.take(np.arange(10))
     with pytest.raises(ValueError, match="deeper"):
         deep.check(max_depth=1)
+

@@ -14,6 +14,10 @@ panel makes a seed reproduce on every evaluator device.
 from __future__ import annotations
 
 import functools
+import hashlib
+import logging
+import os
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +27,8 @@ import numpy.typing as npt
 from feeds.daily import DailyMatrix, DailyTable, daily_matrix, load_daily
 from feeds.sources import resolve_data_file
 from gpu.indicators import compute_panel
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -85,9 +91,45 @@ def _table(path: Path) -> DailyTable:
     return _cached_table(str(path.resolve()), st.st_mtime_ns, st.st_size)
 
 
+#: bump when DailyTable or the parser's cleaning changes, so old cache files are ignored
+PARSE_CACHE_VERSION = 1
+
+
+def parse_cache_dir() -> Path:
+    """Where parsed daily files are kept between runs: $TRADING_CACHE_DIR, else the user's
+    cache folder. Parsing the S&P 500 file takes seconds; a run of `evolve` then takes less."""
+    env = os.environ.get("TRADING_CACHE_DIR")
+    if env:
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "gpu-trading-engine"
+
+
 @functools.lru_cache(maxsize=2)
 def _cached_table(path: str, mtime_ns: int, size: int) -> DailyTable:
-    return load_daily(path)
+    key = hashlib.sha256(f"{PARSE_CACHE_VERSION}|{path}|{mtime_ns}|{size}".encode()).hexdigest()
+    cache_file = parse_cache_dir() / f"daily-{key[:32]}.pickle"
+    try:
+        with cache_file.open("rb") as f:
+            table = pickle.load(f)
+        if isinstance(table, DailyTable):
+            for counter in (table.skipped, table.repaired):
+                if counter.total:
+                    log.info("%s: %s %s when it was parsed (cached in %s)", path, counter.what,
+                             counter.counts, cache_file.parent)
+            return table
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        pass  # no cache yet, or unreadable: parse the file
+    table = load_daily(path)
+    try:  # best effort: a read-only home only costs the next run the parse
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
+        with tmp.open("wb") as f:
+            pickle.dump(table, f, protocol=pickle.HIGHEST_PROTOCOL)
+        tmp.replace(cache_file)
+    except OSError as e:
+        log.debug("parse cache not written: %s", e)
+    return table
 
 
 def window_from_matrix(m: DailyMatrix, train_days: int, test_days: int,
