@@ -48,6 +48,7 @@ from numba import cuda, prange
 from gpu import gp_core
 from gpu.device import resolve_device
 from gpu.gp_core import CASH0, CODE_BUY, CODE_SELL, OP_AND, OP_GT, OP_NOT, STACK_SIZE
+from gpu.gp_eval import WindowEvaluator, _check_programs, gp_ops
 from gpu.terminals import N_FLOAT, N_TERMINALS
 from gpu.twin import compile_twin, cuda_kernel_cache, flush_stale_caches
 
@@ -333,7 +334,7 @@ class BitwiseCounts:
     node_equivalent: int  # the stack interpreter's count for the same programs
 
 
-class BitwiseEvaluator:
+class BitwiseEvaluator(WindowEvaluator):
     """Evaluates populations over one window with shared masks; drop-in for the interpreter.
 
     Same interface as `gpu.gp_eval.PopulationEvaluator` (`final_cash`, `fitness`, `bh_cash`,
@@ -343,20 +344,8 @@ class BitwiseEvaluator:
 
     def __init__(self, panel: F64 | np.ndarray, close: np.ndarray, day0: int, day1: int,
                  device: str = "auto") -> None:
-        from gpu.gp_eval import _check_panel, buy_hold_cash
-
-        panel_c, close_c = _check_panel(panel, close, day0, day1)
-        assert close_c is not None
-        if not np.all(np.isfinite(close_c[day0:day1])) or np.any(close_c[day0:day1] <= 0):
-            raise ValueError("close prices must be finite and > 0 on every day of the window")
-        self.device = resolve_device(device, "GP evaluation")
-        self.panel, self.close = panel_c, close_c
-        self.day0, self.day1 = day0, day1
-        self.n_stocks = panel_c.shape[2]
-        self.n_days = day1 - day0
-        self.bh_cash = buy_hold_cash(close_c, day0, day1)
-        self.last_seconds = 0.0
-        self.last_ops = 0
+        super().__init__(panel, close, day0, day1, device)
+        panel_c, close_c = self.panel, self.close
         self.last_counts = BitwiseCounts(0, 0, 0)
         shape = (N_MASKS, n_words(self.n_days), self.n_stocks)
         self.mask_ops = N_MASKS * self.n_stocks * self.n_days
@@ -379,8 +368,6 @@ class BitwiseEvaluator:
         self.final_cash(warm, np.full(1, 2, np.int32))
 
     def final_cash(self, programs: np.ndarray, lengths: np.ndarray) -> F64:
-        from gpu.gp_eval import _check_programs, gp_ops
-
         programs, lengths = _check_programs(programs, lengths)
         n = programs.shape[0]
         t0 = time.perf_counter()
@@ -414,9 +401,3 @@ class BitwiseEvaluator:
         self.last_ops = self.last_counts.credited
         return out
 
-    def fitness(self, programs: np.ndarray, lengths: np.ndarray) -> tuple[F64, F64]:
-        """(fitness (n,), final cash (n, n_stocks))."""
-        from gpu.gp_eval import fitness_from_cash
-
-        cash = self.final_cash(programs, lengths)
-        return fitness_from_cash(cash, self.bh_cash), cash

@@ -259,7 +259,39 @@ def gp_ops(lengths: np.ndarray, n_stocks: int, n_days: int) -> int:
     return int(np.asarray(lengths, np.int64).sum()) * n_stocks * n_days
 
 
-class PopulationEvaluator:
+class WindowEvaluator:
+    """What every population evaluator holds: one checked window of the panel and closes,
+    the buy-and-hold cash of each stock over it, and the timing of the latest evaluation.
+
+    `panel` (n_days, 31, n_stocks) float32, `close` (n_days, n_stocks) float64, trading days
+    [day0, day1). Subclasses implement `final_cash`.
+    """
+
+    def __init__(self, panel: np.ndarray, close: np.ndarray, day0: int, day1: int,
+                 device: str = "auto") -> None:
+        panel_c, close_c = _check_panel(panel, close, day0, day1)
+        assert close_c is not None
+        if not np.all(np.isfinite(close_c[day0:day1])) or np.any(close_c[day0:day1] <= 0):
+            raise ValueError("close prices must be finite and > 0 on every day of the window")
+        self.device = resolve_device(device, "GP evaluation")
+        self.panel, self.close = panel_c, close_c
+        self.day0, self.day1 = day0, day1
+        self.n_stocks = panel_c.shape[2]
+        self.n_days = day1 - day0
+        self.bh_cash = buy_hold_cash(close_c, day0, day1)
+        self.last_seconds = 0.0
+        self.last_ops = 0
+
+    def final_cash(self, programs: np.ndarray, lengths: np.ndarray) -> F64:
+        raise NotImplementedError
+
+    def fitness(self, programs: np.ndarray, lengths: np.ndarray) -> tuple[F64, F64]:
+        """(fitness (n,), final cash (n, n_stocks))."""
+        cash = self.final_cash(programs, lengths)
+        return fitness_from_cash(cash, self.bh_cash), cash
+
+
+class PopulationEvaluator(WindowEvaluator):
     """Evaluates many populations over one fixed window; on CUDA the panel stays resident.
 
     `method`: "bitwise" (default; `gpu.gp_bitwise`, 64 days per word over shared comparison
@@ -281,18 +313,8 @@ class PopulationEvaluator:
             from gpu.gp_bitwise import BitwiseEvaluator
 
             self._bits = BitwiseEvaluator(panel, close, day0, day1, device)
-        panel_c, close_c = _check_panel(panel, close, day0, day1)
-        assert close_c is not None
-        if not np.all(np.isfinite(close_c[day0:day1])) or np.any(close_c[day0:day1] <= 0):
-            raise ValueError("close prices must be finite and > 0 on every day of the window")
-        self.device = resolve_device(device, "GP evaluation")
-        self.panel, self.close = panel_c, close_c
-        self.day0, self.day1 = day0, day1
-        self.n_stocks = panel_c.shape[2]
-        self.n_days = day1 - day0
-        self.bh_cash = buy_hold_cash(close_c, day0, day1)
-        self.last_seconds = 0.0
-        self.last_ops = 0
+        super().__init__(panel, close, day0, day1, device)
+        panel_c, close_c = self.panel, self.close
         self._d_panel: Any = None
         self._d_close: Any = None
         if self._bits is not None:
@@ -328,7 +350,3 @@ class PopulationEvaluator:
         self.last_ops = gp_ops(lengths, self.n_stocks, self.n_days)
         return out
 
-    def fitness(self, programs: np.ndarray, lengths: np.ndarray) -> tuple[F64, F64]:
-        """(fitness (n,), final cash (n, n_stocks))."""
-        cash = self.final_cash(programs, lengths)
-        return fitness_from_cash(cash, self.bh_cash), cash
