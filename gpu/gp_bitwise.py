@@ -48,7 +48,7 @@ from numba import cuda, prange
 from gpu import gp_core
 from gpu.device import resolve_device
 from gpu.gp_core import CASH0, CODE_BUY, CODE_SELL, OP_AND, OP_GT, OP_NOT, STACK_SIZE
-from gpu.gp_eval import WindowEvaluator, _check_programs, gp_ops
+from gpu.gp_eval import WindowEvaluator, _check_programs, fitness_from_cash, gp_ops
 from gpu.terminals import N_FLOAT, N_TERMINALS
 from gpu.twin import compile_twin, cuda_kernel_cache, flush_stale_caches
 
@@ -351,6 +351,8 @@ class BitwiseEvaluator(WindowEvaluator):
         self.mask_ops = N_MASKS * self.n_stocks * self.n_days
         self._h_out: Any = None
         self._d_out: Any = None
+        self._cash: F64 | None = None
+        self._scratch: F64 | None = None
         t0 = time.perf_counter()
         if self.device == "cpu":
             self._masks: Any = np.empty(shape, np.uint64)
@@ -367,11 +369,23 @@ class BitwiseEvaluator(WindowEvaluator):
         warm = np.array([[N_TERMINALS - 1, N_TERMINALS - 1]], np.int16)
         self.final_cash(warm, np.full(1, 2, np.int32))
 
-    def final_cash(self, programs: np.ndarray, lengths: np.ndarray) -> F64:
+    def population_fitness(self, programs: np.ndarray, lengths: np.ndarray) -> F64:
+        """Fitness from the cash left in the evaluator's own buffer: no copy of the cash and
+        no fresh temporaries per generation (25,000 x 128 doubles each)."""
+        n = np.asarray(programs).shape[0]
+        if self._cash is None or self._scratch is None or self._cash.shape[0] < n:
+            self._cash = np.empty((n, self.n_stocks), np.float64)
+            self._scratch = np.empty((n, self.n_stocks), np.float64)
+        cash = self.final_cash(programs, lengths, out=self._cash[:n])
+        return fitness_from_cash(cash, self.bh_cash, self._scratch[:n])
+
+    def final_cash(self, programs: np.ndarray, lengths: np.ndarray,
+                   out: np.ndarray | None = None) -> F64:
         programs, lengths = _check_programs(programs, lengths)
         n = programs.shape[0]
         t0 = time.perf_counter()
-        out = np.empty((n, self.n_stocks), np.float64)
+        if out is None:
+            out = np.empty((n, self.n_stocks), np.float64)
         if n == 0:
             return out
         code, code_lengths = to_mask_programs(programs, lengths)

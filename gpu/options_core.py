@@ -13,7 +13,7 @@ onto the payoff after each step (an American call without dividends and with r โ
 never exercised early and is priced as the European one). Price, delta and gamma at the
 spot come from a quartic through the five nearest nodes.
 
-Two backends over the same per-node functions (DESIGN.md ยง3):
+Two backends over the same per-node functions (compiled by gpu/twin.py):
 - CUDA: one block per option, one thread per grid node, float32; the tridiagonal system is
   solved by parallel cyclic reduction (PCR) in shared memory. The matrix is the same for
   every step of a phase, so the PCR elimination factors of each level are computed once

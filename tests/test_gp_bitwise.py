@@ -136,3 +136,15 @@ def test_cuda_bitwise_equals_stack_interpreter_at_paper_size(shared_data) -> Non
     stack = gp_eval.PopulationEvaluator(w.panel, w.close, 0, day1, "cpu", method="stack")
     bits = gp_eval.PopulationEvaluator(w.panel, w.close, 0, day1, "cuda", method="bitwise")
     assert np.array_equal(bits.final_cash(programs, lengths), stack.final_cash(programs, lengths))
+
+
+def test_population_fitness_equals_fitness_of_the_cash_on_every_call(window: GPWindow) -> None:
+    bits = gp_bitwise.BitwiseEvaluator(window.panel, window.close, window.train.day0,
+                                       window.train.day1, "cpu")
+    for seed, n in ((1, 50), (2, 80), (3, 30)):  # growing and shrinking: buffers reused
+        programs, lengths = population(n, seed).compile()
+        want, cash = bits.fitness(programs, lengths)
+        got = bits.population_fitness(programs, lengths)
+        assert np.array_equal(got, want)
+        assert np.array_equal(gp_eval.fitness_from_cash(cash, bits.bh_cash),
+                              np.mean(gp_eval.roi(cash) - gp_eval.roi(bits.bh_cash), axis=1))

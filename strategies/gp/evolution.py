@@ -249,7 +249,7 @@ def advance(evaluator: PopulationEvaluator, state: EvolutionState, until: int,
             carried = state.fitness[elite]
             pop = Population.concat([state.population.take(elite), todo])
         programs, lengths = todo.compile()
-        new_fit, _ = evaluator.fitness(programs, lengths)
+        new_fit = evaluator.population_fitness(programs, lengths)
         fitness = np.concatenate([carried, new_fit])
         state.population, state.fitness, state.generation = pop, fitness, g + 1
         state.hall.update(pop, fitness, g)
