@@ -117,7 +117,9 @@ class WorkerClient:
         assert self._proc.stdin is not None
         self._proc.stdin.write(msgspec.json.encode(list(configs)))
         self._proc.stdin.close()
-        self._finalizer = weakref.finalize(self, _shut_down, self._shm, self._proc)
+        # the views go with the finalizer: the segment can be closed only once they are
+        self._finalizer = weakref.finalize(self, _shut_down, self._shm, self._proc,
+                                           [self._q, self._d], self._res)
         deadline = time.monotonic() + START_TIMEOUT_S
         while not self._q[READY]:
             self._check_alive()
@@ -206,9 +208,6 @@ class WorkerClient:
 
     def close(self) -> None:
         """Stop the worker and free the shared memory (views released first)."""
-        self._res = []
-        for view in (self._q, self._d):
-            view.release()
         self._finalizer()
 
 
@@ -219,12 +218,12 @@ def _message(seq: int, ts: int, underlying: str, spot: float, symbols: tuple[str
     return OptionGroupValues(seq, ts, underlying, spot, symbols, price, delta, gamma)
 
 
-def _shut_down(shm: shared_memory.SharedMemory, proc: Any) -> None:
-    try:
-        with memoryview(shm.buf).cast("q") as q:
-            q[STOP] = 1
-    except (ValueError, TypeError):
-        pass
+def _shut_down(shm: shared_memory.SharedMemory, proc: Any, views: list[Any],
+               arrays: list[np.ndarray]) -> None:
+    views[0][STOP] = 1
+    for view in views:
+        view.release()
+    arrays.clear()
     try:
         proc.wait(5.0)
     except subprocess.TimeoutExpired:

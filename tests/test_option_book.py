@@ -32,6 +32,7 @@ def small_group(**kw: object) -> OptionGroupConfig:
         "grid": "seed",
         "price_steps": 16,
         "time_steps": 3,
+        "messages": "option",  # per-contract messages; group messages: test_between_ticks
     }
     base.update(kw)
     return msgspec.convert(base, OptionGroupConfig)
@@ -107,7 +108,7 @@ def test_dated_expiries_shrink_with_the_tick_date() -> None:
 async def test_cuda_book_coalesces_ticks_and_awaits_by_polling() -> None:
     cfg = small_group(strikes=(100.0,), rights=("P",))
     other = small_group(underlying="DEF", strikes=(50.0,), rights=("C",))
-    book = OptionBook([cfg, other], device="cuda")
+    book = OptionBook([cfg, other], device="cuda", dispatch="inline")
     assert book.underlyings == {"ABC", "DEF"}
     book.on_underlying_tick("ABC", 99.0, TS0)
     assert book.in_flight == 1
@@ -134,7 +135,7 @@ async def test_cuda_book_coalesces_ticks_and_awaits_by_polling() -> None:
 async def test_engine_loop_keeps_running_while_groups_reprice() -> None:
     """A consumer loop feeding ticks and polling between them, as the engine does."""
     cfg = small_group(strikes=(100.0,), rights=("C",))
-    book = OptionBook([cfg], device="cuda")
+    book = OptionBook([cfg], device="cuda", dispatch="inline")
     got: list[OptionValue] = []
     for i, spot in enumerate((100.0, 100.5, 101.0)):
         book.on_underlying_tick("ABC", spot, TS0 + i)
