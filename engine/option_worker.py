@@ -90,6 +90,8 @@ class WorkerClient:
         # the contracts' symbols, by the same recipe as the worker (no pricer needed here)
         self.symbols: list[tuple[str, ...]] = [contract_symbols(c) for c in configs]
         self.layout = _Layout(_sizes(configs))
+        # numpy scalars (a strike from an array) encode as plain floats
+        payload = msgspec.json.encode(list(configs), enc_hook=_plain_number)
         self._shm = shared_memory.SharedMemory(create=True, size=8 * self.layout.words)
         self._q: Any = self._shm.buf.cast("q")
         self._d: Any = self._shm.buf.cast("d")
@@ -115,7 +117,7 @@ class WorkerClient:
              str(os.getpid())],
             stdin=subprocess.PIPE, env=env, cwd=root)
         assert self._proc.stdin is not None
-        self._proc.stdin.write(msgspec.json.encode(list(configs)))
+        self._proc.stdin.write(payload)
         self._proc.stdin.close()
         # the views go with the finalizer: the segment can be closed only once they are
         self._finalizer = weakref.finalize(self, _shut_down, self._shm, self._proc,
@@ -209,6 +211,12 @@ class WorkerClient:
     def close(self) -> None:
         """Stop the worker and free the shared memory (views released first)."""
         self._finalizer()
+
+
+def _plain_number(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    raise NotImplementedError(f"cannot send {type(obj).__name__} to the option worker")
 
 
 def _message(seq: int, ts: int, underlying: str, spot: float, symbols: tuple[str, ...],
