@@ -87,7 +87,8 @@ def run_row(name: str, factory: functools.partial[Any], groups: list[OptionGroup
         book = OptionBook(groups, device=device, dispatch=dispatch)
     startup = time.perf_counter() - t_start
     try:
-        res = replay(factory, SmaCross(), EngineConfig(transport=transport), option_book=book)
+        cfg = EngineConfig(transport=transport)  # type: ignore[arg-type]
+        res = replay(factory, SmaCross(), cfg, option_book=book)
         stats = res.engine.stats
         row: dict[str, Any] = {
             "row": name, "device": device if groups else None,
@@ -139,9 +140,10 @@ def main() -> None:
 
     spy = data_dir() / "lean_ticks_2013-10" / "equity" / "usa" / "tick" / "spy"
     if args.quick or not spy.is_dir():
-        factory = functools.partial(SyntheticMarket, n_symbols=3, n_ticks=20_000, seed=5,
-                                    tick_rate=50.0)
-        group = OptionGroupConfig(underlying="SYN000", strikes=tuple(np.geomspace(10, 300, 17).tolist()),
+        factory: functools.partial[Any] = functools.partial(
+            SyntheticMarket, n_symbols=3, n_ticks=20_000, seed=5, tick_rate=50.0)
+        group = OptionGroupConfig(underlying="SYN000",
+                                  strikes=tuple(np.geomspace(10, 300, 17).tolist()),
                                   expiries=(30, 60, 90), style="american", vol=0.15,
                                   rate=0.001, grid="seed")
         workload = "synthetic 20,000 ticks x 3 symbols (quick)"
@@ -153,7 +155,8 @@ def main() -> None:
     big_factory = functools.partial(SyntheticMarket, n_symbols=10, n_ticks=big_n, seed=21,
                                     tick_rate=1000.0)
     big_groups = [
-        OptionGroupConfig(underlying=f"SYN{i:03d}", strikes=tuple(np.geomspace(5, 400, 50).tolist()),
+        OptionGroupConfig(underlying=f"SYN{i:03d}",
+                          strikes=tuple(np.geomspace(5, 400, 50).tolist()),
                           expiries=(7, 14, 30, 60, 90, 120, 180, 270, 365, 730),
                           style="american", vol=0.25, rate=0.02, grid="seed")
         for i in range(10)]

@@ -32,13 +32,16 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from feeds.messages import Message, OptionGroupValues, OptionValue
+from feeds.messages import OptionGroupValues, OptionValue
 from feeds.option_chain import DAYS_PER_YEAR, option_symbol
 from gpu import options_core as core
 from gpu.device import resolve_device
 from gpu.options import GRIDS, OptionGroupPricer, make_grid, option_params, warm_up
 
 NS_PER_DAY = 86_400 * 1_000_000_000
+
+#: what the book publishes
+OptionMessage = OptionValue | OptionGroupValues
 
 
 class OptionGroupConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -204,7 +207,7 @@ class OptionBook:
         self.dispatch = dispatch
         self.tz = ZoneInfo(timezone)
         self._groups: dict[str, list[_Group]] = {}
-        self._ready: list[Message] = []
+        self._ready: list[OptionMessage] = []
         self._seq = 0
         self._ticks = 0
         #: option values handed out by poll()/drain() (a group message counts per contract)
@@ -306,7 +309,7 @@ class OptionBook:
 
     # -- results ---------------------------------------------------------------------------
 
-    def poll(self) -> list[Message]:
+    def poll(self) -> list[OptionMessage]:
         """Messages of every repricing finished since the last call; never blocks."""
         if self._worker is not None:
             out = self._worker.poll()
@@ -320,7 +323,7 @@ class OptionBook:
             self.values_published += values_in(out)
         return out
 
-    async def drain(self) -> list[Message]:
+    async def drain(self) -> list[OptionMessage]:
         """Await all in-flight repricings (and the ones they trigger) by polling."""
         out = self.poll()
         while self.in_flight:

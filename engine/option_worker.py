@@ -28,6 +28,7 @@ which spots get priced depends on timing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -41,7 +42,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from feeds.messages import Message, OptionValue
+from feeds.messages import OptionGroupValues, OptionValue
 
 READY, STOP, FAILED = 0, 1, 2
 HEADER = 8
@@ -93,8 +94,8 @@ class WorkerClient:
         # numpy scalars (a strike from an array) encode as plain floats
         payload = msgspec.json.encode(list(configs), enc_hook=_plain_number)
         self._shm = shared_memory.SharedMemory(create=True, size=8 * self.layout.words)
-        self._q: Any = self._shm.buf.cast("q")
-        self._d: Any = self._shm.buf.cast("d")
+        self._q: Any = _buf(self._shm).cast("q")
+        self._d: Any = _buf(self._shm).cast("d")
         for i in range(self.layout.words):
             self._q[i] = 0
         self._res = self.layout.result_views(self._shm.buf)
@@ -164,10 +165,10 @@ class WorkerClient:
             self._check_alive()
         return busy
 
-    def poll(self) -> list[Message]:
+    def poll(self) -> list[OptionValue | OptionGroupValues]:
         """Messages of repricings finished since the last call; never blocks."""
         q, d = self._q, self._d
-        out: list[Message] = []
+        out: list[OptionValue | OptionGroupValues] = []
         for g in range(self.layout.n_groups):
             b = HEADER + INTS * g
             c = q[b + RES]
@@ -213,6 +214,12 @@ class WorkerClient:
         self._finalizer()
 
 
+def _buf(shm: shared_memory.SharedMemory) -> memoryview:
+    buf = shm.buf
+    assert buf is not None, "shared memory already closed"
+    return buf
+
+
 def _plain_number(obj: Any) -> Any:
     if isinstance(obj, np.generic):
         return obj.item()
@@ -220,9 +227,7 @@ def _plain_number(obj: Any) -> Any:
 
 
 def _message(seq: int, ts: int, underlying: str, spot: float, symbols: tuple[str, ...],
-             price: bytes, delta: bytes, gamma: bytes) -> Any:
-    from feeds.messages import OptionGroupValues
-
+             price: bytes, delta: bytes, gamma: bytes) -> OptionGroupValues:
     return OptionGroupValues(seq, ts, underlying, spot, symbols, price, delta, gamma)
 
 
@@ -237,14 +242,10 @@ def _shut_down(shm: shared_memory.SharedMemory, proc: Any, views: list[Any],
     except subprocess.TimeoutExpired:
         proc.terminate()
         proc.wait(1.0)
-    try:
+    with contextlib.suppress(BufferError):  # a view alive elsewhere: unlinked anyway
         shm.close()
-    except BufferError:  # a view still alive elsewhere; the segment is unlinked anyway
-        pass
-    try:
+    with contextlib.suppress(FileNotFoundError):
         shm.unlink()
-    except FileNotFoundError:
-        pass
 
 
 def worker_main(shm_name: str, configs: list[Any], device: str, timezone: str,
@@ -256,7 +257,7 @@ def worker_main(shm_name: str, configs: list[Any], device: str, timezone: str,
     shm = shared_memory.SharedMemory(name=shm_name)
     # the engine owns the segment; without this the tracker would unlink it twice
     resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
-    q: Any = shm.buf.cast("q")
+    q: Any = _buf(shm).cast("q")
     try:
         _serve(shm, q, configs, device, ZoneInfo(timezone), parent_pid)
     except BaseException:
@@ -272,7 +273,7 @@ def _serve(shm: shared_memory.SharedMemory, q: Any, configs: list[Any], device: 
            tz: Any, parent_pid: int) -> None:
     from engine.option_book import build_group, prepare_launch
 
-    d: Any = shm.buf.cast("d")
+    d: Any = _buf(shm).cast("d")
     layout = _Layout(_sizes(configs))
     res = layout.result_views(shm.buf)
     warmed: set[tuple[object, ...]] = set()
@@ -341,7 +342,7 @@ def _serve(shm: shared_memory.SharedMemory, q: Any, configs: list[Any], device: 
         d.release()
 
 
-def per_option(msgs: list[Message]) -> list[OptionValue]:
+def per_option(msgs: list[OptionValue | OptionGroupValues]) -> list[OptionValue]:
     """Per-contract messages of a mixed list (group messages expanded, seq renumbered)."""
     out: list[OptionValue] = []
     for m in msgs:
