@@ -179,3 +179,37 @@ def test_cuda_worker_process_matches_the_cpu_twin() -> None:
             np.testing.assert_allclose(m.deltas(), d, atol=1e-4)
     finally:
         book.close()
+
+
+# --------------------------------------------------------------- GP strategy: --device auto
+def test_gp_auto_device_measures_both_backends_and_keeps_the_faster() -> None:
+    from gpu import gp_decider
+    from gpu.device import cuda_present
+    from strategies.gp.init import ramped_half_and_half
+    from strategies.gp.strategy import GPEnsemble
+
+    pop = ramped_half_and_half(3, np.random.default_rng(4), 2, 3)
+    rules = [pop.rule(i) for i in range(3)]
+    fixed = GPEnsemble(rules, device="cpu")
+    fixed.reset(["A", "B", "C"])
+    assert fixed.device == "cpu" and fixed._decider.calibration is None
+    if not cuda_present():
+        auto = GPEnsemble(rules, device="auto")
+        auto.reset(["A", "B", "C"])
+        assert auto.device == "cpu" and auto._decider.calibration is None
+        return
+    gp_decider.BREAK_EVEN.pop((3, 5), None)
+    auto = GPEnsemble(rules, device="auto")
+    auto.reset([f"S{i}" for i in range(5)])
+    cal = auto._decider.calibration
+    assert cal is not None and cal["n_programs"] == 3 and cal["n_symbols"] == 5
+    assert cal["cpu_us"] > 0 and cal["cuda_us"] > 0 and cal["codes_agree"]
+    faster = "cuda" if cal["cuda_us"] < cal["cpu_us"] else "cpu"
+    assert cal["choice"] == faster == auto.device
+    again = GPEnsemble(rules, device="auto")  # the same size: the kept measurement
+    again.reset([f"T{i}" for i in range(5)])
+    assert again._decider.calibration is cal
+    feats = np.random.default_rng(8).normal(size=(5, 31)).astype(np.float32)
+    codes = asyncio.run(auto.decision_codes(feats))
+    fixed.reset([f"S{i}" for i in range(5)])
+    np.testing.assert_array_equal(codes, asyncio.run(fixed.decision_codes(feats)))
