@@ -112,6 +112,37 @@ def run_row(name: str, factory: functools.partial[Any], groups: list[OptionGroup
     return row
 
 
+def gp_bar_close(sizes: list[tuple[int, int]], gpu: str) -> list[dict[str, Any]]:
+    """A GP strategy's bar close (start, poll, result) on each backend, and auto's choice."""
+    from gpu import gp_decider
+    from strategies.gp.init import ramped_half_and_half
+    from strategies.gp.strategy import GPEnsemble
+
+    out = []
+    for n_rules, n_symbols in sizes:
+        pop = ramped_half_and_half(n_rules, np.random.default_rng(n_rules), 2, 6)
+        rules = [pop.rule(i) for i in range(n_rules)]
+        row: dict[str, Any] = {"rules": n_rules, "symbols": n_symbols}
+        if gpu == "cuda":
+            gp_decider.BREAK_EVEN.pop((n_rules, n_symbols), None)
+            auto = GPEnsemble(rules, device="auto")
+            auto.reset([f"S{i}" for i in range(n_symbols)])
+            cal = auto._decider.calibration or {}
+            row.update(cpu_us=cal.get("cpu_us"), cuda_us=cal.get("cuda_us"),
+                       auto=auto.device, codes_agree=cal.get("codes_agree"))
+        else:
+            cpu = GPEnsemble(rules, device="cpu")
+            feats = np.random.default_rng(0).normal(size=(n_symbols, 31)).astype(np.float32)
+            cpu._decider._bar_close(feats)
+            t0 = time.perf_counter()
+            for _ in range(7):
+                cpu._decider._bar_close(feats)
+            row.update(cpu_us=(time.perf_counter() - t0) / 7 * 1e6, cuda_us=None, auto="cpu")
+        out.append(row)
+        print(f"    GP {n_rules} rules x {n_symbols} symbols: {row}", file=sys.stderr)
+    return out
+
+
 def gpu_name() -> str | None:
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
@@ -129,7 +160,7 @@ def main() -> None:
     ap.add_argument("--config", default=str(ROOT / "examples" / "spy_options.toml"))
     ap.add_argument("--big-ticks", type=int, default=1_000_000,
                     help="ticks of the 10 x 1,000 synthetic feed (10 symbols)")
-    ap.add_argument("--skip", default="", help="comma-separated row names to leave out")
+    ap.add_argument("--skip", default="", help="row names to leave out, separated by semicolons")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     gpu = "cuda" if cuda_present() and not cuda_simulated() and not args.quick else "cpu"
@@ -174,7 +205,7 @@ def main() -> None:
         (f"10x1,000: {gpu} process, group msgs", "10 synthetic", big_factory, big_groups, gpu,
          "process", "group"),
     ]
-    skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    skip = {s.strip() for s in args.skip.split(";") if s.strip()}
     rows: list[dict[str, Any]] = []
     base: dict[str, float] = {}
     for name, wl, fac, groups, device, dispatch, messages in plan:
@@ -190,6 +221,7 @@ def main() -> None:
         print(f"    {row['ticks_per_second']:,.0f} ticks/s, repricings "
               f"{row.get('repricings', '-')}, p50 {row.get('latency_us_p50')}", file=sys.stderr)
     big_tick_gap = _tick_gaps_ms(big_factory)
+    gp_rows = gp_bar_close([(1, 128), (1, 1000), (50, 128), (50, 1000)], gpu)
 
     def f(x: Any, fmt: str) -> str:
         return "–" if x is None else format(x, fmt)
@@ -206,13 +238,19 @@ def main() -> None:
               f"{f(r.get('max_repricing_gap_ms'), ',.1f')} |")
     print(f"10x1,000 feed: largest gap between ticks of one underlying "
           f"{max(big_tick_gap.values()):.1f} ms of data time (the floor of the repricing gap)")
+    print("\n| GP bar close | CPU µs | CUDA µs | --device auto picks |")
+    print("|---|---:|---:|---|")
+    for g in gp_rows:
+        print(f"| {g['rules']} rules x {g['symbols']} symbols | {f(g['cpu_us'], ',.0f')} | "
+              f"{f(g['cuda_us'], ',.0f')} | {g['auto']} |")
     meta = {"machine": node, "cpu_count": os.cpu_count(), "gpu": gpu_name(),
             "python": platform.python_version(), "date": stamp.isoformat(),
             "transport": args.transport, "workload": workload, "quick": args.quick,
             "strategy": "sma-cross(10,50)", "big_tick_gap_ms": big_tick_gap,
             "note": "on the GPU the set of spots repriced depends on timing (coalescing)"}
     json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2, default=float))
+    json_path.write_text(json.dumps({"meta": meta, "rows": rows, "gp_bar_close": gp_rows},
+                                    indent=2, default=float))
     _plot(rows, json_path.with_suffix(".png"), f"{workload} / {node}")
     print(f"wrote {json_path} and {json_path.with_suffix('.png')}")
 
