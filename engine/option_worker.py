@@ -104,6 +104,7 @@ class WorkerClient:
             self._by_symbol.setdefault(c.underlying, []).append(g)
         self.underlyings = set(self._by_symbol)
         self._seen = [0] * len(configs)  # result counter last read per group
+        self._out: list[OptionValue | OptionGroupValues] = []  # collected, not yet polled
         self._seq = 0
         self.latencies_ns: list[int] = []
         self.repricings = 0
@@ -151,6 +152,10 @@ class WorkerClient:
             q[b + REQ_TS] = ts
             q[b + REQ_T0] = t0
             q[b] = c + 1
+            # the engine polls once per received batch; a dense underlying also collects
+            # a finished repricing here (one shared-memory read while nothing is new)
+            if q[b + RES] != self._seen[g]:
+                self._collect(g)
         return True
 
     def in_flight(self) -> int:
@@ -167,35 +172,41 @@ class WorkerClient:
 
     def poll(self) -> list[OptionValue | OptionGroupValues]:
         """Messages of repricings finished since the last call; never blocks."""
-        q, d = self._q, self._d
-        out: list[OptionValue | OptionGroupValues] = []
+        q = self._q
         for g in range(self.layout.n_groups):
-            b = HEADER + INTS * g
-            c = q[b + RES]
-            if c == self._seen[g] or c & 1:
-                continue
-            arr = self._res[g]
-            price, delta, gamma = arr[0].tobytes(), arr[1].tobytes(), arr[2].tobytes()
-            ts, t0 = q[b + RES_TS], q[b + RES_T0]
-            spot = d[self.layout.floats + FLOATS * g + RES_SPOT]
-            if q[b + RES] != c:
-                continue  # overwritten while read: the next poll takes the newer one
-            self._seen[g] = c
-            self.latencies_ns.append(time.perf_counter_ns() - t0)
-            self.repricings += 1
-            cfg = self.configs[g]
-            self._seq += 1
-            msg = _message(self._seq, ts, cfg.underlying, spot, self.symbols[g],
-                           price, delta, gamma)
-            if cfg.messages == "group":
-                out.append(msg)
-                self._last[g] = (spot, msg.prices(), msg.deltas(), msg.gammas())
-            else:
-                values = msg.option_values(self._seq)
-                self._seq += len(values) - 1
-                out.extend(values)
-                self._last[g] = (spot, msg.prices(), msg.deltas(), msg.gammas())
+            if q[HEADER + INTS * g + RES] != self._seen[g]:
+                self._collect(g)
+        out, self._out = self._out, []
         return out
+
+    def _collect(self, g: int) -> None:
+        """Read group g's newest results (skipped if torn by the worker: read next time)."""
+        q, d = self._q, self._d
+        out = self._out
+        b = HEADER + INTS * g
+        c = q[b + RES]
+        if c == self._seen[g] or c & 1:
+            return
+        arr = self._res[g]
+        price, delta, gamma = arr[0].tobytes(), arr[1].tobytes(), arr[2].tobytes()
+        ts, t0 = q[b + RES_TS], q[b + RES_T0]
+        spot = d[self.layout.floats + FLOATS * g + RES_SPOT]
+        if q[b + RES] != c:
+            return  # overwritten while read: the next poll takes the newer one
+        self._seen[g] = c
+        self.latencies_ns.append(time.perf_counter_ns() - t0)
+        self.repricings += 1
+        cfg = self.configs[g]
+        self._seq += 1
+        msg = _message(self._seq, ts, cfg.underlying, spot, self.symbols[g],
+                       price, delta, gamma)
+        if cfg.messages == "group":
+            out.append(msg)
+        else:
+            values = msg.option_values(self._seq)
+            self._seq += len(values) - 1
+            out.extend(values)
+        self._last[g] = (spot, msg.prices(), msg.deltas(), msg.gammas())
 
     def last_values(self) -> list[tuple[tuple[str, ...], tuple[float, Any, Any, Any]]]:
         return [(s, v) for s, v in zip(self.symbols, self._last, strict=True) if v is not None]
