@@ -78,12 +78,15 @@ def _tick_gaps_ms(factory: functools.partial[Any]) -> dict[str, float]:
 
 
 def run_row(name: str, factory: functools.partial[Any], groups: list[OptionGroupConfig],
-            device: str, dispatch: str, messages: str, transport: str) -> dict[str, Any]:
+            device: str, dispatch: str, messages: str, transport: str,
+            prebind: bool) -> dict[str, Any]:
     groups = [OptionGroupConfig(**{**{f: getattr(g, f) for f in g.__struct_fields__},
                                    "messages": messages}) for g in groups]
     book = None
     t_start = time.perf_counter()
     if groups:
+        # read by the pricers (in this process, or inherited by the worker process)
+        os.environ["GPU_OPTIONS_PREBIND"] = "1" if prebind else "0"
         book = OptionBook(groups, device=device, dispatch=dispatch)
     startup = time.perf_counter() - t_start
     try:
@@ -93,6 +96,7 @@ def run_row(name: str, factory: functools.partial[Any], groups: list[OptionGroup
         row: dict[str, Any] = {
             "row": name, "device": device if groups else None,
             "dispatch": dispatch if groups else None, "messages": messages if groups else None,
+            "prebound_launch": prebind if groups and device == "cuda" else None,
             "ticks": stats.ticks, "seconds": res.wall_seconds,
             "ticks_per_second": stats.ticks / res.wall_seconds,
             "option_values": stats.option_values, "startup_seconds": startup,
@@ -191,28 +195,31 @@ def main() -> None:
                           expiries=(7, 14, 30, 60, 90, 120, 180, 270, 365, 730),
                           style="american", vol=0.25, rate=0.02, grid="seed")
         for i in range(10)]
+    g1, wl, fac = [group], workload, factory
     plan: list[tuple[str, str, functools.partial[Any], list[OptionGroupConfig], str, str,
-                     str]] = [
-        ("no group", workload, factory, [], "cpu", "inline", "group"),
-        ("CPU group", workload, factory, [group], "cpu", "inline", "option"),
-        (f"{gpu} inline, per-contract (before)", workload, factory, [group], gpu, "inline",
-         "option"),
-        (f"{gpu} inline, group msgs", workload, factory, [group], gpu, "inline", "group"),
-        (f"{gpu} process, per-contract", workload, factory, [group], gpu, "process", "option"),
-        (f"{gpu} process, group msgs (after)", workload, factory, [group], gpu, "process",
-         "group"),
-        ("10x1,000: no group", "10 synthetic", big_factory, [], "cpu", "inline", "group"),
-        (f"10x1,000: {gpu} process, group msgs", "10 synthetic", big_factory, big_groups, gpu,
-         "process", "group"),
+                     str, bool]] = [
+        ("no group", wl, fac, [], "cpu", "inline", "group", False),
+        ("CPU group", wl, fac, g1, "cpu", "inline", "option", False),
+        (f"{gpu} inline, per-contract (before)", wl, fac, g1, gpu, "inline", "option", False),
+        (f"{gpu} inline, group msgs", wl, fac, g1, gpu, "inline", "group", False),
+        (f"{gpu} inline, per-contract, pre-bound", wl, fac, g1, gpu, "inline", "option", True),
+        (f"{gpu} process, per-contract", wl, fac, g1, gpu, "process", "option", False),
+        (f"{gpu} process, group msgs", wl, fac, g1, gpu, "process", "group", False),
+        (f"{gpu} process, group msgs, pre-bound (after)", wl, fac, g1, gpu, "process", "group",
+         True),
+        ("10x1,000: no group", "10 synthetic", big_factory, [], "cpu", "inline", "group",
+         False),
+        (f"10x1,000: {gpu} process, group msgs, pre-bound", "10 synthetic", big_factory,
+         big_groups, gpu, "process", "group", True),
     ]
     skip = {s.strip() for s in args.skip.split(";") if s.strip()}
     rows: list[dict[str, Any]] = []
     base: dict[str, float] = {}
-    for name, wl, fac, groups, device, dispatch, messages in plan:
+    for name, wl, fac, groups, device, dispatch, messages, prebind in plan:
         if name in skip:
             continue
         print(f"... {name}", file=sys.stderr, flush=True)
-        row = run_row(name, fac, groups, device, dispatch, messages, args.transport)
+        row = run_row(name, fac, groups, device, dispatch, messages, args.transport, prebind)
         row["workload"] = wl
         if not groups:
             base[wl] = row["ticks_per_second"]

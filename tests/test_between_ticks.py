@@ -213,3 +213,25 @@ def test_gp_auto_device_measures_both_backends_and_keeps_the_faster() -> None:
     codes = asyncio.run(auto.decision_codes(feats))
     fixed.reset([f"S{i}" for i in range(5)])
     np.testing.assert_array_equal(codes, asyncio.run(fixed.decision_codes(feats)))
+
+
+@pytest.mark.gpu
+def test_prebound_launch_gives_the_ordinary_launch_results(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    from gpu.options import OptionGroupPricer, option_params
+
+    params = option_params(100.0, [90.0, 100.0, 110.0], 0.25, 0.3, 0.01, [True, False, True],
+                           True)
+    monkeypatch.setenv("GPU_OPTIONS_PREBIND", "1")
+    bound = OptionGroupPricer(params, "seed", "cuda")
+    monkeypatch.setenv("GPU_OPTIONS_PREBIND", "0")
+    plain = OptionGroupPricer(params, "seed", "cuda")
+    assert bound.prebound and not plain.prebound
+    for spot in (95.0, 101.0, 107.5):
+        for pricer in (bound, plain):
+            pricer.set_spot(spot)
+            pricer.launch()
+            pricer.wait()
+        a, b = bound.results(), plain.results()
+        for x, y in zip(a, b, strict=True):
+            np.testing.assert_array_equal(x, y)
