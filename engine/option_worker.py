@@ -335,15 +335,15 @@ def _serve(shm: shared_memory.SharedMemory, q: Any, configs: list[Any], device: 
                 grp.pricer.launch()
                 in_flight[g] = (req, spot, ts, t0)
                 work = True
+            spins += 1
+            if spins >= 4096:  # busy or not, notice an engine that died without stopping us
+                spins = 0
+                if os.getppid() != parent_pid:
+                    return
             if work:
                 idle = 0
                 continue
             idle += 1
-            spins += 1
-            if spins >= 4096:
-                spins = 0
-                if os.getppid() != parent_pid:
-                    return  # the engine is gone
             if idle >= IDLE_SPINS:
                 time.sleep(NAP_S)
             else:
