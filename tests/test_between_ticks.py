@@ -235,3 +235,27 @@ def test_prebound_launch_gives_the_ordinary_launch_results(monkeypatch: pytest.M
         a, b = bound.results(), plain.results()
         for x, y in zip(a, b, strict=True):
             np.testing.assert_array_equal(x, y)
+
+
+def test_cuda_worker_process_in_the_simulator_agrees_with_the_cpu_twin() -> None:
+    """The worker's CUDA path (mapped arrays, event polling) at a tiny size; on a machine
+    without CUDA nor the simulator this is the GPU test's job."""
+    from gpu.device import cuda_present
+
+    if not cuda_present():
+        pytest.skip("no CUDA device or simulator")
+    cfg = group(strikes=(95.0, 105.0), expiries=(30,), rights=("P",), style="american",
+                grid="seed", price_steps=16, time_steps=3)
+    book = OptionBook([cfg], device="cuda")
+    try:
+        assert book.dispatch == "process"
+        for i, spot in enumerate((99.0, 101.0, 103.0)):
+            book.on_underlying_tick("ABC", spot, TS0 + i)
+        msgs = groups_only(asyncio.run(book.drain()))
+        assert msgs[-1].spot == 103.0 and msgs[-1].ts == TS0 + 2
+        for m in msgs:
+            p, d, g = reference(m.spot, cfg)
+            np.testing.assert_allclose(m.prices(), p, rtol=1e-5)  # float32 on the device
+            np.testing.assert_allclose(m.deltas(), d, rtol=1e-4, atol=1e-6)
+    finally:
+        book.close()
