@@ -217,6 +217,8 @@ class OptionBook:
             from engine.option_worker import WorkerClient
 
             self._worker = WorkerClient(list(groups), self.device, timezone)
+            # the engine calls the worker's request directly: no layer on the tick path
+            self.on_underlying_tick = self._worker.on_underlying_tick  # type: ignore[method-assign]
             return
         warmed: set[tuple[object, ...]] = set()
         for cfg in groups:
@@ -247,10 +249,6 @@ class OptionBook:
         """A new underlying price: reprice its groups (launch, or remember if busy)."""
         if not (0.0 < spot < math.inf):  # NaN fails too; called on every underlying tick
             return  # bad prices are the feed's to count; a group is never priced on one
-        if self._worker is not None:
-            if self._worker.request(symbol, spot, ts):
-                self._ticks += 1
-            return
         groups = self._groups.get(symbol)
         if groups is None:
             return
@@ -364,7 +362,7 @@ class OptionBook:
             "dispatch": self.dispatch,
             "groups": groups,
             "options": options,
-            "ticks": self._ticks,
+            "ticks": self._worker.ticks if self._worker is not None else self._ticks,
             "repricings": repricings,
             "coalesced_ticks": coalesced,
             "latency_us_mean": float(lat_us.mean()) if lat else None,

@@ -10,15 +10,20 @@ groups: it launches the newest requested spot of every idle group, queries the e
 busy ones, and writes finished results back. A group busy on the GPU thus takes only the
 newest spot (coalescing), as in-process.
 
-Both directions use a sequence lock (a counter that is odd while its slot is written; a
-reader retries when it read an odd value or the counter moved during its read), so neither
-side ever waits for the other. Shared-memory layout (int64 unless noted):
+Neither side ever waits for the other. Results use a sequence lock (a counter that is odd
+while the slot is written; the reader retries when it read an odd value or the counter
+moved during its read). Requests, the engine's hot path, use two slots: the engine writes
+request n into slot n % 2 and then publishes n (four stores, no loads); the worker reads n,
+the slot, and n again, and retries unless n is unchanged (so the slot was not being
+rewritten for request n + 2). Shared-memory layout (int64 unless noted):
 
-    header[8]: READY, STOP, FAILED, spare...
-    per group g, ints[8]: REQ (request seqlock; request number = REQ // 2), REQ_TS, REQ_T0,
-                          RES (result seqlock), RES_REQ (request number priced), RES_TS,
-                          RES_T0, COALESCED (requests never launched)
-    per group g, float64[2]: REQ_SPOT, RES_SPOT
+    header, one cache line: READY, STOP, FAILED, spare...
+    per group g, two cache lines (the engine writes only the first, the worker only the
+    second, so neither side's writes evict what the other one polls):
+      request: REQ (the number of the newest request), then two slots of (REQ_TS, REQ_T0,
+               REQ_SPOT float64): request n lives in slot n % 2, written before REQ = n
+      result:  RES (seqlock), RES_REQ (request number priced), RES_TS, RES_T0,
+               RES_SPOT (float64), COALESCED (requests never launched)
     per group g, float64[3, n_g]: price, delta, gamma of the newest finished repricing
 
 Values are the same pricer's (`OptionGroupPricer`), built by the same recipe
@@ -29,6 +34,7 @@ which spots get priced depends on timing.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import subprocess
 import sys
@@ -45,15 +51,18 @@ import numpy as np
 from feeds.messages import OptionGroupValues, OptionValue
 
 READY, STOP, FAILED = 0, 1, 2
-HEADER = 8
-INTS = 8
-REQ, REQ_TS, REQ_T0, RES, RES_REQ, RES_TS, RES_T0, COALESCED = range(INTS)
-FLOATS = 2
-REQ_SPOT, RES_SPOT = range(FLOATS)
+HEADER = 8  # words (8 bytes each): one 64-byte cache line
+SLOT = 16  # words per group: a request line and a result line
+REQ = 0
+REQ_TS, REQ_T0, REQ_SPOT = range(1, 4)  # slot 0; slot 1 is 3 words further
+REQ_SLOT = 3
+RES, RES_REQ, RES_TS, RES_T0, RES_SPOT, COALESCED = range(8, 14)
 #: idle spins of the worker before it naps (a nap adds up to NAP_S to the next latency)
 IDLE_SPINS = 50_000
 NAP_S = 0.0002
 START_TIMEOUT_S = 600.0
+#: on every this many requests, also look for finished results (besides poll())
+CHECK_EVERY_REQUESTS = 4
 
 
 class _Layout:
@@ -62,9 +71,7 @@ class _Layout:
     def __init__(self, sizes: list[int]) -> None:
         self.sizes = sizes
         self.n_groups = len(sizes)
-        self.ints = HEADER
-        self.floats = HEADER + INTS * self.n_groups
-        base = self.floats + FLOATS * self.n_groups
+        base = HEADER + SLOT * self.n_groups
         self.results: list[int] = []
         for n in sizes:
             self.results.append(base)
@@ -104,11 +111,14 @@ class WorkerClient:
             self._by_symbol.setdefault(c.underlying, []).append(g)
         self.underlyings = set(self._by_symbol)
         self._seen = [0] * len(configs)  # result counter last read per group
+        self._requests = [0] * len(configs)  # requests made per group
+        self.ticks = 0  # underlying ticks requested (good prices only)
+        self._countdown = CHECK_EVERY_REQUESTS
         self._out: list[OptionValue | OptionGroupValues] = []  # collected, not yet polled
         self._seq = 0
         self.latencies_ns: list[int] = []
         self.repricings = 0
-        self._last: list[tuple[float, Any, Any, Any] | None] = [None] * len(configs)
+        self._last: list[OptionGroupValues | None] = [None] * len(configs)
         # a fresh interpreter (CUDA does not survive fork, and multiprocessing's spawn would
         # re-import the caller's __main__); the groups travel as JSON on stdin
         root = str(Path(__file__).resolve().parent.parent)
@@ -137,34 +147,42 @@ class WorkerClient:
             self.close()
             raise RuntimeError("option worker failed (its traceback is on stderr)")
 
-    def request(self, symbol: str, spot: float, ts: int) -> bool:
-        """Ask for the groups of `symbol` at `spot` (the newest request wins); the hot path."""
+    def on_underlying_tick(self, symbol: str, spot: float, ts: int) -> None:
+        """Ask for the groups of `symbol` at `spot` (the newest request wins); the engine
+        calls this directly on every tick of an underlying: four shared-memory stores."""
         idx = self._by_symbol.get(symbol)
-        if idx is None:
-            return False
-        q, d = self._q, self._d
+        if idx is None or not (0.0 < spot < math.inf):  # NaN fails too: never priced
+            return
+        self.ticks += 1
+        q = self._q
+        requests = self._requests
         t0 = time.perf_counter_ns()
         for g in idx:
-            b = HEADER + INTS * g
-            c = q[b] + 1
-            q[b] = c  # odd: being written
-            d[self.layout.floats + FLOATS * g] = spot
-            q[b + REQ_TS] = ts
-            q[b + REQ_T0] = t0
-            q[b] = c + 1
-            # the engine polls once per received batch; a dense underlying also collects
-            # a finished repricing here (one shared-memory read while nothing is new)
-            if q[b + RES] != self._seen[g]:
-                self._collect(g)
-        return True
+            b = HEADER + SLOT * g
+            n = requests[g] + 1
+            requests[g] = n
+            s = b + REQ_SLOT * (n & 1)
+            self._d[s + REQ_SPOT] = spot
+            q[s + REQ_TS] = ts
+            q[s + REQ_T0] = t0
+            q[b] = n
+        # the engine polls once per received batch; a dense underlying also collects
+        # finished repricings here, every few ticks (a shared-memory read each)
+        self._countdown -= 1
+        if self._countdown <= 0:
+            self._countdown = CHECK_EVERY_REQUESTS
+            seen = self._seen
+            for g in idx:
+                if q[HEADER + SLOT * g + RES] != seen[g]:
+                    self._collect(g)
 
     def in_flight(self) -> int:
         """Groups whose newest request has not been priced and collected yet."""
         q = self._q
         busy = 0
         for g in range(self.layout.n_groups):
-            b = HEADER + INTS * g
-            if q[b] >> 1 > q[b + RES_REQ] or q[b + RES] != self._seen[g]:
+            b = HEADER + SLOT * g
+            if self._requests[g] > q[b + RES_REQ] or q[b + RES] != self._seen[g]:
                 busy += 1
         if busy and (q[FAILED] or self._proc.poll() is not None):
             self._check_alive()
@@ -174,7 +192,7 @@ class WorkerClient:
         """Messages of repricings finished since the last call; never blocks."""
         q = self._q
         for g in range(self.layout.n_groups):
-            if q[HEADER + INTS * g + RES] != self._seen[g]:
+            if q[HEADER + SLOT * g + RES] != self._seen[g]:
                 self._collect(g)
         out, self._out = self._out, []
         return out
@@ -183,14 +201,14 @@ class WorkerClient:
         """Read group g's newest results (skipped if torn by the worker: read next time)."""
         q, d = self._q, self._d
         out = self._out
-        b = HEADER + INTS * g
+        b = HEADER + SLOT * g
         c = q[b + RES]
         if c == self._seen[g] or c & 1:
             return
         arr = self._res[g]
         price, delta, gamma = arr[0].tobytes(), arr[1].tobytes(), arr[2].tobytes()
         ts, t0 = q[b + RES_TS], q[b + RES_T0]
-        spot = d[self.layout.floats + FLOATS * g + RES_SPOT]
+        spot = d[b + RES_SPOT]
         if q[b + RES] != c:
             return  # overwritten while read: the next poll takes the newer one
         self._seen[g] = c
@@ -206,17 +224,18 @@ class WorkerClient:
             values = msg.option_values(self._seq)
             self._seq += len(values) - 1
             out.extend(values)
-        self._last[g] = (spot, msg.prices(), msg.deltas(), msg.gammas())
+        self._last[g] = msg  # its arrays are decoded only when asked for (summary)
 
     def last_values(self) -> list[tuple[tuple[str, ...], tuple[float, Any, Any, Any]]]:
-        return [(s, v) for s, v in zip(self.symbols, self._last, strict=True) if v is not None]
+        return [(s, (m.spot, m.prices(), m.deltas(), m.gammas()))
+                for s, m in zip(self.symbols, self._last, strict=True) if m is not None]
 
     def stats(self) -> dict[str, Any]:
         q = self._q
         return {
             "groups": self.layout.n_groups, "options": sum(self.layout.sizes),
             "repricings": self.repricings, "latencies_ns": list(self.latencies_ns),
-            "coalesced": sum(int(q[HEADER + INTS * g + COALESCED])
+            "coalesced": sum(int(q[HEADER + SLOT * g + COALESCED])
                              for g in range(self.layout.n_groups)),
         }
 
@@ -299,7 +318,7 @@ def _serve(shm: shared_memory.SharedMemory, q: Any, configs: list[Any], device: 
         while not q[STOP]:
             work = False
             for g, grp in enumerate(groups):
-                b = HEADER + INTS * g
+                b = HEADER + SLOT * g
                 flight = in_flight[g]
                 if flight is not None:
                     if not grp.pricer.done():
@@ -316,19 +335,19 @@ def _serve(shm: shared_memory.SharedMemory, q: Any, configs: list[Any], device: 
                     q[b + RES_REQ] = req
                     q[b + RES_TS] = ts
                     q[b + RES_T0] = t0
-                    d[layout.floats + FLOATS * g + RES_SPOT] = spot
+                    d[b + RES_SPOT] = spot
                     q[b + COALESCED] = coalesced[g]
                     q[b + RES] = c + 1
                     in_flight[g] = None
                     work = True
-                c1 = q[b]
-                if c1 & 1 or c1 >> 1 == launched[g]:
+                req = q[b]
+                if req == launched[g]:
                     continue
-                spot = d[layout.floats + FLOATS * g + REQ_SPOT]
-                ts, t0 = q[b + REQ_TS], q[b + REQ_T0]
-                if q[b] != c1:
-                    continue  # the engine wrote a newer spot meanwhile: next round
-                req = c1 >> 1
+                s = b + REQ_SLOT * (req & 1)
+                spot = d[s + REQ_SPOT]
+                ts, t0 = q[s + REQ_TS], q[s + REQ_T0]
+                if q[b] != req:
+                    continue  # the engine is rewriting this slot: read the newer one next
                 coalesced[g] += req - launched[g] - 1
                 launched[g] = req
                 prepare_launch(grp, spot, ts, tz)
