@@ -107,6 +107,8 @@ class _Group:
     repricings: int = 0
     coalesced: int = 0
     since_check: int = 0  # coalesced ticks since the event was last queried
+    #: any expiry given as a date (times to expiry then change with the tick's date)
+    dated: bool = False
     #: (spot, prices, deltas, gammas) of the newest repricing
     last_values: tuple[float, list[float], list[float], list[float]] | None = None
 
@@ -162,19 +164,21 @@ def build_group(cfg: OptionGroupConfig, device: str, background: bool,
         warm_up(grid, device)
         warmed.add(key)
     pricer = OptionGroupPricer(params, grid, device, background=background)
-    return _Group(cfg, pricer, symbols, days, dates)
+    return _Group(cfg, pricer, symbols, days, dates,
+                  dated=any(d is not None for d in dates))
 
 
 def prepare_launch(g: _Group, spot: float, ts: int, tz: dt.tzinfo) -> None:
     """Write a tick's spot (and, when the date rolled, the times to expiry) into the group."""
-    day = _tick_date(ts, tz)
-    if day != g.last_date and any(d is not None for d in g.expiry_dates):
-        expiry = [
-            ((e - day).days if e is not None else (d or 0)) / DAYS_PER_YEAR
-            for e, d in zip(g.expiry_dates, g.expiry_days, strict=True)
-        ]
-        g.pricer.set_column(core.EXPIRY, expiry)
-    g.last_date = day
+    if g.dated:  # only dated expiries depend on the tick's date (a few microseconds)
+        day = _tick_date(ts, tz)
+        if day != g.last_date:
+            expiry = [
+                ((e - day).days if e is not None else (d or 0)) / DAYS_PER_YEAR
+                for e, d in zip(g.expiry_dates, g.expiry_days, strict=True)
+            ]
+            g.pricer.set_column(core.EXPIRY, expiry)
+        g.last_date = day
     g.pricer.set_spot(spot)
 
 
