@@ -259,3 +259,26 @@ def test_cuda_worker_process_in_the_simulator_agrees_with_the_cpu_twin() -> None
             np.testing.assert_allclose(m.deltas(), d, rtol=1e-4, atol=1e-6)
     finally:
         book.close()
+
+
+def test_worker_failure_is_a_clear_error_and_close_frees_everything(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from engine.option_worker import WorkerClient
+    from gpu.device import cuda_simulated
+
+    if not cuda_simulated():
+        pytest.skip("needs a machine where the worker's CUDA can be switched off")
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "0")  # the worker then finds no CUDA at all
+    with pytest.raises(RuntimeError, match="option worker failed"):
+        WorkerClient([group()], "cuda", "America/New_York")
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
+    book = OptionBook([group()], device="cpu", dispatch="process")
+    worker = book._worker
+    name = worker._shm.name
+    book.on_underlying_tick("ABC", 101.0, TS0)
+    asyncio.run(book.drain())
+    book.close()
+    assert worker._proc.poll() is not None  # the process ended
+    assert not os.path.exists(f"/dev/shm/{name.lstrip('/')}")  # the segment is gone
