@@ -201,8 +201,9 @@ class Engine:
         if self.option_book is None:
             return False
         ready = self.option_book.poll()
-        self.stats.option_values += len(ready)
-        self.option_values.extend(ready)
+        if ready:
+            self.stats.option_values = self.option_book.values_published
+            self.option_values.extend(ready)
         return bool(self.option_book.in_flight)
 
     def _on_flagged_tick(self, sym: int, msg: Trade) -> None:
@@ -473,7 +474,7 @@ class Engine:
             self.equity_curve.append(self._equity_point(end_ts))
         if self.option_book is not None:
             ready = await self.option_book.drain()
-            self.stats.option_values += len(ready)
+            self.stats.option_values = self.option_book.values_published
             self.option_values.extend(ready)
         self.finished = True
 

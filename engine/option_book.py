@@ -1,14 +1,22 @@
 """Option groups repriced after every tick of their underlying, without blocking the loop.
 
 A group (`OptionGroupConfig`) is the options on one underlying: the product of its strikes,
-expiries and rights. `OptionBook.on_underlying_tick` writes the new spot into the group's
-mapped host memory and launches one repricing kernel on the group's own CUDA stream; if a
-repricing of that group is still in flight it only remembers the newest spot and launches
-again when the running one completes, so the newest spot is always priced and nothing
-queues without bound. `poll()` checks recorded events (never blocks) and turns finished
-results into `OptionValue` messages; `drain()` awaits all in-flight work by polling with
-`asyncio.sleep(0)`. On the CPU backend the repricing runs synchronously inside
-`on_underlying_tick` and `poll()` returns it.
+expiries and rights. Two ways to dispatch the repricings (`dispatch=`):
+
+- "process" (the default on CUDA): a GPU worker process (`engine.option_worker`) owns the
+  pricers; `on_underlying_tick` only writes the newest spot into shared memory (about a
+  microsecond) and `poll()` reads finished results from it. The launch, the event polling
+  and the copying cost the engine's interpreter nothing (with one interpreter every
+  microsecond of it, even on a thread, is taken from the tick loop by the GIL).
+- "inline" (the default on the CPU): `on_underlying_tick` writes the spot into the group's
+  mapped host memory and launches one kernel on the group's own CUDA stream (on the CPU the
+  twin runs on a worker thread); `poll()` queries recorded events.
+
+Either way, while a repricing of a group is in flight only the newest spot is remembered
+and launched when it completes, so the newest spot is always priced and nothing queues.
+Finished repricings become one `OptionGroupValues` message per group (arrays), or one
+`OptionValue` per contract where the group's `messages = "option"`. `drain()` awaits all
+in-flight work by polling with `asyncio.sleep(0)`.
 """
 
 from __future__ import annotations
@@ -19,17 +27,21 @@ import itertools
 import math
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 import numpy as np
 
-from feeds.messages import OptionValue
+from feeds.messages import OptionGroupValues, OptionValue
 from feeds.option_chain import DAYS_PER_YEAR, option_symbol
 from gpu import options_core as core
 from gpu.device import resolve_device
 from gpu.options import GRIDS, OptionGroupPricer, make_grid, option_params, warm_up
 
 NS_PER_DAY = 86_400 * 1_000_000_000
+
+#: what the book publishes
+OptionMessage = OptionValue | OptionGroupValues
 
 
 class OptionGroupConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -51,6 +63,9 @@ class OptionGroupConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     grid: str = "seed"
     price_steps: int = 0
     time_steps: int = 0
+    #: "group": one OptionGroupValues message per repricing (arrays; the default);
+    #: "option": one OptionValue message per contract and repricing (as before)
+    messages: str = "group"
 
     def __post_init__(self) -> None:
         if not self.underlying:
@@ -74,13 +89,15 @@ class OptionGroupConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
             raise ValueError(f"option group {self.underlying}: grid must be one of {list(GRIDS)}")
         if self.price_steps < 0 or self.time_steps < 0:
             raise ValueError(f"option group {self.underlying}: step counts must be ≥ 0")
+        if self.messages not in ("group", "option"):
+            raise ValueError(f"option group {self.underlying}: messages must be group/option")
 
 
 @dataclass
 class _Group:
     config: OptionGroupConfig
     pricer: OptionGroupPricer
-    symbols: list[str]
+    symbols: tuple[str, ...]
     expiry_days: list[int | None]  # fixed days, or None for a dated expiry
     expiry_dates: list[dt.date | None]
     pending: tuple[float, int] | None = None  # newest (spot, ts) not yet launched
@@ -90,6 +107,8 @@ class _Group:
     repricings: int = 0
     coalesced: int = 0
     since_check: int = 0  # coalesced ticks since the event was last queried
+    #: any expiry given as a date (times to expiry then change with the tick's date)
+    dated: bool = False
     #: (spot, prices, deltas, gammas) of the newest repricing
     last_values: tuple[float, list[float], list[float], list[float]] | None = None
 
@@ -100,77 +119,143 @@ CHECK_EVERY_TICKS = 8
 
 EXCHANGE_TZ = "America/New_York"
 
+DISPATCHES = ("auto", "inline", "process")
+
 
 def _tick_date(ts: int, tz: dt.tzinfo) -> dt.date:
     """The exchange's date of a tick (an expiry date ends at the exchange's midnight)."""
     return dt.datetime.fromtimestamp(ts // 1_000_000_000, tz=tz).date()
 
 
+def contract_symbols(cfg: OptionGroupConfig) -> tuple[str, ...]:
+    """The group's contracts in pricing order: expiry, then strike, then right."""
+    return tuple(
+        option_symbol(cfg.underlying, e, r, k)
+        if isinstance(e, dt.date)
+        else f"{cfg.underlying}+{e}D{r}{int(round(k * 1000)):08d}"
+        for e, k, r in itertools.product(cfg.expiries, cfg.strikes, cfg.rights)
+    )
+
+
+def build_group(cfg: OptionGroupConfig, device: str, background: bool,
+                warmed: set[tuple[object, ...]]) -> _Group:
+    """A group's contracts, symbols and pricer (the engine's and the worker's one recipe)."""
+    grid = make_grid(
+        cfg.grid,
+        price_steps=cfg.price_steps or None,
+        time_steps=cfg.time_steps or None,
+    )
+    combos = list(itertools.product(cfg.expiries, cfg.strikes, cfg.rights))
+    days = [e if isinstance(e, int) else None for e, _, _ in combos]
+    dates = [e if isinstance(e, dt.date) else None for e, _, _ in combos]
+    symbols = contract_symbols(cfg)
+    expiry = [d / DAYS_PER_YEAR if d is not None else 0.0 for d in days]
+    params = option_params(
+        1.0,
+        [k for _, k, _ in combos],
+        expiry,
+        cfg.vol,
+        cfg.rate,
+        [r == "C" for _, _, r in combos],
+        cfg.style == "american",
+    )
+    key = (grid, device)
+    if key not in warmed:  # JIT before the first tick, not on it
+        warm_up(grid, device)
+        warmed.add(key)
+    pricer = OptionGroupPricer(params, grid, device, background=background)
+    return _Group(cfg, pricer, symbols, days, dates,
+                  dated=any(d is not None for d in dates))
+
+
+def prepare_launch(g: _Group, spot: float, ts: int, tz: dt.tzinfo) -> None:
+    """Write a tick's spot (and, when the date rolled, the times to expiry) into the group."""
+    if g.dated:  # only dated expiries depend on the tick's date (a few microseconds)
+        day = _tick_date(ts, tz)
+        if day != g.last_date:
+            expiry = [
+                ((e - day).days if e is not None else (d or 0)) / DAYS_PER_YEAR
+                for e, d in zip(g.expiry_dates, g.expiry_days, strict=True)
+            ]
+            g.pricer.set_column(core.EXPIRY, expiry)
+        g.last_date = day
+    g.pricer.set_spot(spot)
+
+
+def group_message(seq: int, ts: int, underlying: str, spot: float, symbols: tuple[str, ...],
+                  price: np.ndarray, delta: np.ndarray, gamma: np.ndarray) -> OptionGroupValues:
+    """One repricing as one message: the arrays' float64 little-endian bytes."""
+    return OptionGroupValues(seq, ts, underlying, spot, symbols,
+                             price.astype("<f8", copy=False).tobytes(),
+                             delta.astype("<f8", copy=False).tobytes(),
+                             gamma.astype("<f8", copy=False).tobytes())
+
+
+def values_in(msgs: list[Any]) -> int:
+    """Option values carried by messages (a group message carries one per contract)."""
+    return sum(len(m.options) if type(m) is OptionGroupValues else 1 for m in msgs)
+
+
 class OptionBook:
     """Theoretical values of configured option groups, kept current with their underlyings."""
 
     def __init__(self, groups: list[OptionGroupConfig], device: str = "auto",
-                 timezone: str = EXCHANGE_TZ) -> None:
+                 timezone: str = EXCHANGE_TZ, dispatch: str = "auto") -> None:
         from zoneinfo import ZoneInfo
 
+        if dispatch not in DISPATCHES:
+            raise ValueError(f"dispatch must be one of {DISPATCHES}, got {dispatch!r}")
         self.device = resolve_device(device, "option book")
+        if dispatch == "auto":
+            dispatch = "process" if self.device == "cuda" else "inline"
+        self.dispatch = dispatch
         self.tz = ZoneInfo(timezone)
         self._groups: dict[str, list[_Group]] = {}
-        self._ready: list[OptionValue] = []
+        self._ready: list[OptionMessage] = []
         self._seq = 0
         self._ticks = 0
+        #: option values handed out by poll()/drain() (a group message counts per contract)
+        self.values_published = 0
+        self._worker: Any = None
+        if dispatch == "process":
+            from engine.option_worker import WorkerClient
+
+            self._worker = WorkerClient(list(groups), self.device, timezone)
+            # the engine calls the worker's request directly: no layer on the tick path
+            self.on_underlying_tick = self._worker.on_underlying_tick  # type: ignore[method-assign]
+            return
         warmed: set[tuple[object, ...]] = set()
         for cfg in groups:
-            grid = make_grid(
-                cfg.grid,
-                price_steps=cfg.price_steps or None,
-                time_steps=cfg.time_steps or None,
-            )
-            combos = list(itertools.product(cfg.expiries, cfg.strikes, cfg.rights))
-            days = [e if isinstance(e, int) else None for e, _, _ in combos]
-            dates = [e if isinstance(e, dt.date) else None for e, _, _ in combos]
-            symbols = [
-                option_symbol(cfg.underlying, e, r, k)
-                if isinstance(e, dt.date)
-                else f"{cfg.underlying}+{e}D{r}{int(round(k * 1000)):08d}"
-                for e, k, r in combos
-            ]
-            expiry = [d / DAYS_PER_YEAR if d is not None else 0.0 for d in days]
-            params = option_params(
-                1.0,
-                [k for _, k, _ in combos],
-                expiry,
-                cfg.vol,
-                cfg.rate,
-                [r == "C" for _, _, r in combos],
-                cfg.style == "american",
-            )
-            key = (grid, self.device)
-            if key not in warmed:  # JIT before the first tick, not on it
-                warm_up(grid, self.device)
-                warmed.add(key)
             # on the CPU the group reprices on a worker thread so the loop never waits
-            pricer = OptionGroupPricer(params, grid, self.device, background=True)
-            group = _Group(cfg, pricer, symbols, days, dates)
+            group = build_group(cfg, self.device, True, warmed)
             self._groups.setdefault(cfg.underlying, []).append(group)
 
     @property
     def underlyings(self) -> set[str]:
+        if self._worker is not None:
+            return self._worker.underlyings
         return set(self._groups)
 
     @property
     def in_flight(self) -> int:
+        if self._worker is not None:
+            return int(self._worker.in_flight())
         return sum(g.pricer.in_flight for gs in self._groups.values() for g in gs)
+
+    def close(self) -> None:
+        """Stop the worker process, if any (also done at exit)."""
+        if self._worker is not None:
+            self._worker.close()
 
     # -- ticks ---------------------------------------------------------------------------
 
     def on_underlying_tick(self, symbol: str, spot: float, ts: int) -> None:
         """A new underlying price: reprice its groups (launch, or remember if busy)."""
+        if not (0.0 < spot < math.inf):  # NaN fails too; called on every underlying tick
+            return  # bad prices are the feed's to count; a group is never priced on one
         groups = self._groups.get(symbol)
         if groups is None:
             return
-        if not (0.0 < spot < math.inf):  # NaN fails too; called on every underlying tick
-            return  # bad prices are the feed's to count; a group is never priced on one
         self._ticks += 1
         for g in groups:
             if g.pricer.in_flight:
@@ -190,15 +275,7 @@ class OptionBook:
             self._launch(g, spot, ts)
 
     def _launch(self, g: _Group, spot: float, ts: int) -> None:
-        day = _tick_date(ts, self.tz)
-        if day != g.last_date and any(d is not None for d in g.expiry_dates):
-            expiry = [
-                ((e - day).days if e is not None else (d or 0)) / DAYS_PER_YEAR
-                for e, d in zip(g.expiry_dates, g.expiry_days, strict=True)
-            ]
-            g.pricer.set_column(core.EXPIRY, expiry)
-        g.last_date = day
-        g.pricer.set_spot(spot)
+        prepare_launch(g, spot, ts, self.tz)
         g.launched = (spot, ts, time.perf_counter_ns())
         g.pricer.launch()
 
@@ -210,17 +287,23 @@ class OptionBook:
         g.repricings += 1
         g.launched = None
         underlying = g.config.underlying
-        prices, deltas, gammas = (
-            values.price.tolist(), values.delta.tolist(), values.gamma.tolist())
-        seq0 = self._seq
-        # one comprehension over plain lists: a busy group publishes millions of these
-        self._ready.extend([
-            OptionValue(seq0 + i + 1, ts, sym, underlying, spot, p, d, gm)
-            for i, (sym, p, d, gm) in enumerate(
-                zip(g.symbols, prices, deltas, gammas, strict=True))
-        ])
-        self._seq = seq0 + len(g.symbols)
-        g.last_values = (spot, prices, deltas, gammas)
+        if g.config.messages == "group":
+            self._seq += 1
+            self._ready.append(group_message(self._seq, ts, underlying, spot, g.symbols,
+                                             values.price, values.delta, values.gamma))
+            g.last_values = (spot, values.price, values.delta, values.gamma)  # type: ignore[assignment]
+        else:
+            prices, deltas, gammas = (
+                values.price.tolist(), values.delta.tolist(), values.gamma.tolist())
+            seq0 = self._seq
+            # one comprehension over plain lists: a busy group publishes millions of these
+            self._ready.extend([
+                OptionValue(seq0 + i + 1, ts, sym, underlying, spot, p, d, gm)
+                for i, (sym, p, d, gm) in enumerate(
+                    zip(g.symbols, prices, deltas, gammas, strict=True))
+            ])
+            self._seq = seq0 + len(g.symbols)
+            g.last_values = (spot, prices, deltas, gammas)
         if g.pending is not None:
             spot, ts = g.pending
             g.pending = None
@@ -228,16 +311,21 @@ class OptionBook:
 
     # -- results ---------------------------------------------------------------------------
 
-    def poll(self) -> list[OptionValue]:
+    def poll(self) -> list[OptionMessage]:
         """Messages of every repricing finished since the last call; never blocks."""
-        for groups in self._groups.values():
-            for g in groups:
-                if g.pricer.in_flight and g.pricer.done():
-                    self._collect(g)
-        out, self._ready = self._ready, []
+        if self._worker is not None:
+            out = self._worker.poll()
+        else:
+            for groups in self._groups.values():
+                for g in groups:
+                    if g.pricer.in_flight and g.pricer.done():
+                        self._collect(g)
+            out, self._ready = self._ready, []
+        if out:
+            self.values_published += values_in(out)
         return out
 
-    async def drain(self) -> list[OptionValue]:
+    async def drain(self) -> list[OptionMessage]:
         """Await all in-flight repricings (and the ones they trigger) by polling."""
         out = self.poll()
         while self.in_flight:
@@ -247,28 +335,43 @@ class OptionBook:
 
     def _last_by_symbol(self) -> dict[str, dict[str, float]]:
         last: dict[str, dict[str, float]] = {}
-        for gs in self._groups.values():
-            for g in gs:
-                if g.last_values is None:
-                    continue
-                spot, prices, deltas, gammas = g.last_values
-                for sym, p, d, gm in zip(g.symbols, prices, deltas, gammas, strict=True):
-                    last[sym] = {"spot": spot, "price": p, "delta": d, "gamma": gm}
+        if self._worker is not None:
+            items = self._worker.last_values()
+        else:
+            items = [(g.symbols, g.last_values) for gs in self._groups.values() for g in gs
+                     if g.last_values is not None]
+        for symbols, (spot, prices, deltas, gammas) in items:
+            for sym, p, d, gm in zip(symbols, prices, deltas, gammas, strict=True):
+                last[sym] = {"spot": spot, "price": float(p), "delta": float(d),
+                             "gamma": float(gm)}
         return last
 
     def summary(self) -> dict[str, object]:
-        """Counts, latency (launch → results on the host, as observed by poll) and last values."""
-        lat = [x for gs in self._groups.values() for g in gs for x in g.latencies_ns]
+        """Counts, latency (tick → results on the engine's side, as observed by poll) and
+        last values."""
+        if self._worker is not None:
+            w = self._worker.stats()
+            lat = w["latencies_ns"]
+            groups, options = w["groups"], w["options"]
+            repricings, coalesced = w["repricings"], w["coalesced"]
+        else:
+            gs_all = [g for gs in self._groups.values() for g in gs]
+            lat = [x for g in gs_all for x in g.latencies_ns]
+            groups, options = len(gs_all), sum(g.pricer.n for g in gs_all)
+            repricings = sum(g.repricings for g in gs_all)
+            coalesced = sum(g.coalesced for g in gs_all)
         lat_us = np.array(lat, dtype=np.float64) / 1e3
         return {
             "device": self.device,
-            "groups": sum(len(gs) for gs in self._groups.values()),
-            "options": sum(g.pricer.n for gs in self._groups.values() for g in gs),
-            "ticks": self._ticks,
-            "repricings": sum(g.repricings for gs in self._groups.values() for g in gs),
-            "coalesced_ticks": sum(g.coalesced for gs in self._groups.values() for g in gs),
+            "dispatch": self.dispatch,
+            "groups": groups,
+            "options": options,
+            "ticks": self._worker.ticks if self._worker is not None else self._ticks,
+            "repricings": repricings,
+            "coalesced_ticks": coalesced,
             "latency_us_mean": float(lat_us.mean()) if lat else None,
             "latency_us_p50": float(np.median(lat_us)) if lat else None,
+            "latency_us_p99": float(np.percentile(lat_us, 99)) if lat else None,
             "latency_us_max": float(lat_us.max()) if lat else None,
             "last": self._last_by_symbol(),
         }

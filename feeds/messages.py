@@ -12,8 +12,10 @@ SUB socket filters by prefix (`b"T."` = every trade, `b"T.BAC"` = BAC trades).
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Any
 
 import msgspec
+import numpy as np
 
 
 class Side(IntEnum):
@@ -107,8 +109,44 @@ class OptionValue(msgspec.Struct, tag="V", **_STRUCT):
     gamma: float
 
 
-Message = Trade | Quote | Bar | Order | Fill | Heartbeat | OptionValue
-MESSAGE_TYPES: tuple[type, ...] = (Trade, Quote, Bar, Order, Fill, Heartbeat, OptionValue)
+class OptionGroupValues(msgspec.Struct, tag="G", **_STRUCT):
+    """Theoretical values and greeks of a whole option group after one repricing.
+
+    One message per group and repricing (instead of one `OptionValue` per contract):
+    `options` names the contracts in order; `price`, `delta` and `gamma` are the raw bytes
+    of float64 little-endian arrays of the same length (MessagePack bin, so the payload is
+    decoded without a per-number cost). `symbol` is the underlying. Use `prices()`,
+    `deltas()`, `gammas()` for numpy views and `option_values()` for per-contract messages.
+    """
+
+    seq: int
+    ts: int
+    symbol: str
+    spot: float
+    options: tuple[str, ...]
+    price: bytes
+    delta: bytes
+    gamma: bytes
+
+    def prices(self) -> Any:
+        return np.frombuffer(self.price, dtype="<f8")
+
+    def deltas(self) -> Any:
+        return np.frombuffer(self.delta, dtype="<f8")
+
+    def gammas(self) -> Any:
+        return np.frombuffer(self.gamma, dtype="<f8")
+
+    def option_values(self, first_seq: int = 1) -> list[OptionValue]:
+        """The same values as one `OptionValue` per contract (seq from `first_seq`)."""
+        p, d, g = self.prices().tolist(), self.deltas().tolist(), self.gammas().tolist()
+        return [OptionValue(first_seq + i, self.ts, sym, self.symbol, self.spot, pi, di, gi)
+                for i, (sym, pi, di, gi) in enumerate(zip(self.options, p, d, g, strict=True))]
+
+
+Message = Trade | Quote | Bar | Order | Fill | Heartbeat | OptionValue | OptionGroupValues
+MESSAGE_TYPES: tuple[type, ...] = (
+    Trade, Quote, Bar, Order, Fill, Heartbeat, OptionValue, OptionGroupValues)
 KIND_OF: dict[type, bytes] = {
     t: t.__struct_config__.tag.encode() for t in MESSAGE_TYPES  # type: ignore[attr-defined]
 }

@@ -3,20 +3,37 @@
 The live engine's view of the GP interpreter (`gpu.gp_eval`): at each bar close the
 strategy hands over one feature row per symbol and polls for the buy/sell codes, so the
 event loop never waits on the GPU. On the CPU the codes are computed at once.
+
+`--device auto` does not mean "the GPU whenever there is one": for a few rules over a few
+symbols a launch, two copies and the event polling cost more than the CPU twin's whole
+evaluation. With `device="auto"` on a machine with a GPU, `choose_backend(n_symbols)` times
+one bar close on both backends at the strategy's real size (n_rules x n_symbols), keeps the
+faster one, logs the measurement, and remembers it per size for the process
+(`BREAK_EVEN`), so the measurement is paid once.
 """
 
 from __future__ import annotations
 
+import logging
+import statistics
+import time
 from typing import Any
 
 import numpy as np
 from numba import cuda
 
-from gpu.device import quiet_event_polling, resolve_device
+from gpu.device import Resolved, quiet_event_polling, resolve_device
 from gpu.gp_eval import I8, THREADS_PER_BLOCK, _blocks, _check_programs, _codes_cpu, _codes_kernel
 from gpu.terminals import N_TERMINALS
 
 quiet_event_polling()
+
+log = logging.getLogger(__name__)
+
+#: measured bar-close times per (n_programs, n_symbols): the break-even this process keeps
+BREAK_EVEN: dict[tuple[int, int], dict[str, Any]] = {}
+#: timed bar closes per backend (after one warm-up each); the median decides
+CALIBRATION_ROUNDS = 7
 
 
 class AsyncDecider:
@@ -30,7 +47,11 @@ class AsyncDecider:
 
     def __init__(self, programs: np.ndarray, lengths: np.ndarray, device: str = "auto") -> None:
         self.programs, self.lengths = _check_programs(programs, lengths)
-        self.device = resolve_device(device, "GP strategy")
+        self.requested = device
+        self.device: Resolved = resolve_device(device, "GP strategy")
+        self._cuda_ready = self.device == "cuda"
+        #: the measurement behind an automatic choice (None: the device was not "auto")
+        self.calibration: dict[str, Any] | None = None
         self._result: I8 | None = None
         self._event: Any = None
         self._n_symbols = -1
@@ -42,6 +63,46 @@ class AsyncDecider:
         # compile (or load) the kernel now, not at the engine's first bar close
         self.start(np.zeros((1, N_TERMINALS), np.float32))
         self.result()
+
+    def choose_backend(self, n_symbols: int) -> Resolved:
+        """With device "auto" and a GPU: run on the backend that closes a bar of
+        `n_symbols` faster (measured once per size and process, logged); returns it."""
+        if self.requested != "auto" or not self._cuda_ready or n_symbols < 1:
+            return self.device
+        key = (int(self.programs.shape[0]), int(n_symbols))
+        if key not in BREAK_EVEN:
+            rng = np.random.default_rng(0)
+            feats = rng.normal(size=(n_symbols, N_TERMINALS)).astype(np.float32)
+            times: dict[str, float] = {}
+            codes: dict[str, I8] = {}
+            for backend in ("cpu", "cuda"):
+                self.device = backend
+                codes[backend] = self._bar_close(feats)  # warm-up (and buffers)
+                samples = []
+                for _ in range(CALIBRATION_ROUNDS):
+                    t0 = time.perf_counter()
+                    self._bar_close(feats)
+                    samples.append(time.perf_counter() - t0)
+                times[backend] = statistics.median(samples)
+            choice: Resolved = "cuda" if times["cuda"] < times["cpu"] else "cpu"
+            BREAK_EVEN[key] = {
+                "n_programs": key[0], "n_symbols": key[1], "cpu_us": times["cpu"] * 1e6,
+                "cuda_us": times["cuda"] * 1e6, "choice": choice,
+                "codes_agree": bool(np.array_equal(codes["cpu"], codes["cuda"])),
+            }
+            log.info("GP strategy: %d rules x %d symbols, a bar close takes %.0f us on the "
+                     "CPU and %.0f us on CUDA: runs on %s", key[0], key[1],
+                     times["cpu"] * 1e6, times["cuda"] * 1e6, choice)
+        self.calibration = BREAK_EVEN[key]
+        self.device = self.calibration["choice"]
+        return self.device
+
+    def _bar_close(self, features: np.ndarray) -> I8:
+        """One bar close as the engine pays for it: start, poll until ready, result."""
+        self.start(features)
+        while not self.ready():
+            pass
+        return self.result().copy()
 
     def _buffers(self, n_symbols: int) -> None:
         n = self.programs.shape[0]

@@ -23,7 +23,7 @@ def test_replay_reprices_option_group_on_underlying_ticks() -> None:
     strikes = (20.0, 25.0, 30.0)  # around SYN000's price in this market (about 25)
     group = OptionGroupConfig(underlying="SYN000", strikes=strikes, expiries=(30, 90),
                               rights=("C", "P"), style="european", vol=0.3, rate=0.02,
-                              grid="default")
+                              grid="default", messages="option")
     book = OptionBook([group], device="cpu")
     market = functools.partial(SyntheticMarket, n_symbols=3, n_ticks=6000, seed=9)
     res = replay(market, SmaCross(), EngineConfig(), option_book=book)

@@ -125,7 +125,8 @@ def test_daemon_publishes_option_values(tmp_path: Path) -> None:
 
     cfg = tmp_path / "engine.toml"
     cfg.write_text('[[options]]\nunderlying = "SYN000"\nstrikes = [35.0, 40.0]\n'
-                   'expiries = [30]\nrights = ["C"]\nstyle = "european"\ngrid = "seed"\n')
+                   'expiries = [30]\nrights = ["C"]\nstyle = "european"\ngrid = "seed"\n'
+                   'messages = "option"\n')  # per contract (the default is one per group)
     pub = Publisher("tcp://127.0.0.1:*", zmq.Context())
     orders = f"tcp://127.0.0.1:{_free_port()}"
     journal = tmp_path / "j.sqlite"

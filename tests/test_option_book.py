@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from engine.option_book import OptionBook, OptionGroupConfig
-from feeds.messages import OptionValue, encode, make_decoder
+from feeds.messages import OptionGroupValues, OptionValue, encode, make_decoder
 from gpu.device import cuda_present
 from gpu.options import black_scholes, make_grid, price_options
 
@@ -18,6 +18,12 @@ needs_cuda = pytest.mark.skipif(not cuda_present(), reason="no CUDA device or si
 
 NS = 1_000_000_000
 TS0 = int(dt.datetime(2024, 3, 1, 15, 0, tzinfo=dt.UTC).timestamp()) * NS
+
+
+def contracts(msgs: list[OptionValue | OptionGroupValues]) -> list[OptionValue]:
+    """The per-contract messages of a group with messages = "option" (nothing else)."""
+    assert all(isinstance(m, OptionValue) for m in msgs)
+    return [m for m in msgs if isinstance(m, OptionValue)]
 
 
 def small_group(**kw: object) -> OptionGroupConfig:
@@ -32,6 +38,7 @@ def small_group(**kw: object) -> OptionGroupConfig:
         "grid": "seed",
         "price_steps": 16,
         "time_steps": 3,
+        "messages": "option",  # per-contract messages; group messages: test_between_ticks
     }
     base.update(kw)
     return msgspec.convert(base, OptionGroupConfig)
@@ -70,7 +77,7 @@ def test_cpu_book_prices_in_background_and_drain_returns_messages() -> None:
     book.on_underlying_tick("XYZ", 100.0, TS0)  # not an underlying of ours
     book.on_underlying_tick("ABC", float("nan"), TS0)  # a bad price is never priced
     book.on_underlying_tick("ABC", 101.0, TS0)
-    msgs = asyncio.run(book.drain())  # the CPU twin ran on a worker thread
+    msgs = contracts(asyncio.run(book.drain()))  # the CPU twin ran on a worker thread
     assert len(msgs) == 4 and all(isinstance(m, OptionValue) for m in msgs)
     assert [m.seq for m in msgs] == [1, 2, 3, 4]
     assert {m.symbol for m in msgs} == {
@@ -95,9 +102,9 @@ def test_dated_expiries_shrink_with_the_tick_date() -> None:
     cfg = small_group(expiries=(dt.date(2024, 3, 31),), strikes=(100.0,), rights=("P",))
     book = OptionBook([cfg], device="cpu")
     book.on_underlying_tick("ABC", 100.0, TS0)  # 2024-03-01: 30 days
-    (first,) = asyncio.run(book.drain())
+    (first,) = contracts(asyncio.run(book.drain()))
     book.on_underlying_tick("ABC", 100.0, TS0 + 10 * 86_400 * NS)  # 20 days
-    (second,) = asyncio.run(book.drain())
+    (second,) = contracts(asyncio.run(book.drain()))
     np.testing.assert_allclose(first.price, expected(100.0, cfg, 30 / 365))
     np.testing.assert_allclose(second.price, expected(100.0, cfg, 20 / 365))
     assert first.symbol == "ABC240331P00100000"
@@ -107,7 +114,7 @@ def test_dated_expiries_shrink_with_the_tick_date() -> None:
 async def test_cuda_book_coalesces_ticks_and_awaits_by_polling() -> None:
     cfg = small_group(strikes=(100.0,), rights=("P",))
     other = small_group(underlying="DEF", strikes=(50.0,), rights=("C",))
-    book = OptionBook([cfg, other], device="cuda")
+    book = OptionBook([cfg, other], device="cuda", dispatch="inline")
     assert book.underlyings == {"ABC", "DEF"}
     book.on_underlying_tick("ABC", 99.0, TS0)
     assert book.in_flight == 1
@@ -115,7 +122,7 @@ async def test_cuda_book_coalesces_ticks_and_awaits_by_polling() -> None:
     book.on_underlying_tick("ABC", 98.0, TS0 + 1)
     book.on_underlying_tick("ABC", 97.0, TS0 + 2)
     book.on_underlying_tick("DEF", 51.0, TS0 + 3)
-    msgs = await book.drain()
+    msgs = contracts(await book.drain())
     assert book.in_flight == 0
     by = {(m.symbol, m.ts): m for m in msgs}
     assert [m.spot for m in msgs if m.underlying == "ABC"] == [99.0, 97.0]
@@ -134,12 +141,12 @@ async def test_cuda_book_coalesces_ticks_and_awaits_by_polling() -> None:
 async def test_engine_loop_keeps_running_while_groups_reprice() -> None:
     """A consumer loop feeding ticks and polling between them, as the engine does."""
     cfg = small_group(strikes=(100.0,), rights=("C",))
-    book = OptionBook([cfg], device="cuda")
+    book = OptionBook([cfg], device="cuda", dispatch="inline")
     got: list[OptionValue] = []
     for i, spot in enumerate((100.0, 100.5, 101.0)):
         book.on_underlying_tick("ABC", spot, TS0 + i)
         await asyncio.sleep(0)
-        got.extend(book.poll())
-    got.extend(await book.drain())
+        got.extend(contracts(book.poll()))
+    got.extend(contracts(await book.drain()))
     assert got[-1].spot == 101.0  # the newest spot is always priced
     assert all(np.isfinite(m.price) for m in got)

@@ -25,11 +25,11 @@ from strategies.sma_cross import SmaCross
 
 NS = 1_000_000_000
 T0 = 1_700_000_000 * NS  # 2023-11-14
-KINDS = "TQBOFHV"
+KINDS = "TQBOFHVG"
 # the fields after (seq, ts) of each kind, by type
 FIELDS = {
     "T": "sff", "Q": "sffff", "B": "sfffffi", "O": "siifs", "F": "siifff", "H": "sb",
-    "V": "ssffff",
+    "V": "ssffff", "G": "sfLyyy",
 }
 SYMBOLS = ["AAA", "BBB", "CCC", "DDD"]
 
@@ -110,6 +110,10 @@ class FrameFuzzer:
                     fields.append(r.choice((1, 2, 7, -1, 2**40)))
                 elif f == "b":
                     fields.append(r.random() < 0.01)
+                elif f == "L":  # contract names of an option group
+                    fields.append(r.choice(([], ["AAA+30DC00100000"], ["X", "Y", "Z"])))
+                elif f == "y":  # float64 arrays as bytes
+                    fields.append(r.choice((b"", bytes(8), bytes(24), b"\x01")))
                 else:
                     fields.append(r.choice(("enter", "close", "AAA", "")))
         x = r.random()

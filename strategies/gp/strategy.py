@@ -67,6 +67,8 @@ class GPEnsemble:
         self._signal: Signals = np.zeros(0, np.int8)
 
     def reset(self, symbols: list[str]) -> None:
+        # device "auto": the faster backend for this many symbols, measured (gp_decider)
+        self.device = self._decider.choose_backend(len(symbols))
         self._signal = np.zeros(len(symbols), np.int8)
 
     async def decision_codes(self, features: Features) -> I8:

@@ -1,0 +1,397 @@
+"""A GPU worker process reprices option groups; the engine only writes spots into shared memory.
+
+With one Python interpreter every microsecond of GPU dispatch (kernel launch, event query,
+copying results) is taken from the tick loop, even on a thread, because of the GIL. Here a
+second process owns the pricers: the engine's side (`WorkerClient`) writes the newest spot,
+the tick's timestamp and the time of the request into a shared-memory slot per group (four
+memoryview stores: about 0.6 µs of Python a tick on a 2-core VM, measured), and `poll()`
+reads a counter per group and, when it moved, copies the finished arrays out (one
+`OptionGroupValues` message). The worker (`worker_main`) spins over the
+groups: it launches the newest requested spot of every idle group, queries the events of
+busy ones, and writes finished results back. A group busy on the GPU thus takes only the
+newest spot (coalescing), as in-process.
+
+Neither side ever waits for the other. Results use a sequence lock (a counter that is odd
+while the slot is written; the reader retries when it read an odd value or the counter
+moved during its read). Requests, the engine's hot path, use two slots: the engine writes
+request n into slot n % 2 and then publishes n (four stores, no loads); the worker reads n,
+the slot, and n again, and retries unless n is unchanged (so the slot was not being
+rewritten for request n + 2). Shared-memory layout (int64 unless noted):
+
+    header, one cache line: READY, STOP, FAILED, spare...
+    per group g, two cache lines (the engine writes only the first, the worker only the
+    second, so neither side's writes evict what the other one polls):
+      request: REQ (the number of the newest request), then two slots of (REQ_TS, REQ_T0,
+               REQ_SPOT float64): request n lives in slot n % 2, written before REQ = n
+      result:  RES (seqlock), RES_REQ (request number priced), RES_TS, RES_T0,
+               RES_SPOT (float64), COALESCED (requests never launched)
+    per group g, float64[3, n_g]: price, delta, gamma of the newest finished repricing
+
+Values are the same pricer's (`OptionGroupPricer`), built by the same recipe
+(`engine.option_book.build_group`), so they equal the in-process ones for the same spot;
+which spots get priced depends on timing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import subprocess
+import sys
+import time
+import traceback
+import weakref
+from multiprocessing import shared_memory
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from feeds.messages import OptionGroupValues, OptionValue
+
+READY, STOP, FAILED = 0, 1, 2
+HEADER = 8  # words (8 bytes each): one 64-byte cache line
+SLOT = 16  # words per group: a request line and a result line
+REQ = 0
+REQ_TS, REQ_T0, REQ_SPOT = range(1, 4)  # slot 0; slot 1 is 3 words further
+REQ_SLOT = 3
+RES, RES_REQ, RES_TS, RES_T0, RES_SPOT, COALESCED = range(8, 14)
+#: idle spins of the worker before it naps (a nap adds up to NAP_S to the next latency)
+IDLE_SPINS = 50_000
+NAP_S = 0.0002
+START_TIMEOUT_S = 600.0
+#: on every this many requests, also look for finished results (besides poll())
+CHECK_EVERY_REQUESTS = 4
+
+
+class _Layout:
+    """Offsets (in 8-byte words) of every slot, from the groups' sizes."""
+
+    def __init__(self, sizes: list[int]) -> None:
+        self.sizes = sizes
+        self.n_groups = len(sizes)
+        base = HEADER + SLOT * self.n_groups
+        self.results: list[int] = []
+        for n in sizes:
+            self.results.append(base)
+            base += 3 * n
+        self.words = max(base, 1)
+
+    def result_views(self, buf: Any) -> list[np.ndarray]:
+        return [np.ndarray((3, n), dtype=np.float64, buffer=buf, offset=8 * off)
+                for n, off in zip(self.sizes, self.results, strict=True)]
+
+
+def _sizes(configs: list[Any]) -> list[int]:
+    return [len(c.strikes) * len(c.expiries) * len(c.rights) for c in configs]
+
+
+class WorkerClient:
+    """The engine's side: request repricings and collect results through shared memory."""
+
+    def __init__(self, configs: list[Any], device: str, timezone: str) -> None:
+        from engine.option_book import contract_symbols
+
+        self.configs = configs
+        self.device = device
+        # the contracts' symbols, by the same recipe as the worker (no pricer needed here)
+        self.symbols: list[tuple[str, ...]] = [contract_symbols(c) for c in configs]
+        self.layout = _Layout(_sizes(configs))
+        # numpy scalars (a strike from an array) encode as plain floats
+        payload = msgspec.json.encode(list(configs), enc_hook=_plain_number)
+        self._shm = shared_memory.SharedMemory(create=True, size=8 * self.layout.words)
+        self._q: Any = _buf(self._shm).cast("q")
+        self._d: Any = _buf(self._shm).cast("d")
+        for i in range(self.layout.words):
+            self._q[i] = 0
+        self._res = self.layout.result_views(self._shm.buf)
+        self._by_symbol: dict[str, list[int]] = {}
+        for g, c in enumerate(configs):
+            self._by_symbol.setdefault(c.underlying, []).append(g)
+        self.underlyings = set(self._by_symbol)
+        self._seen = [0] * len(configs)  # result counter last read per group
+        self._requests = [0] * len(configs)  # requests made per group
+        self.ticks = 0  # underlying ticks requested (good prices only)
+        self._countdown = CHECK_EVERY_REQUESTS
+        self._out: list[OptionValue | OptionGroupValues] = []  # collected, not yet polled
+        self._seq = 0
+        self.latencies_ns: list[int] = []
+        self.repricings = 0
+        self._last: list[OptionGroupValues | None] = [None] * len(configs)
+        # a fresh interpreter (CUDA does not survive fork, and multiprocessing's spawn would
+        # re-import the caller's __main__); the groups travel as JSON on stdin
+        root = str(Path(__file__).resolve().parent.parent)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "engine.option_worker", self._shm.name, device, timezone,
+             str(os.getpid())],
+            stdin=subprocess.PIPE, env=env, cwd=root)
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(payload)
+        self._proc.stdin.close()
+        # the views go with the finalizer: the segment can be closed only once they are
+        self._finalizer = weakref.finalize(self, _shut_down, self._shm, self._proc,
+                                           [self._q, self._d], self._res)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self._q[READY]:
+            self._check_alive()
+            if time.monotonic() > deadline:
+                self.close()
+                raise RuntimeError("option worker did not start in time")
+            time.sleep(0.01)
+
+    def _check_alive(self) -> None:
+        if self._q[FAILED] or self._proc.poll() is not None:
+            self.close()
+            raise RuntimeError("option worker failed (its traceback is on stderr)")
+
+    def on_underlying_tick(self, symbol: str, spot: float, ts: int) -> None:
+        """Ask for the groups of `symbol` at `spot` (the newest request wins); the engine
+        calls this directly on every tick of an underlying: four shared-memory stores."""
+        idx = self._by_symbol.get(symbol)
+        if idx is None or not (0.0 < spot < math.inf):  # NaN fails too: never priced
+            return
+        self.ticks += 1
+        q = self._q
+        requests = self._requests
+        t0 = time.perf_counter_ns()
+        for g in idx:
+            b = HEADER + SLOT * g
+            n = requests[g] + 1
+            requests[g] = n
+            s = b + REQ_SLOT * (n & 1)
+            self._d[s + REQ_SPOT] = spot
+            q[s + REQ_TS] = ts
+            q[s + REQ_T0] = t0
+            q[b] = n
+        # the engine polls once per received batch; a dense underlying also collects
+        # finished repricings here, every few ticks (a shared-memory read each)
+        self._countdown -= 1
+        if self._countdown <= 0:
+            self._countdown = CHECK_EVERY_REQUESTS
+            seen = self._seen
+            for g in idx:
+                if q[HEADER + SLOT * g + RES] != seen[g]:
+                    self._collect(g)
+
+    def in_flight(self) -> int:
+        """Groups whose newest request has not been priced and collected yet."""
+        q = self._q
+        busy = 0
+        for g in range(self.layout.n_groups):
+            b = HEADER + SLOT * g
+            if self._requests[g] > q[b + RES_REQ] or q[b + RES] != self._seen[g]:
+                busy += 1
+        if busy and (q[FAILED] or self._proc.poll() is not None):
+            self._check_alive()
+        return busy
+
+    def poll(self) -> list[OptionValue | OptionGroupValues]:
+        """Messages of repricings finished since the last call; never blocks."""
+        q = self._q
+        for g in range(self.layout.n_groups):
+            if q[HEADER + SLOT * g + RES] != self._seen[g]:
+                self._collect(g)
+        out, self._out = self._out, []
+        return out
+
+    def _collect(self, g: int) -> None:
+        """Read group g's newest results (skipped if torn by the worker: read next time)."""
+        q, d = self._q, self._d
+        out = self._out
+        b = HEADER + SLOT * g
+        c = q[b + RES]
+        if c == self._seen[g] or c & 1:
+            return
+        arr = self._res[g]
+        price, delta, gamma = arr[0].tobytes(), arr[1].tobytes(), arr[2].tobytes()
+        ts, t0 = q[b + RES_TS], q[b + RES_T0]
+        spot = d[b + RES_SPOT]
+        if q[b + RES] != c:
+            return  # overwritten while read: the next poll takes the newer one
+        self._seen[g] = c
+        self.latencies_ns.append(time.perf_counter_ns() - t0)
+        self.repricings += 1
+        cfg = self.configs[g]
+        self._seq += 1
+        msg = _message(self._seq, ts, cfg.underlying, spot, self.symbols[g],
+                       price, delta, gamma)
+        if cfg.messages == "group":
+            out.append(msg)
+        else:
+            values = msg.option_values(self._seq)
+            self._seq += len(values) - 1
+            out.extend(values)
+        self._last[g] = msg  # its arrays are decoded only when asked for (summary)
+
+    def last_values(self) -> list[tuple[tuple[str, ...], tuple[float, Any, Any, Any]]]:
+        return [(s, (m.spot, m.prices(), m.deltas(), m.gammas()))
+                for s, m in zip(self.symbols, self._last, strict=True) if m is not None]
+
+    def stats(self) -> dict[str, Any]:
+        q = self._q
+        return {
+            "groups": self.layout.n_groups, "options": sum(self.layout.sizes),
+            "repricings": self.repricings, "latencies_ns": list(self.latencies_ns),
+            "coalesced": sum(int(q[HEADER + SLOT * g + COALESCED])
+                             for g in range(self.layout.n_groups)),
+        }
+
+    def close(self) -> None:
+        """Stop the worker and free the shared memory (views released first)."""
+        self._finalizer()
+
+
+def _buf(shm: shared_memory.SharedMemory) -> memoryview:
+    buf = shm.buf
+    assert buf is not None, "shared memory already closed"
+    return buf
+
+
+def _plain_number(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    raise NotImplementedError(f"cannot send {type(obj).__name__} to the option worker")
+
+
+def _message(seq: int, ts: int, underlying: str, spot: float, symbols: tuple[str, ...],
+             price: bytes, delta: bytes, gamma: bytes) -> OptionGroupValues:
+    return OptionGroupValues(seq, ts, underlying, spot, symbols, price, delta, gamma)
+
+
+def _shut_down(shm: shared_memory.SharedMemory, proc: Any, views: list[Any],
+               arrays: list[np.ndarray]) -> None:
+    views[0][STOP] = 1
+    for view in views:
+        view.release()
+    arrays.clear()
+    try:
+        proc.wait(5.0)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        proc.wait(1.0)
+    with contextlib.suppress(BufferError):  # a view alive elsewhere: unlinked anyway
+        shm.close()
+    with contextlib.suppress(FileNotFoundError):
+        shm.unlink()
+
+
+def worker_main(shm_name: str, configs: list[Any], device: str, timezone: str,
+                parent_pid: int) -> None:
+    """The worker process: build the pricers, then spin launching and collecting."""
+    from multiprocessing import resource_tracker
+    from zoneinfo import ZoneInfo
+
+    shm = shared_memory.SharedMemory(name=shm_name)
+    # the engine owns the segment; without this the tracker would unlink it twice
+    resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
+    q: Any = _buf(shm).cast("q")
+    try:
+        _serve(shm, q, configs, device, ZoneInfo(timezone), parent_pid)
+    except BaseException:
+        q[FAILED] = 1
+        traceback.print_exc()
+        raise
+    finally:
+        q.release()
+        shm.close()
+
+
+def _serve(shm: shared_memory.SharedMemory, q: Any, configs: list[Any], device: str,
+           tz: Any, parent_pid: int) -> None:
+    from engine.option_book import build_group, prepare_launch
+
+    d: Any = _buf(shm).cast("d")
+    layout = _Layout(_sizes(configs))
+    res = layout.result_views(shm.buf)
+    warmed: set[tuple[object, ...]] = set()
+    groups = [build_group(c, device, False, warmed) for c in configs]
+    launched = [0] * len(groups)  # request number launched last
+    in_flight: list[tuple[int, float, int, int] | None] = [None] * len(groups)
+    coalesced = [0] * len(groups)
+    q[READY] = 1
+    idle = 0
+    spins = 0
+    try:
+        while not q[STOP]:
+            work = False
+            for g, grp in enumerate(groups):
+                b = HEADER + SLOT * g
+                flight = in_flight[g]
+                if flight is not None:
+                    if not grp.pricer.done():
+                        work = True
+                        continue
+                    req, spot, ts, t0 = flight
+                    values = grp.pricer.results()
+                    c = q[b + RES] + 1
+                    q[b + RES] = c
+                    out = res[g]
+                    out[0] = values.price
+                    out[1] = values.delta
+                    out[2] = values.gamma
+                    q[b + RES_REQ] = req
+                    q[b + RES_TS] = ts
+                    q[b + RES_T0] = t0
+                    d[b + RES_SPOT] = spot
+                    q[b + COALESCED] = coalesced[g]
+                    q[b + RES] = c + 1
+                    in_flight[g] = None
+                    work = True
+                req = q[b]
+                if req == launched[g]:
+                    continue
+                s = b + REQ_SLOT * (req & 1)
+                spot = d[s + REQ_SPOT]
+                ts, t0 = q[s + REQ_TS], q[s + REQ_T0]
+                if q[b] != req:
+                    continue  # the engine is rewriting this slot: read the newer one next
+                coalesced[g] += req - launched[g] - 1
+                launched[g] = req
+                prepare_launch(grp, spot, ts, tz)
+                grp.pricer.launch()
+                in_flight[g] = (req, spot, ts, t0)
+                work = True
+            spins += 1
+            if spins >= 4096:  # busy or not, notice an engine that died without stopping us
+                spins = 0
+                if os.getppid() != parent_pid:
+                    return
+            if work:
+                idle = 0
+                continue
+            idle += 1
+            if idle >= IDLE_SPINS:
+                time.sleep(NAP_S)
+            else:
+                os.sched_yield()
+    finally:
+        res.clear()
+        d.release()
+
+
+def per_option(msgs: list[OptionValue | OptionGroupValues]) -> list[OptionValue]:
+    """Per-contract messages of a mixed list (group messages expanded, seq renumbered)."""
+    out: list[OptionValue] = []
+    for m in msgs:
+        if isinstance(m, OptionValue):
+            out.append(m)
+        elif hasattr(m, "option_values"):
+            out.extend(m.option_values(len(out) + 1))
+    return out
+
+
+def main(argv: list[str]) -> None:
+    """`python -m engine.option_worker SHM DEVICE TIMEZONE PARENT_PID` (groups on stdin)."""
+    from engine.option_book import OptionGroupConfig
+
+    shm_name, device, timezone, parent = argv
+    configs = msgspec.json.decode(sys.stdin.buffer.read(), type=list[OptionGroupConfig])
+    worker_main(shm_name, configs, device, timezone, int(parent))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
