@@ -64,8 +64,13 @@ def _source_skips(source: Source) -> dict[str, int]:
     return dict(getattr(counter, "counts", {}) or {})
 
 
-def _feed_process(factory: SourceFactory, endpoint: str, conn: Any) -> None:
-    """Child process: bind, report the endpoint, wait for the subscriber, publish."""
+#: how long a finished feed process keeps its socket open for an engine that lags behind
+FEED_HOLD_SECONDS = 3600.0
+
+
+def _feed_process(factory: SourceFactory, endpoint: str, conn: Any, release: Any) -> None:
+    """Child process: bind, report the endpoint, wait for the subscriber, publish, then keep
+    the socket open until the engine has read everything (`release`)."""
     try:
         source = factory()
         pub = Publisher(endpoint, zmq.Context())
@@ -74,6 +79,11 @@ def _feed_process(factory: SourceFactory, endpoint: str, conn: Any) -> None:
         sent = publish_source(source, pub)
         conn.send(("source_skipped", _source_skips(source)))
         conn.send(("done", sent))
+        # Closing now would lose the tail of the stream when the engine lags: its receive
+        # queue is full, so unread bytes wait in the connection, and libzmq drops them
+        # when the peer goes away (a one-day SPY replay with an option group lost ~500
+        # trades and the final heartbeat this way). The parent releases us when done.
+        release.wait(FEED_HOLD_SECONDS)
         pub.close()
         pub.context.term()
     except BaseException as exc:  # reported to the parent as one line
@@ -106,6 +116,7 @@ class _Feed:
         self.transport = transport
         self.error: str | None = None
         self.sent = 0
+        self.finished = False
         self.source_skipped: dict[str, int] = {}
         self._stop = threading.Event()
         endpoint = _endpoint(transport, tmpdir)
@@ -134,7 +145,9 @@ class _Feed:
             self.thread = None
             mpctx = mp.get_context("spawn")
             self.conn, child = mpctx.Pipe(duplex=False)
-            self.proc = mpctx.Process(target=_feed_process, args=(factory, endpoint, child),
+            self._release = mpctx.Event()
+            self.proc = mpctx.Process(target=_feed_process,
+                                      args=(factory, endpoint, child, self._release),
                                       daemon=True)
             self.proc.start()
             kind, value = "error", "feed process did not start within 60 s"
@@ -160,11 +173,13 @@ class _Feed:
             self.thread.start()
 
     def alive(self) -> bool:
+        """Still publishing: a feed process that reported "done" is finished, although it
+        keeps its socket open until `close` releases it."""
         if self.thread is not None:
             return self.thread.is_alive()
         assert self.proc is not None
         self._collect()
-        return self.proc.is_alive()
+        return self.proc.is_alive() and not self.finished
 
     def _collect(self) -> None:
         if self.proc is not None:
@@ -179,6 +194,7 @@ class _Feed:
                     self.source_skipped = dict(value)
                 elif kind == "done":
                     self.sent = int(value)
+                    self.finished = True
 
     def abort(self) -> None:
         """The engine failed: stop publishing now (the subscriber is closed first, so a
@@ -196,6 +212,7 @@ class _Feed:
             self.pub.close()
             self.source_skipped = _source_skips(self.source)
         elif self.proc is not None:
+            self._release.set()
             self.proc.join(timeout=10)
             self._collect()
             if self.proc.is_alive():

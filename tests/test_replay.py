@@ -24,6 +24,8 @@ from gpu.terminals import TERMINAL_INDEX
 from strategies.sma_cross import SmaCross
 from tests.helpers import trade_messages
 
+ROOT = Path(__file__).resolve().parent.parent
+
 DESIGN_KEYS = {"ticks", "bars", "orders", "fills", "wall_seconds", "ticks_per_second",
                "final_equity", "roi", "roi_buy_hold", "sharpe", "max_drawdown"}
 
@@ -260,3 +262,21 @@ def test_switching_sides_all_in_takes_the_freed_cash(fill: str) -> None:
     # buy 99 (= floor(9,999 / 100)), sell 99 to close, short 99 from 9,998 freed, cover
     assert got == [(1, 99.0), (-1, 99.0), (-1, 99.0), (1, 99.0)]
     assert eng.broker.accounts[0].cash == pytest.approx(10_000 - 4)
+
+
+
+def test_an_engine_behind_its_feed_process_still_gets_the_whole_stream(
+    shared_data: Path, tmp_path: Path
+) -> None:
+    """A one-day SPY replay with the CPU option group over ipc: the engine lags its feed,
+    whose process used to close the socket once it had published everything; libzmq then
+    dropped the bytes the engine had not read yet (~500 trades and the final heartbeat),
+    and the replay failed with 'feed stopped before the end of data'."""
+    day = shared_data / "lean_ticks_2013-10/equity/usa/tick/spy/20131007_trade.zip"
+    out = tmp_path / "r.json"
+    assert run_engine.main(["replay", "--data", str(day), "--config",
+                            str(ROOT / "examples" / "spy_options.toml"), "--transport", "ipc",
+                            "--device", "cpu", "--json", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    assert rep["ticks"] > 200_000
+    assert not rep["skipped"]
