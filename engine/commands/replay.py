@@ -219,8 +219,9 @@ def summary(r: dict[str, Any]) -> str:
         f"CAGR {_pct(r['cagr'])}, max drawdown {r['max_drawdown'] * 100:.2f}%",
         f"  Sharpe {_num(r['sharpe'])}, Sortino {_num(r['sortino'])}, Calmar "
         f"{_num(r['calmar'])}, volatility {_share(r['annual_volatility'])} a year "
-        f"(from {r['trading_days']} daily returns; ratios need at least "
-        f"{MIN_RATIO_DAYS})",
+        f"(from {r['trading_days']} daily returns"
+        + (f"; ratios need at least {MIN_RATIO_DAYS})" if r["trading_days"] < MIN_RATIO_DAYS
+           else ")"),
         f"  {r['round_trips']:,} round trips: win rate {_share(r['win_rate'])}, profit factor "
         f"{_num(r['profit_factor'])}, average win {_money(r['average_win'])}, average loss "
         f"{_money(r['average_loss'])}; exposure {r['exposure'] * 100:.1f}%, turnover "
