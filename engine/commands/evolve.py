@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import UserError
+from engine.plots import plot_fitness
 from feeds.datadir import data_dir
 from gpu.device import DeviceUnavailable
 from gpu.gp_eval import PopulationEvaluator, buy_hold_cash, roi
@@ -150,29 +151,6 @@ def write_hall_of_fame_returns(path: Path, window: GPWindow, result: EvolutionRe
     returns = daily_returns(rules, window, window.train, device)
     dates = [str(d) for d in window.dates[window.train.day0:window.train.day1]]
     write_returns(path, column_names(len(rules)), returns, dates)
-
-
-def plot_fitness(path: Path, history: list[GenerationStats], title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.ticker import MaxNLocator
-
-    gens = [s.generation for s in history]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    ax.plot(gens, [s.best for s in history], label="best")
-    ax.plot(gens, [s.mean for s in history], label="mean")
-    ax.axhline(0.0, color="grey", lw=0.8, ls=":")
-    ax.set_xlabel("generation")
-    ax.set_ylabel("fitness: mean ROI - buy-and-hold ROI")
-    ax.set_title(title, fontsize=9)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.legend()
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
