@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from engine.broker import buy_and_hold_cash
+from engine.plots import plot_equity
 from engine.replay import ReplayResult
 
 NS = 1_000_000_000
@@ -267,39 +268,3 @@ def write_outputs(report: dict[str, Any], result: ReplayResult, out_dir: Path) -
     return paths
 
 
-def plot_equity(result: ReplayResult, path: Path, title: str) -> None:
-    """Equity and buy-and-hold against bar number (nights, weekends and holidays take no
-    room: a tick replay's overnight gaps would otherwise be flat lines across the plot),
-    with dates as tick labels; drawdown below."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    curve = result.engine.equity_curve
-    x = np.arange(len(curve))
-    eq = np.asarray([p.equity for p in curve], np.float64)
-    bh = np.asarray([p.buy_hold for p in curve], np.float64)
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 6), sharex=True,
-                                   gridspec_kw={"height_ratios": [3, 1]})
-    if eq.size:
-        ax1.plot(x, eq, lw=1.0, color="tab:blue", label="strategy")
-        ax1.plot(x, bh, lw=1.0, color="tab:grey", alpha=0.8, label="buy and hold")
-        ax1.legend(loc="best", fontsize=8)
-        peak = np.maximum.accumulate(eq)
-        ax2.fill_between(x, -(peak - eq) / peak * 100.0, 0.0, color="tab:red", alpha=0.5)
-        tz = result.engine.tz
-        ticks = np.unique(np.linspace(0, len(curve) - 1, min(8, len(curve))).astype(int))
-        ax2.set_xticks(ticks)
-        ax2.set_xticklabels(
-            [datetime.fromtimestamp(curve[i].ts // NS, UTC).astimezone(tz)
-             .strftime("%Y-%m-%d\n%H:%M") for i in ticks], fontsize=7)
-    ax1.set_ylabel("equity ($)")
-    ax1.set_title(f"Replay: {title}")
-    ax1.grid(alpha=0.3)
-    ax2.set_ylabel("drawdown (%)")
-    ax2.set_xlabel("bar (exchange time; closed-market gaps skipped)")
-    ax2.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import UserError
-from engine.plots import plot_fitness
+from engine.plots import plot_fitness, plot_islands
 from feeds.datadir import data_dir
 from gpu.device import DeviceUnavailable
 from gpu.gp_eval import PopulationEvaluator, buy_hold_cash, roi
@@ -219,7 +219,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     title = (f"{window.n_stocks} stocks, {window.train.days} training days, "
              f"seed {config.seed}{test_txt}")
     if islands is not None:
-        islands.plot(png, f"{plan.islands} islands x {config.population}, {title}")
+        plot_islands(png, islands, f"{plan.islands} islands x {config.population}, {title}")
     else:
         plot_fitness(png, result.history, title)
 

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import UserError
+from engine.plots import plot_ising
 from gpu.device import DeviceUnavailable, resolve_device
 from gpu.ising import IsingEnsemble, run_ensemble
 from gpu.ising_stats import (
@@ -230,7 +231,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     }
     _print_summary(out)
     if args.out is not None:
-        out["plots"] = [str(p) for p in _plot(out, args.out)]
+        out["plots"] = [str(p) for p in plot_ising(out, args.out)]
     return out
 
 
@@ -262,43 +263,3 @@ def _print_summary(out: dict[str, Any]) -> None:
         print(f"{out['flips_per_ns']:.3f} spin flips/ns (attempted) on {out['device']}")
 
 
-def _plot(out: dict[str, Any], directory: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    directory.mkdir(parents=True, exist_ok=True)
-    sizes = sorted({r["L"] for r in out["results"]})
-    paths = []
-    for key, label, name in (
-        ("binder", "Binder cumulant U4", "binder.png"),
-        ("magnetization", "|m| per spin", "magnetization.png"),
-    ):
-        fig, ax = plt.subplots(figsize=(7, 4.5))
-        for L in sizes:
-            rs = [r for r in out["results"] if r["L"] == L]
-            ax.errorbar(
-                [r["T"] for r in rs], [r[key] for r in rs], yerr=[r[key + "_err"] for r in rs],
-                marker="o", ms=3, capsize=2, label=f"L = {L}",
-            )
-        if key == "magnetization" and out["dim"] == 2 and out["field"] == 0.0:
-            ts = [r["T"] for r in out["results"]]
-            grid = np.linspace(min(ts), max(ts), 400)
-            ax.plot(grid, onsager_magnetization(grid), "k--", label="exact (Onsager–Yang, L=∞)")
-        ax.axvline(
-            out["tc_exact"], color="grey", lw=0.8, ls=":", label=f"Tc = {out['tc_exact']:.4f}"
-        )
-        if key == "binder" and out["tc"] is not None:
-            ax.axvspan(out["tc"] - out["tc_err"], out["tc"] + out["tc_err"], color="C3", alpha=0.2,
-                       label=f"crossings: {out['tc']:.4f} ± {out['tc_err']:.4f}")
-        ax.set_xlabel("temperature T (J = 1)")
-        ax.set_ylabel(label)
-        ax.set_title(f"{out['dim']}D Ising, {out['sweeps']} sweeps, h = {out['field']}")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        path = directory / name
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
-        paths.append(path)
-    return paths

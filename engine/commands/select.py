@@ -19,9 +19,10 @@ from typing import Any
 import numpy as np
 
 from engine.errors import UserError
+from engine.plots import plot_selection
 from gpu.device import DeviceUnavailable, resolve_device
-from gpu.subset import SearchTooLong, SubsetResult
-from strategies.selection import ReturnsTable, read_returns, select_least_correlated
+from gpu.subset import SearchTooLong
+from strategies.selection import read_returns, select_least_correlated
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -33,31 +34,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--plot", type=Path, metavar="PNG",
                    help="correlation matrix with the chosen strategies marked")
-
-
-def plot_selection(path: Path, table: ReturnsTable, result: SubsetResult) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    corr = table.correlation()
-    n = corr.shape[0]
-    fig, ax = plt.subplots(figsize=(6.5, 5.5))
-    im = ax.imshow(corr, cmap="RdBu_r", vmin=-1, vmax=1)
-    for i in result.subset:
-        ax.add_patch(plt.Rectangle((-0.5, i - 0.5), n, 1, fill=False, ec="k", lw=0.6))
-        ax.add_patch(plt.Rectangle((i - 0.5, -0.5), 1, n, fill=False, ec="k", lw=0.6))
-    if n <= 30:
-        ax.set_xticks(range(n), table.names, rotation=90, fontsize=7)
-        ax.set_yticks(range(n), table.names, fontsize=7)
-    fig.colorbar(im, ax=ax, label="correlation of daily returns")
-    ax.set_title(f"least-correlated {len(result.subset)} of {n}: distance to I "
-                 f"{result.distance:.4f}", fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import UserError
+from engine.plots import plot_statistics
 from feeds.records import KIND_BAR, KIND_TRADE, parse_date
 from feeds.sources import open_sources
 from gpu.device import DeviceUnavailable, resolve_device
@@ -92,44 +93,6 @@ def _value(x: float) -> float | None:
 def _points(stats: LagStatistics, values: np.ndarray, symbol: str) -> list[dict[str, Any]]:
     return [{"symbol": symbol, "lag": int(lag), "value": _value(v)}
             for lag, v in zip(stats.lags, values, strict=True)]
-
-
-def plot_statistics(path: Path, symbol: str, stats: LagStatistics) -> None:
-    """Log-log figure: m(Δt) with a random walk's slope, H(Δt), |ρ(Δt)| and ρ_abs(Δt)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    lags = stats.lags.astype(float)
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
-    ax = axes[0]
-    m = stats.mean_abs_change
-    ax.loglog(lags, m, ".", ms=3, label=r"$\langle|p(t+\Delta t)-p(t)|\rangle$")
-    if m[0] > 0:
-        ax.loglog(lags, m[0] * np.sqrt(lags), "--", color="grey", lw=0.8, label="slope 1/2")
-    ax.set_xlabel(r"$\Delta t$ [ticks]")
-    ax.legend(fontsize=8)
-    ax = axes[1]
-    ax.semilogx(lags, stats.hurst, ".", ms=3)
-    ax.axhline(0.5, color="grey", lw=0.8, ls=":")
-    ax.set_xlabel(r"$\Delta t$ [ticks]")
-    ax.set_ylabel(r"$H(\Delta t)$")
-    ax = axes[2]
-    for values, label, color in ((stats.autocorr, r"$\rho(\Delta t)$", "C0"),
-                                 (stats.autocorr_abs, r"$\rho_{|\cdot|}(\Delta t)$", "C1")):
-        pos, neg = values > 0, values < 0
-        ax.loglog(lags[pos], values[pos], ".", ms=3, color=color, label=label + " > 0")
-        ax.loglog(lags[neg], -values[neg], "o", ms=3, mfc="none", color=color,
-                  label=label + " < 0 (abs)")
-    ax.set_xlabel(r"$\Delta t$ [ticks]")
-    ax.legend(fontsize=7)
-    fig.suptitle(f"{symbol}: {stats.n_prices:,} prices, {stats.precision} on {stats.device}",
-                 fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

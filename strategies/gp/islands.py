@@ -52,7 +52,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numba
@@ -486,34 +485,6 @@ class IslandsResult:
             "per_island": [[s.as_dict() for s in h] for h in self.histories],
             "best_per_island": [max(s.best for s in h) for h in self.histories],
         }}
-
-    def plot(self, path: Path, title: str) -> None:
-        """Best fitness per generation, one line per island, and the mean over all."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import MaxNLocator
-
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for i, h in enumerate(self.histories):
-            ax.plot([s.generation for s in h], [s.best for s in h], lw=1.0,
-                    label=f"island {i} best" if len(self.histories) <= 8 else None)
-        comb = self.combined_history()
-        ax.plot([s.generation for s in comb], [s.mean for s in comb], color="black", ls="--",
-                lw=1.0, label="mean, all islands")
-        for e in self.epochs[:-1]:
-            ax.axvline(e.until - 0.5, color="grey", lw=0.5, ls=":")
-        ax.axhline(0.0, color="grey", lw=0.8, ls=":")
-        ax.set_xlabel("generation (dotted verticals: migrations)")
-        ax.set_ylabel("fitness: mean ROI - buy-and-hold ROI")
-        ax.set_title(title, fontsize=9)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
-        plt.close(fig)
 
 
 def evolve_islands(client: Client, data: PanelData, config: EvolutionConfig, plan: IslandPlan,
