@@ -75,7 +75,7 @@ class LatencyHistogram:
 class Daemon:
     def __init__(self, *, cfg: EngineConfig, strategy: Strategy, journal: Journal,
                  state: JournalState, sub: Subscriber, out: Publisher, device: str,
-                 status_file: Path | None, max_seconds: float) -> None:
+                 status_file: Path | None, max_seconds: float, ticks: str) -> None:
         self.cfg = cfg
         self.opts = cfg.live
         self.journal = journal
@@ -105,6 +105,11 @@ class Daemon:
             journal.record_symbol(s, i)
         self._session_seen = self.validator.session
         self._session_changes_journaled = self.validator.session_changes
+        self.ticks = ticks
+        self.disconnects = 0
+        monitor = sub.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self._monitor: zmq.Socket[bytes] = zmq.Socket.shadow(monitor.underlying)
+        self._monitor_owner = monitor  # keeps the monitor socket open
         _warm_up_compiled_code()
 
     # ------------------------------------------------------------------ start
@@ -183,6 +188,8 @@ class Daemon:
                 if self.stale:
                     self._set_stale(False)
                 await self._batch(raw, t_recv)
+            if self._monitor.poll(0):
+                self._on_disconnect()
             while engine.option_values:  # theoretical values and greeks, newest last
                 self.out.send(engine.option_values.popleft())
             now = time.monotonic()
@@ -198,6 +205,20 @@ class Daemon:
                     next_status = now + opts.status_every_seconds
                     print(self.status_line(), file=sys.stderr, flush=True)
                 self.write_status()
+
+    def _on_disconnect(self) -> None:
+        """The feed's connection went away. After a protocol error (a message above
+        `max_message_bytes`, garbage on the wire) ZeroMQ does not reconnect by itself, so
+        the daemon replaces the connection (one connection to the feed at any time)."""
+        while self._monitor.poll(0):
+            self._monitor.recv_multipart()
+        self.disconnects += 1
+        log.warning("feed connection dropped (feed gone, or a message above "
+                    "max_message_bytes / a protocol error): reconnecting to %s", self.ticks)
+        sock = self.sub.socket
+        with contextlib.suppress(zmq.ZMQError):
+            sock.disconnect(self.ticks)
+        sock.connect(self.ticks)
 
     async def _batch(self, raw: list[Any], t_recv: float) -> None:
         engine = self.engine
@@ -353,6 +374,7 @@ class Daemon:
             "feed_session": v.session,
             "feed_session_changes": v.session_changes,
             "feed_ended": self.feed_ended,
+            "feed_disconnects": self.disconnects,
             "orders": len(e.broker.orders),
             "fills": len(e.broker.fills),
             "published": {"orders": self.orders_out, "fills": self.fills_out,
@@ -374,6 +396,11 @@ class Daemon:
                 f"stale={int(s['stale'])} kill={int(s['kill_switch'])} orders={s['orders']} "
                 f"fills={s['fills']} pnl={s['pnl']:.2f} device={s['device']} "
                 f"p50_us={lat['p50_us']} p99_us={lat['p99_us']}")
+
+    def close(self) -> None:
+        with contextlib.suppress(zmq.ZMQError):
+            self.sub.socket.disable_monitor()
+        self._monitor_owner.close(0)
 
     def write_status(self, status: dict[str, Any] | None = None) -> None:
         if self.status_file is None:

@@ -117,7 +117,7 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
     try:
         daemon = Daemon(cfg=cfg, strategy=strategy, journal=journal, state=state, sub=sub,
                         out=out, device=device, status_file=args.status_file,
-                        max_seconds=args.max_seconds)
+                        max_seconds=args.max_seconds, ticks=args.ticks)
         stop = asyncio.Event()
         status_now = asyncio.Event()
         install_signals(stop, status_now)
@@ -131,6 +131,8 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
         status["status"] = "stopped"
         daemon.write_status(status)
     finally:
+        if daemon is not None:
+            daemon.close()
         journal.close()
         sub.close()
         out.close()
