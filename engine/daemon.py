@@ -107,8 +107,17 @@ class Daemon:
         self._session_changes_journaled = self.validator.session_changes
         self.ticks = ticks
         self.disconnects = 0
-        monitor = sub.socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        # connection events of the tick socket: ZeroMQ retries a dropped connection by
+        # itself but gives up after a protocol error (a message above max_message_bytes,
+        # a failed handshake such as an impostor without the CURVE keys); the daemon then
+        # reconnects (see _watch_connection)
+        monitor = sub.socket.get_monitor_socket()
         self._monitor: zmq.Socket[bytes] = zmq.Socket.shadow(monitor.underlying)
+        self._gave_up_at: float | None = None
+        # the subscriber connected before the monitor existed: connect again under watch
+        with contextlib.suppress(zmq.ZMQError):
+            sub.socket.disconnect(ticks)
+        sub.socket.connect(ticks)
         self._monitor_owner = monitor  # keeps the monitor socket open
         _warm_up_compiled_code()
 
@@ -188,8 +197,7 @@ class Daemon:
                 if self.stale:
                     self._set_stale(False)
                 await self._batch(raw, t_recv)
-            if self._monitor.poll(0):
-                self._on_disconnect()
+            self._watch_connection()
             while engine.option_values:  # theoretical values and greeks, newest last
                 self.out.send(engine.option_values.popleft())
             now = time.monotonic()
@@ -206,15 +214,28 @@ class Daemon:
                     print(self.status_line(), file=sys.stderr, flush=True)
                 self.write_status()
 
-    def _on_disconnect(self) -> None:
-        """The feed's connection went away. After a protocol error (a message above
-        `max_message_bytes`, garbage on the wire) ZeroMQ does not reconnect by itself, so
-        the daemon replaces the connection (one connection to the feed at any time)."""
-        while self._monitor.poll(0):
-            self._monitor.recv_multipart()
+    def _watch_connection(self) -> None:
+        """Reconnect when ZeroMQ gave up on the feed: a disconnect that no retry followed
+        within half a second (a plain disconnect is followed by CONNECT_RETRIED at once).
+        One connection to the feed at any time, so no message arrives twice."""
+        from zmq.utils.monitor import parse_monitor_message
+
+        mon = self._monitor
+        while mon.poll(0):
+            event = parse_monitor_message(mon.recv_multipart())["event"]
+            if event == zmq.EVENT_DISCONNECTED:
+                self._gave_up_at = time.monotonic() + 0.5
+            elif event in (zmq.EVENT_CONNECT_RETRIED, zmq.EVENT_CONNECTED,
+                           zmq.EVENT_CONNECT_DELAYED):
+                self._gave_up_at = None
+        if self._gave_up_at is None or time.monotonic() < self._gave_up_at:
+            return
+        self._gave_up_at = None
         self.disconnects += 1
-        log.warning("feed connection dropped (feed gone, or a message above "
-                    "max_message_bytes / a protocol error): reconnecting to %s", self.ticks)
+        if self.disconnects <= 10 or self.disconnects % 1000 == 0:  # not a log flood
+            log.warning("feed connection dropped by a protocol error (a message above "
+                        "max_message_bytes, or a failed handshake: no CURVE keys?); "
+                        "reconnecting to %s (%d so far)", self.ticks, self.disconnects)
         sock = self.sub.socket
         with contextlib.suppress(zmq.ZMQError):
             sock.disconnect(self.ticks)
