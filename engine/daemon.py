@@ -111,14 +111,9 @@ class Daemon:
         # itself but gives up after a protocol error (a message above max_message_bytes,
         # a failed handshake such as an impostor without the CURVE keys); the daemon then
         # reconnects (see _watch_connection)
-        monitor = sub.socket.get_monitor_socket()
-        self._monitor: zmq.Socket[bytes] = zmq.Socket.shadow(monitor.underlying)
+        assert sub.monitor is not None, "the daemon's subscriber is opened with monitor=True"
+        self._monitor = sub.monitor
         self._gave_up_at: float | None = None
-        # the subscriber connected before the monitor existed: connect again under watch
-        with contextlib.suppress(zmq.ZMQError):
-            sub.socket.disconnect(ticks)
-        sub.socket.connect(ticks)
-        self._monitor_owner = monitor  # keeps the monitor socket open
         _warm_up_compiled_code()
 
     # ------------------------------------------------------------------ start
@@ -421,7 +416,7 @@ class Daemon:
     def close(self) -> None:
         with contextlib.suppress(zmq.ZMQError):
             self.sub.socket.disable_monitor()
-        self._monitor_owner.close(0)
+        self._monitor.close(0)
 
     def write_status(self, status: dict[str, Any] | None = None) -> None:
         if self.status_file is None:
@@ -468,7 +463,8 @@ def open_sockets(ctx: zmq.asyncio.Context, ticks: str, orders: str, cfg: EngineC
     try:
         sub = Subscriber(ticks, ctx, topics=topics, limits=cfg.validation,
                          rcvhwm=opts.receive_hwm, max_message_bytes=opts.max_message_bytes,
-                         curve_client=curve.client if curve is not None else None)
+                         curve_client=curve.client if curve is not None else None,
+                         monitor=True)
     except zmq.ZMQError as exc:
         out.close()
         raise UserError(f"cannot connect --ticks {ticks}: {exc}") from None

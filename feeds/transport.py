@@ -444,6 +444,7 @@ class Subscriber:
         limits: ValidationLimits | None = None,
         max_message_bytes: int = 0,
         curve_client: tuple[bytes, bytes, bytes] | None = None,
+        monitor: bool = False,
     ) -> None:
         """`max_message_bytes` > 0: ZeroMQ drops larger messages (MAXMSGSIZE, it closes
         the offending connection, which reconnects). `curve_client` = (public, secret,
@@ -459,6 +460,11 @@ class Subscriber:
              self.socket.curve_serverkey) = curve_client
         for t in topics:
             self.socket.setsockopt(zmq.SUBSCRIBE, t)
+        #: with `monitor`, a PAIR socket of the connection's events, from before connecting
+        self.monitor: zmq.Socket[bytes] | None = None
+        if monitor:
+            self._monitor_owner = self.socket.get_monitor_socket()  # owns the PAIR socket
+            self.monitor = zmq.Socket.shadow(self._monitor_owner.underlying)
         self.socket.connect(endpoint)
         # a synchronous view of the same socket for the non-blocking drain
         self._sync: zmq.Socket[bytes] = zmq.Socket.shadow(self.socket.underlying)
