@@ -39,6 +39,8 @@ from strategies.base import Strategy
 
 log = logging.getLogger("live")
 
+#: market data is conflated once this many received batches in a row were full
+CONFLATE_AFTER_FULL_BATCHES = 4
 #: latency histogram bucket upper bounds, microseconds (the last bucket is open)
 LATENCY_BOUNDS_US = (5, 10, 20, 50, 100, 250, 500, 1000, 2500, 10_000, 100_000)
 
@@ -96,6 +98,7 @@ class Daemon:
         self.last_batch = 0
         self.max_batch = 0
         self._outbox: list[Any] = []
+        self._full_streak = 0
         self._bar_events_at_snapshot = 0
         self.risk = RiskGate(cfg.risk)
         self.restored = self._build_engine(strategy, state)
@@ -249,7 +252,11 @@ class Daemon:
                      f" replaces {self._session_seen}: sequence check reset")
             self._session_seen = v.session
         msgs = [m for m in msgs if not self._is_end_of_feed(m)]
-        if n_raw >= self.opts.conflate_above:
+        # a backlog, not a burst: several full batches in a row
+        self._full_streak = (self._full_streak + 1
+                             if n_raw >= min(self.opts.conflate_above, self.sub.max_batch)
+                             else 0)
+        if self._full_streak >= CONFLATE_AFTER_FULL_BATCHES:
             msgs = self._conflate(msgs)
         self.journal.begin()
         try:

@@ -20,9 +20,10 @@ class LiveOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     max_message_bytes: int = 65_536
     #: messages queued in ZeroMQ before the tick socket drops (memory bound under overload)
     receive_hwm: int = 100_000
-    #: a received batch this long means the daemon is behind: its trades and quotes are
-    #: conflated to the newest per symbol (counted as `conflated`)
-    conflate_above: int = 20_000
+    #: received batches this long (or full ones: the subscriber drains at most 8192
+    #: messages a batch) four times in a row mean the daemon is behind: their trades and
+    #: quotes are conflated to the newest per symbol (counted as `conflated`)
+    conflate_above: int = 8_192
     #: messages queued per reader of the orders socket before that reader loses some (the
     #: journal never does)
     orders_hwm: int = 1_000_000

@@ -9,9 +9,12 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
+
+import zmq
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -104,3 +107,55 @@ def orders(journal: Path) -> list[tuple[Any, ...]]:
 def wait_subscribed(orders_endpoint: str, timeout: float = 5) -> None:
     """Give a freshly bound XPUB a moment to see subscriptions (slow joiner)."""
     time.sleep(min(timeout, 0.3))
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def read_orders(endpoint: str, counts: dict[str, int], stop: threading.Event) -> None:
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.SUB)
+    s.setsockopt(zmq.SUBSCRIBE, b"O.")
+    s.setsockopt(zmq.SUBSCRIBE, b"F.")
+    s.connect(endpoint)
+    while not stop.is_set():
+        if s.poll(50):
+            topic = s.recv_multipart()[0]
+            counts[topic[:1].decode()] += 1
+    s.close(0)
+    ctx.term()
+
+
+def flood(tmp: Path, seconds: float, n_ticks: int) -> dict[str, object]:
+    ticks, out = endpoints()
+    counts = {"O": 0, "F": 0}
+    stop = threading.Event()
+    reader = threading.Thread(target=read_orders, args=(out, counts, stop), daemon=True)
+    reader.start()
+    j = tmp / "j.db"
+    cfg = tmp / "engine.toml"
+    cfg.write_text("[live]\nreceive_hwm = 20000\nheartbeat_timeout_seconds = 0\n")
+    d = start_daemon(j, ticks, out, tmp / "s.json", "--config", str(cfg))
+    time.sleep(1.0)
+    base = rss_mb(d.pid)
+    feed = start_feed(ticks, "--ticks", str(n_ticks), "--n-symbols", "10", "--lossy",
+                      "--heartbeat", "0")
+    samples = []
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds and feed.poll() is None:
+        samples.append(rss_mb(d.pid))
+        time.sleep(0.2)
+    feed.kill()
+    feed.wait(10)
+    time.sleep(1.0)
+    st = stop_daemon(d, tmp / "s.json")
+    time.sleep(0.3)
+    stop.set()
+    reader.join(5)
+    return {"status": st, "rss_base_mb": base, "rss_peak_mb": max(samples, default=base),
+            "rss_samples": samples, "seen": counts, "journal_fills": len(fills(j)),
+            "journal_orders": len(orders(j))}

@@ -39,6 +39,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "current time in ms)")
     p.add_argument("--heartbeat", type=float, default=1.0,
                    help="seconds between heartbeats while publishing (0 = none)")
+    p.add_argument("--lossy", action="store_true",
+                   help="never wait for slow readers (a market feed: messages beyond a "
+                        "reader's queue are dropped) instead of pacing to the slowest")
     p.add_argument("--curve", metavar="DIR",
                    help="CURVE keys folder (from `keys`): serve the stream to key holders only")
 
@@ -59,7 +62,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         auth = start_authenticator(ctx, keys)
         server = keys.server
     try:
-        pub = Publisher(args.publish, ctx, curve_server=server)
+        pub = Publisher(args.publish, ctx, curve_server=server, nodrop=not args.lossy)
     except zmq.ZMQError as exc:
         raise UserError(f"cannot bind {args.publish}: {exc}") from None
     print(f"publishing {getattr(source, 'name', 'source')} on {pub.endpoint}, session "
