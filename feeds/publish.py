@@ -77,6 +77,9 @@ def publish_source(
         if not opened:  # the session opens before the first message
             heartbeat(int(chunk["ts"][lo]))
             opened = True
+            # pacing starts now: the first chunk's encoding (compiling the encoder) must
+            # not make the stream burst to catch up
+            t0 = last_beat = time.perf_counter()
         bounds = offsets.tolist()[lo:hi + 1]
         for kind, sym, a, b in zip(chunk["kind"][lo:hi].tolist(), chunk["sym"][lo:hi].tolist(),
                                    bounds, bounds[1:], strict=False):

@@ -125,7 +125,7 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
               f"journal {args.journal} ({len(state.fills)} fills, restored: "
               f"{daemon.restored})" + (", CURVE on" if curve else ""), file=sys.stderr,
               flush=True)
-        await daemon.run(stop, status_now)
+        await daemon.run(stop, status_now, topics)
         daemon.shutdown_snapshot()
         status = daemon.status()
         status["status"] = "stopped"
