@@ -110,6 +110,7 @@ class Daemon:
             journal.record_symbol(s, i)
         self._session_seen = self.validator.session
         self._session_changes_journaled = self.validator.session_changes
+        self._session_journaled = state.session
         self.ticks = ticks
         self.disconnects = 0
         # connection events of the tick socket: ZeroMQ retries a dropped connection by
@@ -155,6 +156,7 @@ class Daemon:
                 self.engine.strategy = WarmupGuard(strategy, held)
             how = "cold" if state.fills else "new"
         # the journal's stream positions are the truth (ahead of a snapshot after kill -9)
+        v.last_seq.clear()  # (a snapshot's may hold streams of a feed session since replaced)
         v.last_seq.update(state.last_seq)
         if state.session is not None:
             v.session = state.session
@@ -253,9 +255,9 @@ class Daemon:
         self.last_batch = n_raw
         self.max_batch = max(self.max_batch, n_raw)
         # a backlog, not a burst: several full batches in a row
+        limit = self.opts.conflate_above
         self._full_streak = (self._full_streak + 1
-                             if n_raw >= min(self.opts.conflate_above, self.sub.max_batch)
-                             else 0)
+                             if limit and n_raw >= min(limit, self.sub.max_batch) else 0)
         if self._full_streak >= CONFLATE_AFTER_FULL_BATCHES:
             await self._step(raw, t_recv, conflate=True)
             return
@@ -298,7 +300,8 @@ class Daemon:
                 self.journal.replace_seqs(v.last_seq)  # the old session's streams are void
             else:
                 self.journal.record_seqs(v.last_seq)
-            if v.session is not None:
+            if v.session != self._session_journaled:
+                self._session_journaled = v.session
                 self.journal.set_meta("session", str(v.session))
             self.journal.commit()
         except BaseException:

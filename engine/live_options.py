@@ -22,7 +22,9 @@ class LiveOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     receive_hwm: int = 100_000
     #: received batches this long (or full ones: the subscriber drains at most 8192
     #: messages a batch) four times in a row mean the daemon is behind: their trades and
-    #: quotes are conflated to the newest per symbol (counted as `conflated`)
+    #: quotes are conflated to the newest per symbol (counted as `conflated`); 0 = never
+    #: (a feed that waits for its readers, such as `feed` without --lossy, then slows down
+    #: instead, and a replayed stream gives exactly the same orders at any speed)
     conflate_above: int = 8_192
     #: messages queued per reader of the orders socket before that reader loses some (the
     #: journal never does)
@@ -30,9 +32,11 @@ class LiveOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
     def __post_init__(self) -> None:
         for name in ("snapshot_every_bars", "max_message_bytes", "receive_hwm",
-                     "conflate_above", "orders_hwm"):
+                     "orders_hwm"):
             if getattr(self, name) < 1:
                 raise ValueError(f"live.{name} must be >= 1")
+        if self.conflate_above < 0:
+            raise ValueError("live.conflate_above must be >= 0 (0 = never conflate)")
         for name in ("heartbeat_timeout_seconds", "status_every_seconds"):
             x = getattr(self, name)
             if not (x >= 0 and math.isfinite(x)):

@@ -37,6 +37,12 @@ def _env() -> dict[str, str]:
 
 def start_daemon(journal: Path, ticks: str, orders: str, status: Path, *extra: str,
                  strategy: str = "sma-cross:5,10") -> subprocess.Popen[str]:
+    """The daemon on the SMA strategy. Without --config: conflation off, so a fast feed
+    (which waits for its readers) gives the same orders at any speed of the machine."""
+    if "--config" not in extra:
+        cfg = journal.with_name(journal.name + ".toml")
+        cfg.write_text("[live]\nconflate_above = 0\n")
+        extra = (*extra, "--config", str(cfg))
     return subprocess.Popen(
         [sys.executable, str(ROOT / "run_engine.py"), "live", "--ticks", ticks,
          "--orders", orders, "--journal", str(journal), "--strategy", strategy,
@@ -130,7 +136,7 @@ def read_orders(endpoint: str, counts: dict[str, int], stop: threading.Event) ->
     ctx.term()
 
 
-def flood(tmp: Path, seconds: float, n_ticks: int) -> dict[str, object]:
+def flood(tmp: Path, seconds: float, n_ticks: int) -> dict[str, Any]:
     ticks, out = endpoints()
     counts = {"O": 0, "F": 0}
     stop = threading.Event()

@@ -94,7 +94,7 @@ def test_kill_9_loses_and_doubles_nothing(tmp_path: Path, seed: int) -> None:
     reader = threading.Thread(target=_collect_fills, args=(out, seen, stop), daemon=True)
     reader.start()
     cfg = tmp_path / "engine.toml"
-    cfg.write_text("[live]\nsnapshot_every_bars = 3\n")
+    cfg.write_text("[live]\nsnapshot_every_bars = 3\nconflate_above = 0\n")
     d = start_daemon(j, ticks, out, tmp_path / "a.json", "--config", str(cfg))
     feed = start_feed(ticks, "--ticks", str(N), "--session", "9", "--rate", "6000")
     kill_at = rng.randint(2_000, N - 2_000)

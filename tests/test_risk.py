@@ -171,3 +171,39 @@ def test_daemon_journals_and_publishes_rejections(tmp_path: Path) -> None:
     assert {e["limit"] for e in events} == {"max_position"}
     assert [(e["event_id"], e["symbol"]) for e in events] == [(m.seq, m.symbol) for m in got]
     assert "max_position" in r.stdout
+
+
+@pytest.mark.slow
+def test_kill_switch_survives_restart_until_the_operator_resets_it(tmp_path: Path) -> None:
+    from engine.journal import Journal
+
+    j = tmp_path / "j.db"
+    journal = Journal(j)
+    journal.set_meta("kill_switch", "1")  # tripped by an earlier run
+    journal.close()
+    ticks, out = endpoints()
+    status = tmp_path / "status.json"
+    cfg = tmp_path / "engine.toml"
+    cfg.write_text("[live]\nstatus_every_seconds = 0.2\n")
+    d = start_daemon(j, ticks, out, tmp_path / "s.json", "--config", str(cfg),
+                     "--status-file", str(status))
+
+    def wait_for(cond: object) -> dict:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                st = json.loads(status.read_text())
+                if cond(st):  # type: ignore[operator]
+                    return st
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.1)
+        raise AssertionError("status never matched")
+
+    wait_for(lambda s: s["kill_switch"] is True)
+    r = subprocess.run([sys.executable, str(ROOT / "run_engine.py"), "journal", "--journal",
+                        str(j), "--reset-kill-switch"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    wait_for(lambda s: s["kill_switch"] is False)
+    stop_daemon(d, tmp_path / "s.json")
