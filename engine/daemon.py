@@ -79,7 +79,8 @@ class LatencyHistogram:
 class Daemon:
     def __init__(self, *, cfg: EngineConfig, strategy: Strategy, journal: Journal,
                  state: JournalState, sub: Subscriber, out: Publisher, device: str,
-                 status_file: Path | None, max_seconds: float, ticks: str) -> None:
+                 status_file: Path | None, max_seconds: float, ticks: str,
+                 status_json: bool = False) -> None:
         self.cfg = cfg
         self.opts = cfg.live
         self.journal = journal
@@ -88,6 +89,7 @@ class Daemon:
         self.out = out
         self.device = device
         self.status_file = status_file
+        self.status_json = status_json
         self.max_seconds = max_seconds
         self.latency = LatencyHistogram()
         self.conflated = 0
@@ -220,7 +222,11 @@ class Daemon:
                 status_now.clear()
                 if now >= next_status:
                     next_status = now + opts.status_every_seconds
-                    print(self.status_line(), file=sys.stderr, flush=True)
+                    line = (json.dumps({"ts": round(time.time(), 6), "level": "STATUS",
+                                        "logger": "live", "status": self.status()},
+                                       default=str)
+                            if self.status_json else self.status_line())
+                    print(line, file=sys.stderr, flush=True)
                 self.write_status()
 
     def _watch_connection(self) -> None:

@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ipaddress
+import json
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -50,6 +50,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "holders only")
     p.add_argument("--allow-remote", action="store_true",
                    help="allow tcp endpoints beyond loopback without --curve")
+    p.add_argument("--log-json", action="store_true",
+                   help="log lines and status lines as JSON objects (one per line)")
     p.add_argument("--status-file", type=Path, metavar="PATH",
                    help="status as JSON, rewritten every status interval and on SIGUSR1")
 
@@ -70,8 +72,20 @@ def _check_loopback(name: str, endpoint: str) -> None:
                     "could read or feed it; use --curve DIR (see `keys`) or --allow-remote")
 
 
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per log line: time, level, logger, message."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps({"ts": round(record.created, 6), "level": record.levelname,
+                           "logger": record.name, "msg": record.getMessage()})
+
+
 async def run_live(args: argparse.Namespace) -> dict[str, Any]:
     from engine.daemon import Daemon, install_signals, open_sockets
+
+    if args.log_json:
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(JsonLogFormatter())
 
     device = resolve_device(args.device, "engine")  # --device cuda without a GPU: clear error
     cfg = load_config(args.config)
@@ -117,14 +131,14 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
     try:
         daemon = Daemon(cfg=cfg, strategy=strategy, journal=journal, state=state, sub=sub,
                         out=out, device=device, status_file=args.status_file,
-                        max_seconds=args.max_seconds, ticks=args.ticks)
+                        max_seconds=args.max_seconds, ticks=args.ticks,
+                        status_json=args.log_json)
         stop = asyncio.Event()
         status_now = asyncio.Event()
         install_signals(stop, status_now)
-        print(f"live: {strategy.name}, ticks from {args.ticks}, orders on {out.endpoint}, "
-              f"journal {args.journal} ({len(state.fills)} fills, restored: "
-              f"{daemon.restored})" + (", CURVE on" if curve else ""), file=sys.stderr,
-              flush=True)
+        log.info("%s, ticks from %s, orders on %s, journal %s (%d fills, restored: %s)%s",
+                 strategy.name, args.ticks, out.endpoint, args.journal, len(state.fills),
+                 daemon.restored, ", CURVE on" if curve else "")
         await daemon.run(stop, status_now, topics)
         daemon.shutdown_snapshot()
         status = daemon.status()
