@@ -187,7 +187,11 @@ def test_operator_mistakes_are_one_line_errors(tmp_path: Path) -> None:
     j = tmp_path / "j.db"
     first = start_daemon(j, ticks, orders, tmp_path / "s.json")
     try:
-        time.sleep(0.5)
+        lock = j.with_name(j.name + ".lock")
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (
+                lock.exists() and lock.read_text().strip() == str(first.pid)):
+            time.sleep(0.05)  # until the first daemon holds the journal
         _, orders2 = endpoints()
         r = _live("--ticks", ticks, "--orders", orders2, "--journal", str(j), *base)
         _one_line_error(r, "in use by another daemon", f"pid {first.pid}")
