@@ -18,6 +18,8 @@ COMMANDS: dict[str, str] = {
     "price": "reprice an option chain on the GPU and solve implied vols",
     "live": "the paper-trading daemon: ZeroMQ ticks in, journaled orders and fills out",
     "feed": "publish files or the synthetic market on a ZeroMQ endpoint",
+    "journal": "export a live daemon's journal (orders, fills, positions, risk events)",
+    "keys": "write CURVE key pairs for live --curve and feed --curve",
     "timeseries": "lag-dependent Hurst exponent and autocorrelations of tick or daily prices",
     "select": "least-correlated k of n strategies (exact search over all combinations)",
     "ising": "2D/3D Ising Metropolis on the GPU: observables, Binder cumulants, Tc",

@@ -13,7 +13,9 @@ from typing import Literal
 import msgspec
 
 from engine.errors import UserError
+from engine.live_options import LiveOptions
 from engine.option_book import OptionGroupConfig
+from engine.risk import RiskLimits
 from feeds.transport import ValidationLimits
 
 
@@ -63,6 +65,10 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     timezone: str = "America/New_York"
     #: sanity bounds on incoming messages ([validation] table; see feeds.transport)
     validation: ValidationLimits = ValidationLimits()
+    #: pre-trade limits of the live daemon ([risk] table; see engine/risk.py)
+    risk: RiskLimits = RiskLimits()
+    #: the live daemon's snapshots, heartbeat timeout, status, queues ([live] table)
+    live: LiveOptions = LiveOptions()
 
 
     def __post_init__(self) -> None:

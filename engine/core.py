@@ -74,6 +74,9 @@ class Engine:
     #: called with every order and fill (the live daemon journals and publishes them)
     on_order: Callable[[Order], None] | None = None
     on_fill: Callable[[Fill], None] | None = None
+    #: pre-trade risk check (sym, side, quantity, reason, price, ts) -> allowed; the live
+    #: daemon's limits (engine/risk.py). None: every order goes to the broker
+    risk_check: Callable[[int, int, float, str, float, int], bool] | None = None
 
     def __post_init__(self) -> None:
         cfg = self.config
@@ -389,7 +392,8 @@ class Engine:
                     qty += pend.quantity
         else:
             qty = self.broker.entry_quantity(sym, side, price)
-        if qty <= 0:
+        if qty <= 0 or (self.risk_check is not None
+                        and not self.risk_check(sym, side, qty, reason, price, ts)):
             if reason == "enter":
                 self._intended[sym] = self._held_sign(sym)
             return
@@ -477,6 +481,10 @@ class Engine:
             self.stats.option_values = self.option_book.values_published
             self.option_values.extend(ready)
         self.finished = True
+
+    def flatten(self) -> None:
+        """Close every position now, as a STOP would (the risk kill switch, an operator)."""
+        self._decide([], self._signal, Phase.STOP, self._now)
 
     # ------------------------------------------------------------------ restart
     def restore(self, orders: list[Order], fills: list[Fill]) -> None:

@@ -75,7 +75,8 @@ class Order(msgspec.Struct, tag="O", **_STRUCT):
 
 
 class Fill(msgspec.Struct, tag="F", **_STRUCT):
-    """A simulated execution of an order, commission in account currency."""
+    """A simulated execution of an order, commission in account currency. `fill_id` is
+    its row in the live daemon's journal (0 outside the daemon)."""
 
     seq: int
     ts: int
@@ -85,15 +86,22 @@ class Fill(msgspec.Struct, tag="F", **_STRUCT):
     quantity: float
     price: float
     commission: float
+    fill_id: int = 0
 
 
 class Heartbeat(msgspec.Struct, tag="H", **_STRUCT):
-    """Liveness and end-of-stream marker; `final=True` means the publisher is done."""
+    """Liveness and end-of-stream marker; `final=True` means the publisher is done.
+
+    `session` is the publisher's session id (epoch): a publisher stamps every heartbeat,
+    the first message of its stream included, with it; a new session resets the
+    subscriber's sequence check (a restarted feed numbers its streams from 1 again).
+    """
 
     seq: int
     ts: int
     symbol: str = ""
     final: bool = False
+    session: int = 0
 
 
 class OptionValue(msgspec.Struct, tag="V", **_STRUCT):
@@ -144,9 +152,22 @@ class OptionGroupValues(msgspec.Struct, tag="G", **_STRUCT):
                 for i, (sym, pi, di, gi) in enumerate(zip(self.options, p, d, g, strict=True))]
 
 
-Message = Trade | Quote | Bar | Order | Fill | Heartbeat | OptionValue | OptionGroupValues
+class RiskRejection(msgspec.Struct, tag="R", **_STRUCT):
+    """An order the risk limits refused before the broker; `limit` names the limit."""
+
+    seq: int
+    ts: int
+    symbol: str
+    side: int
+    quantity: float
+    limit: str
+    detail: str = ""
+
+
+Message = (Trade | Quote | Bar | Order | Fill | Heartbeat | OptionValue | OptionGroupValues
+           | RiskRejection)
 MESSAGE_TYPES: tuple[type, ...] = (
-    Trade, Quote, Bar, Order, Fill, Heartbeat, OptionValue, OptionGroupValues)
+    Trade, Quote, Bar, Order, Fill, Heartbeat, OptionValue, OptionGroupValues, RiskRejection)
 KIND_OF: dict[type, bytes] = {
     t: t.__struct_config__.tag.encode() for t in MESSAGE_TYPES  # type: ignore[attr-defined]
 }

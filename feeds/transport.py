@@ -99,13 +99,19 @@ class Publisher:
         *,
         nodrop: bool = True,
         sndhwm: int = 100_000,
+        curve_server: tuple[bytes, bytes] | None = None,
     ) -> None:
+        """`curve_server` = (public, secret) key of a CURVE server: peers without the
+        server's public key (and, with a ZAP authenticator, an allowed key) get nothing."""
         self.context = context or zmq.Context.instance()
         self.socket = self.context.socket(zmq.XPUB)
         self.socket.setsockopt(zmq.SNDHWM, sndhwm)
         self.socket.setsockopt(zmq.LINGER, 2000)
         if nodrop:
             self.socket.setsockopt(zmq.XPUB_NODROP, 1)
+        if curve_server is not None:
+            self.socket.curve_publickey, self.socket.curve_secretkey = curve_server
+            self.socket.curve_server = True
         self.socket.bind(endpoint)
         self.endpoint: str = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self._seq: dict[bytes, int] = {}
@@ -217,11 +223,30 @@ class Validator:
         #: the stream's clock: the newest timestamp accepted on any symbol (None: no message)
         self.clock: int | None = None
         self.received = 0
+        #: the feed session (epoch) of the stream, from its heartbeats; None: none seen yet
+        self.session: int | None = None
+        #: feed sessions that replaced another one
+        self.session_changes = 0
+        #: after a session change, a stream's first sequence number is accepted as it is
+        self._fresh = False
         self._skew_ns = int(limits.max_time_skew_seconds * NS)
         self._allowed = frozenset(limits.allowed_symbols)
         self._max_price = limits.max_price
         self._earliest = limits.earliest_ns
         self._latest = limits.latest_ns
+
+    def new_session(self, session: int) -> None:
+        """A publisher announced session `session`: a new epoch of its streams restarts
+        their sequence numbers, so the sequence check starts over (logged). The first
+        session seen is adopted as it is (the stream positions restored from a journal
+        belong to it)."""
+        if self.session is not None:
+            log.warning("feed session changed %d -> %d: sequence check reset for %d streams",
+                        self.session, session, len(self.last_seq))
+            self.last_seq.clear()
+            self._fresh = True
+            self.session_changes += 1
+        self.session = session
 
     @property
     def known(self) -> set[str]:
@@ -294,10 +319,15 @@ class Validator:
             seq = msg.seq
             expected = seq_get(topic, 0) + 1
             if seq != expected:
-                if seq < expected:
+                if type(msg) is Heartbeat:
+                    pass  # liveness only: a heartbeat is never a gap or a duplicate
+                elif self._fresh and topic not in last_seq:
+                    pass  # first message of a stream of a new feed session: no gap
+                elif seq < expected:
                     skip("duplicate", msg)
                     continue
-                skip("sequence_gap", msg, seq - expected)
+                else:
+                    skip("sequence_gap", msg, seq - expected)
             last_seq[topic] = seq
             sym = msg.symbol
             band = band_get(sym)
@@ -338,6 +368,8 @@ class Validator:
                 append(msg)
                 continue
             self.clock = clock
+            if type(msg) is Heartbeat and msg.session != self.session:
+                self.new_session(msg.session)  # clears last_seq in place (alias stays valid)
             if self._check_other(msg, sym, band):
                 append(msg)
             clock = self.clock
@@ -410,13 +442,29 @@ class Subscriber:
         rcvhwm: int = 100_000,
         max_batch: int = 8192,
         limits: ValidationLimits | None = None,
+        max_message_bytes: int = 0,
+        curve_client: tuple[bytes, bytes, bytes] | None = None,
+        monitor: bool = False,
     ) -> None:
+        """`max_message_bytes` > 0: ZeroMQ drops larger messages (MAXMSGSIZE, it closes
+        the offending connection, which reconnects). `curve_client` = (public, secret,
+        server public) keys: only a publisher holding the server's secret key gets in."""
         self.context = context or zmq.asyncio.Context.instance()
         self.socket = self.context.socket(zmq.SUB)
         self.socket.setsockopt(zmq.RCVHWM, rcvhwm)
         self.socket.setsockopt(zmq.LINGER, 0)
+        if max_message_bytes > 0:
+            self.socket.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
+        if curve_client is not None:
+            (self.socket.curve_publickey, self.socket.curve_secretkey,
+             self.socket.curve_serverkey) = curve_client
         for t in topics:
             self.socket.setsockopt(zmq.SUBSCRIBE, t)
+        #: with `monitor`, a PAIR socket of the connection's events, from before connecting
+        self.monitor: zmq.Socket[bytes] | None = None
+        if monitor:
+            self._monitor_owner = self.socket.get_monitor_socket()  # owns the PAIR socket
+            self.monitor = zmq.Socket.shadow(self._monitor_owner.underlying)
         self.socket.connect(endpoint)
         # a synchronous view of the same socket for the non-blocking drain
         self._sync: zmq.Socket[bytes] = zmq.Socket.shadow(self.socket.underlying)

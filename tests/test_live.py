@@ -110,7 +110,8 @@ def test_daemon_survives_bad_input_journals_and_restarts(tmp_path: Path) -> None
         _seq_done(journal, b"T." + sym.encode(), seq, proc)
     s2 = _stop(proc, tmp_path / "s2.json")
     assert s2["skipped"].get("duplicate") == 1
-    assert s2["ticks"] == len(second)
+    assert s2["ticks"] == len(first) + len(second)  # counters restored from the snapshot
+    assert s2["restored_from"] == "snapshot"
     assert s2["fills"] >= s1["fills"] and s2["orders"] >= s1["orders"]
     with sqlite3.connect(journal) as db:
         assert db.execute("SELECT COUNT(*) FROM fills").fetchone()[0] == s2["fills"]

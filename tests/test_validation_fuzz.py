@@ -25,11 +25,11 @@ from strategies.sma_cross import SmaCross
 
 NS = 1_000_000_000
 T0 = 1_700_000_000 * NS  # 2023-11-14
-KINDS = "TQBOFHVG"
+KINDS = "TQBOFHVGR"
 # the fields after (seq, ts) of each kind, by type
 FIELDS = {
     "T": "sff", "Q": "sffff", "B": "sfffffi", "O": "siifs", "F": "siifff", "H": "sb",
-    "V": "ssffff", "G": "sfLyyy",
+    "V": "ssffff", "G": "sfLyyy", "R": "sifss",
 }
 SYMBOLS = ["AAA", "BBB", "CCC", "DDD"]
 

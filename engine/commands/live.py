@@ -1,38 +1,41 @@
 """`live`: the paper-trading daemon.
 
-Subscribes to ticks on `--ticks`, runs the same Engine as replay, journals every order and
-fill to SQLite before publishing it on `--orders`, and commits the last processed sequence
-number of each stream after every batch. On SIGTERM or SIGINT it finishes the batch in hand,
-prints its status (and writes it with --json) and exits 0. Restarted on the same journal it
-rebuilds cash, positions and stream positions; indicators warm up again from the stream.
-Bad input is counted and skipped (see feeds/transport.py); the daemon keeps running.
+Subscribes (connects) to ticks on `--ticks`, runs the same Engine as replay, binds
+`--orders` where it publishes orders, fills and risk rejections, each journaled to SQLite
+before it is published (engine/daemon.py). Restarted on the same journal it restores the
+last snapshot of its state and the journal's orders, fills and stream positions, so a
+daemon stopped with SIGTERM and fed the rest of the stream trades exactly as one that never
+stopped. A feed's end of stream does not liquidate the book. Bad input is counted and
+skipped; a stale feed blocks new entries; risk limits ([risk] in the TOML) gate entries.
+SIGTERM or SIGINT: finish the batch, snapshot, flush, exit 0.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
-import sys
-import time
+import ipaddress
+import json
+import logging
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import zmq
 import zmq.asyncio
 
 from engine.config import load_config
-from engine.core import Engine
 from engine.errors import UserError
-from engine.journal import Journal
-from feeds.messages import Fill, Order
-from feeds.transport import Publisher, Subscriber
+from engine.journal import Journal, JournalError
 from gpu.device import resolve_device
-from strategies.registry import load_strategy
+
+log = logging.getLogger("live")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--ticks", required=True, help="endpoint to subscribe to (connect)")
-    p.add_argument("--orders", required=True, help="endpoint to publish orders and fills (bind)")
+    p.add_argument("--ticks", required=True, help="endpoint of the tick feed to connect to")
+    p.add_argument("--orders", required=True,
+                   help="endpoint to bind, where orders, fills and risk rejections go out")
     p.add_argument("--journal", required=True, help="SQLite journal path")
     p.add_argument("--strategy", default="sma-cross",
                    help="built-in name or strategy file, as for replay")
@@ -42,90 +45,113 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="device of GPU-capable work (strategies, option groups)")
     p.add_argument("--max-seconds", type=float, default=0.0,
                    help="stop by itself after this long (0 = run until SIGTERM)")
+    p.add_argument("--curve", metavar="DIR",
+                   help="CURVE keys folder (from `keys`): both sockets encrypted, key "
+                        "holders only")
+    p.add_argument("--allow-remote", action="store_true",
+                   help="allow tcp endpoints beyond loopback without --curve")
+    p.add_argument("--log-json", action="store_true",
+                   help="log lines and status lines as JSON objects (one per line)")
+    p.add_argument("--status-file", type=Path, metavar="PATH",
+                   help="status as JSON, rewritten every status interval and on SIGUSR1")
+
+
+def _check_loopback(name: str, endpoint: str) -> None:
+    """Without CURVE, tcp endpoints must stay on this machine (strangers kept out)."""
+    if not endpoint.startswith("tcp://"):
+        return
+    host = urlsplit(endpoint).hostname or ""
+    if host == "localhost":
+        return
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return
+    except ValueError:
+        pass
+    raise UserError(f"{name} {endpoint} is not a loopback address: anyone on the network "
+                    "could read or feed it; use --curve DIR (see `keys`) or --allow-remote")
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per log line: time, level, logger, message."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return json.dumps({"ts": round(record.created, 6), "level": record.levelname,
+                           "logger": record.name, "msg": record.getMessage()})
 
 
 async def run_live(args: argparse.Namespace) -> dict[str, Any]:
-    resolve_device(args.device, "engine")  # --device cuda without a GPU: a clear error now
+    from engine.daemon import Daemon, install_signals, open_sockets
+
+    if args.log_json:
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(JsonLogFormatter())
+
+    device = resolve_device(args.device, "engine")  # --device cuda without a GPU: clear error
     cfg = load_config(args.config)
+    if not args.curve and not args.allow_remote:
+        _check_loopback("--ticks", args.ticks)
+        _check_loopback("--orders", args.orders)
+    curve = None
+    if args.curve:
+        from engine.curve import load_keys
+
+        curve = load_keys(args.curve)
     try:
+        from strategies.registry import load_strategy
+
         strategy = load_strategy(args.strategy, device=args.device)
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a missing, unreadable or broken strategy file
+        raise UserError(f"cannot load strategy {args.strategy!r}: "
+                        f"{type(exc).__name__}: {exc}") from None
+    try:
         journal = Journal(args.journal)
-    except ValueError as exc:
+        state = journal.load()
+    except JournalError as exc:
         raise UserError(str(exc)) from None
-    state = journal.load()
     ctx = zmq.asyncio.Context()
+    auth = None
     topics = ([f"{k}.{s.strip()}".encode() for s in args.symbols.split(",") for k in "TQB"]
-              if args.symbols else [b""])
+              + [b"H."] if args.symbols else [b""])
     try:
-        out = Publisher(args.orders, zmq.Context.shadow(ctx.underlying), nodrop=False)
-        sub = Subscriber(args.ticks, ctx, topics=topics, limits=cfg.validation)
-    except zmq.ZMQError as exc:
-        raise UserError(f"cannot open endpoints: {exc}") from None
-    sub.validator.last_seq.update(state.last_seq)
+        if curve is not None:
+            from engine.curve import start_authenticator
 
-    def on_order(o: Order) -> None:
-        journal.record_order(o)  # committed before it is published
-        out.send(o)
-
-    def on_fill(f: Fill) -> None:
-        journal.record_fill(f)
-        out.send(f)
-
-    option_book = None
-    if cfg.options:  # option groups repriced after each underlying tick, values published
-        from engine.option_book import OptionBook
-
-        option_book = OptionBook(list(cfg.options), device=args.device, timezone=cfg.timezone)
-    engine = Engine(list(state.symbols), strategy, cfg, option_book=option_book,
-                    on_order=on_order, on_fill=on_fill)
-    engine.restore(state.orders, state.fills)
-    known = len(engine.symbols)
-    for i, s in enumerate(engine.symbols):
-        journal.record_symbol(s, i)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    print(f"live: {strategy.name}, ticks from {args.ticks}, orders on {out.endpoint}, "
-          f"journal {args.journal} ({len(state.fills)} fills restored)", file=sys.stderr,
-          flush=True)
-    t0 = time.perf_counter()
+            auth = start_authenticator(zmq.Context.shadow(ctx.underlying), curve)
+        sub, out = open_sockets(ctx, args.ticks, args.orders, cfg, topics, curve)
+    except BaseException:
+        if auth is not None:
+            auth.stop()
+        journal.close()
+        ctx.destroy(linger=0)
+        raise
+    daemon = None
     try:
-        while not stop.is_set():
-            if args.max_seconds and time.perf_counter() - t0 > args.max_seconds:
-                break
-            # while option groups are repricing, wake up often to publish their results
-            # even when the tick stream has gone quiet
-            busy = engine.poll_options()
-            got = await sub.socket.poll(1 if busy else 100)
-            if got:
-                await engine.consume(await sub.raw_batch(), sub.validator)
-            while engine.option_values:  # theoretical values and greeks, newest last
-                out.send(engine.option_values.popleft())
-            if not got:
-                continue
-            if len(engine.symbols) > known:  # symbols first seen in this batch
-                for i in range(known, len(engine.symbols)):
-                    journal.record_symbol(engine.symbols[i], i)
-                known = len(engine.symbols)
-            journal.record_seqs(sub.validator.last_seq)
+        daemon = Daemon(cfg=cfg, strategy=strategy, journal=journal, state=state, sub=sub,
+                        out=out, device=device, status_file=args.status_file,
+                        max_seconds=args.max_seconds, ticks=args.ticks,
+                        status_json=args.log_json)
+        stop = asyncio.Event()
+        status_now = asyncio.Event()
+        install_signals(stop, status_now)
+        log.info("%s, ticks from %s, orders on %s, journal %s (%d fills, restored: %s)%s",
+                 strategy.name, args.ticks, out.endpoint, args.journal, len(state.fills),
+                 daemon.restored, ", CURVE on" if curve else "")
+        await daemon.run(stop, status_now, topics)
+        daemon.shutdown_snapshot()
+        status = daemon.status()
+        status["status"] = "stopped"
+        daemon.write_status(status)
     finally:
-        status = {
-            "status": "stopped",
-            "seconds": time.perf_counter() - t0,
-            "messages": sub.validator.received,
-            "ticks": engine.stats.ticks,
-            "bars": engine.stats.bars,
-            "orders": len(engine.broker.orders),
-            "fills": len(engine.broker.fills),
-            "equity": engine.broker.equity(),
-            "positions": {s: a.position for s, a in zip(engine.symbols, engine.broker.accounts,
-                                                         strict=True) if a.position},
-            "skipped": dict(sub.validator.skipped.counts),
-        }
+        if daemon is not None:
+            daemon.close()
         journal.close()
         sub.close()
         out.close()
+        if auth is not None:
+            auth.stop()
         ctx.destroy(linger=0)
     print(f"live stopped: {status['messages']:,} messages, {status['ticks']:,} ticks, "
           f"{status['fills']} fills, equity {status['equity']:,.2f}, "

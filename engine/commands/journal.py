@@ -1,0 +1,44 @@
+"""`journal`: read a live daemon's journal (orders, fills, positions, cash, risk events,
+stream positions) without SQL, and reset its risk kill switch."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from engine.errors import UserError
+from engine.journal import Journal, JournalError
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--journal", required=True, help="SQLite journal of `live`")
+    p.add_argument("--reset-kill-switch", action="store_true",
+                   help="allow entries again after the daily-loss kill switch (a running "
+                        "daemon picks it up within a second)")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    try:
+        if args.reset_kill_switch:
+            j = Journal(args.journal, lock=False)
+            j.set_meta("kill_switch", "0")
+        else:
+            j = Journal(args.journal, lock=False, readonly=True)
+        data = j.export()
+        j.close()
+    except JournalError as exc:
+        raise UserError(str(exc)) from None
+    print(f"journal {args.journal}: {len(data['orders'])} orders, {len(data['fills'])} fills, "
+          f"{len(data['risk_events'])} risk events, {len(data['streams'])} streams",
+          file=sys.stderr)
+    for sym, pos in sorted(data["positions"].items()):
+        print(f"  {sym:<12} position {pos:>12g}  cash flow {data['cash'].get(sym, 0.0):>14,.2f}")
+    counts: dict[str, int] = {}
+    for e in data["risk_events"]:
+        counts[e["limit"]] = counts.get(e["limit"], 0) + 1
+    if counts:
+        print("  risk events: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    if args.reset_kill_switch:
+        print("  kill switch reset", file=sys.stderr)
+    return data

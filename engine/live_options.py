@@ -1,0 +1,43 @@
+"""Settings of the live daemon (the `[live]` table of the engine's TOML)."""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+
+
+class LiveOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    #: a snapshot of the engine's state goes into the journal every this many bar events
+    #: (and at shutdown); after `kill -9` at most this many bars of indicator history are lost
+    snapshot_every_bars: int = 10
+    #: no message (ticks or heartbeats) for this long marks the feed stale: logged, shown
+    #: in the status, and new entries are refused until data flows again
+    heartbeat_timeout_seconds: float = 5.0
+    #: seconds between status lines on stderr (0 = none)
+    status_every_seconds: float = 10.0
+    #: ZeroMQ drops larger incoming messages (MAXMSGSIZE) before they reach Python
+    max_message_bytes: int = 65_536
+    #: messages queued in ZeroMQ before the tick socket drops (memory bound under overload)
+    receive_hwm: int = 100_000
+    #: received batches this long (or full ones: the subscriber drains at most 8192
+    #: messages a batch) four times in a row mean the daemon is behind: their trades and
+    #: quotes are conflated to the newest per symbol (counted as `conflated`); 0 = never
+    #: (a feed that waits for its readers, such as `feed` without --lossy, then slows down
+    #: instead, and a replayed stream gives exactly the same orders at any speed)
+    conflate_above: int = 8_192
+    #: messages queued per reader of the orders socket before that reader loses some (the
+    #: journal never does)
+    orders_hwm: int = 1_000_000
+
+    def __post_init__(self) -> None:
+        for name in ("snapshot_every_bars", "max_message_bytes", "receive_hwm",
+                     "orders_hwm"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"live.{name} must be >= 1")
+        if self.conflate_above < 0:
+            raise ValueError("live.conflate_above must be >= 0 (0 = never conflate)")
+        for name in ("heartbeat_timeout_seconds", "status_every_seconds"):
+            x = getattr(self, name)
+            if not (x >= 0 and math.isfinite(x)):
+                raise ValueError(f"live.{name} must be a number >= 0")

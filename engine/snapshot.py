@@ -1,0 +1,164 @@
+"""Snapshot and restore of a live engine's state, so a restarted daemon is one that never died.
+
+A snapshot holds everything that decides future orders: the open bar of every symbol, the
+indicator bank's rolling state, the strategy's state, the signals and intended positions,
+pending orders, the bar clock, the broker's accounts and the validator's stream state
+(sequence numbers, session, last prices and times that the sanity checks compare with).
+Restored from a snapshot taken at shutdown and fed the rest of the same stream, the engine
+makes exactly the orders and fills of one that never stopped.
+
+After `kill -9` the journal can be ahead of the last snapshot (fills and orders of later
+batches): those are applied on top, so positions equal the sum of the journaled fills and
+orders journaled without a fill are pending again. Without any snapshot the engine starts
+cold, and `WarmupGuard` keeps a restored position from being read as a signal to flatten
+while the indicators warm up.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import pickle
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from engine.core import Engine
+from feeds.messages import Fill, Order
+from feeds.transport import Validator
+from strategies.base import Features, Signals, Strategy
+
+log = logging.getLogger(__name__)
+
+ENGINE_FIELDS = ("_o", "_h", "_l", "_c", "_v", "_first_price", "_pending", "_has_pending",
+                 "_flagged", "_signal", "_intended", "_next_boundary", "_bar_group_ts", "_now",
+                 "stats", "bank")
+VALIDATOR_FIELDS = ("last_ts", "last_seq", "last_price", "_band", "clock", "session", "_fresh",
+                    "received", "session_changes")
+
+
+def capture(engine: Engine, validator: Validator, extra: dict[str, Any]) -> dict[str, Any]:
+    """The state to pickle (copies, so later batches do not change it)."""
+    strategy = engine.strategy
+    if isinstance(strategy, WarmupGuard):
+        strategy = strategy.inner
+    try:
+        strategy_state: bytes | None = pickle.dumps(strategy)
+    except Exception as exc:  # noqa: BLE001 - e.g. a strategy holding GPU buffers
+        log.debug("strategy %s not picklable (%s): its own state restarts cold",
+                  strategy.name, exc)
+        strategy_state = None
+    b = engine.broker
+    return {
+        "symbols": list(engine.symbols),
+        "engine": copy.deepcopy({f: getattr(engine, f) for f in ENGINE_FIELDS}),
+        "accounts": [(a.cash, a.position, a.last_price, a.commission_paid, a.trades)
+                     for a in b.accounts],
+        "order_id": b._order_id,
+        "refused": dict(b.refused),
+        "strategy_name": strategy.name,
+        "strategy": strategy_state,
+        "validator": copy.deepcopy({f: getattr(validator, f) for f in VALIDATOR_FIELDS}),
+        **extra,
+    }
+
+
+def restore(engine: Engine, validator: Validator, snap: dict[str, Any],
+            orders: list[Order], fills: list[Fill], last_fill_id: int,
+            last_order_id: int) -> None:
+    """Put a snapshot's state into a fresh engine built on the snapshot's symbols, then
+    apply the journal's later orders and fills (`kill -9` after the snapshot)."""
+    for f, v in snap["engine"].items():
+        setattr(engine, f, v)
+    engine.sym_index = {s: i for i, s in enumerate(engine.symbols)}
+    for i, (cash, pos, last, paid, trades) in enumerate(snap["accounts"]):
+        a = engine.broker.accounts[i]
+        a.cash, a.position, a.last_price, a.commission_paid, a.trades = (
+            cash, pos, last, paid, trades)
+    engine.broker._order_id = snap["order_id"]
+    engine.broker.refused = dict(snap["refused"])
+    if snap["strategy"] is not None and snap["strategy_name"] == engine.strategy.name:
+        try:
+            engine.strategy.__dict__.update(pickle.loads(snap["strategy"]).__dict__)
+        except Exception as exc:  # noqa: BLE001 - unreadable: the strategy restarts cold
+            log.warning("strategy state in the snapshot unreadable (%s)", exc)
+    elif snap["strategy_name"] != engine.strategy.name:
+        log.warning("snapshot was taken with strategy %s, now %s: its state starts cold",
+                    snap["strategy_name"], engine.strategy.name)
+    for f, v in snap["validator"].items():
+        setattr(validator, f, v)
+    engine.broker.orders = list(orders)
+    engine.broker.fills = list(fills)
+    later_fills = [f for f in fills if f.fill_id > last_fill_id]
+    later_orders = [o for o in orders if o.order_id > last_order_id]
+    if not later_fills and not later_orders:
+        return  # a clean snapshot (shutdown): exactly the state it was taken in
+    log.warning("journal is %d orders and %d fills ahead of the last snapshot (killed?): "
+                "applying them", len(later_orders), len(later_fills))
+    filled = {f.order_id for f in fills}
+    for f in later_fills:
+        sym = engine.sym_index.get(f.symbol)
+        if sym is None:
+            sym = engine._register(f.symbol)
+        a = engine.broker.accounts[sym]
+        a.cash -= f.side * f.quantity * f.price + f.commission
+        a.position += f.side * f.quantity
+        if abs(a.position) < 1e-12:
+            a.position = 0.0
+        a.last_price = f.price
+        a.commission_paid += f.commission
+        a.trades += 1
+    engine.broker._order_id = max(engine.broker._order_id,
+                                  max((o.order_id for o in orders), default=0))
+    # pending = orders without a fill, whether the snapshot or a later batch placed them
+    pending: dict[int, list[Order]] = {}
+    for o in [*(p for lst in engine._pending for p in lst), *later_orders]:
+        if o.order_id not in filled:
+            pending.setdefault(engine.sym_index[o.symbol], []).append(o)
+    for i in range(len(engine.symbols)):
+        engine._pending[i] = sorted(pending.get(i, []), key=lambda o: o.order_id)
+        engine._has_pending[i] = bool(engine._pending[i])
+        engine._refresh_flag(i)
+        pos = engine.broker.accounts[i].position
+        pos += sum(o.side * o.quantity for o in engine._pending[i] if o.reason == "enter")
+        if any(o.reason == "close" for o in engine._pending[i]):
+            pos = sum(o.side * o.quantity for o in engine._pending[i] if o.reason == "enter")
+        sign = 0 if pos == 0 else (1 if pos > 0 else -1)
+        engine._intended[i] = sign
+        if sign != 0 and int(engine._signal[i]) != sign:
+            engine._signal[i] = sign  # the signal that led to the position held
+
+
+class WarmupGuard:
+    """Wraps a strategy after a cold restart: a symbol restored with a position keeps its
+    signal while its indicators warm up (any terminal still NaN) and the strategy says 0,
+    so warm-up is never read as a signal to flatten. Released per symbol at the first
+    nonzero signal or once every terminal is warm."""
+
+    def __init__(self, inner: Strategy, held: npt.NDArray[np.int8]) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.enter_on_from_zero = inner.enter_on_from_zero
+        self.long_only = inner.long_only
+        self.held = held.copy()
+        self.held_bars = 0  # bars on which a warming signal was held (status)
+
+    def reset(self, symbols: list[str]) -> None:
+        self.inner.reset(symbols)
+
+    async def target_signals(self, features: Features, closed: npt.NDArray[np.bool_]) -> Signals:
+        out = np.asarray(await self.inner.target_signals(features, closed)).astype(np.int8)
+        n = min(len(self.held), len(out))
+        if n == 0 or not self.held[:n].any():
+            return out
+        held = self.held[:n]
+        warming = np.isnan(features[:n]).any(axis=1)
+        keep = (held != 0) & (out[:n] == 0) & warming
+        # released for good: a real signal or warm indicators
+        self.held[:n] = np.where(keep, held, 0)
+        if keep.any():
+            self.held_bars += int(keep.sum())
+            out = out.copy()
+            out[:n][keep] = held[keep]
+        return out

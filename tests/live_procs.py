@@ -1,0 +1,167 @@
+"""Real processes for the live daemon's tests: the daemon, the feed, journal reads."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import zmq
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def endpoints() -> tuple[str, str]:
+    return f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def start_daemon(journal: Path, ticks: str, orders: str, status: Path, *extra: str,
+                 strategy: str = "sma-cross:5,10") -> subprocess.Popen[str]:
+    """The daemon on the SMA strategy. Without --config: conflation off, so a fast feed
+    (which waits for its readers) gives the same orders at any speed of the machine."""
+    if "--config" not in extra:
+        cfg = journal.with_name(journal.name + ".toml")
+        cfg.write_text("[live]\nconflate_above = 0\n")
+        extra = (*extra, "--config", str(cfg))
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "run_engine.py"), "live", "--ticks", ticks,
+         "--orders", orders, "--journal", str(journal), "--strategy", strategy,
+         "--device", "cpu", "--json", str(status), "--max-seconds", "120", *extra],
+        cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def run_feed(ticks: str, *extra: str, timeout: float = 60) -> dict[str, Any]:
+    """Publish the synthetic market (3 symbols) and wait for the feed to finish."""
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "run_engine.py"), "feed", "--publish", ticks,
+         "--n-symbols", "3", "--seed", "5", "--wait", "30", *extra],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, r.stderr
+    return {"stdout": r.stdout, "stderr": r.stderr}
+
+
+def start_feed(ticks: str, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "run_engine.py"), "feed", "--publish", ticks,
+         "--n-symbols", "3", "--seed", "5", "--wait", "30", *extra],
+        cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def processed(journal: Path) -> int:
+    """Market-data messages the daemon has committed (sum of its streams' positions)."""
+    try:
+        with sqlite3.connect(journal) as db:
+            rows = db.execute("SELECT topic, seq FROM stream_seq").fetchall()
+    except sqlite3.OperationalError:
+        return 0
+    return sum(int(s) for t, s in rows if not bytes(t).startswith(b"H."))
+
+
+def wait_processed(journal: Path, n: int, proc: subprocess.Popen[str],
+                   timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"daemon exited {proc.returncode}: "
+                                 f"{proc.stderr.read() if proc.stderr else ''}")
+        if processed(journal) >= n:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"daemon did not reach {n} messages (at {processed(journal)})")
+
+
+def stop_daemon(proc: subprocess.Popen[str], status: Path) -> dict[str, Any]:
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert "live stopped" in out, out + err
+    return dict(json.loads(status.read_text()))
+
+
+def fills(journal: Path) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(journal) as db:
+        return db.execute("SELECT fill_id, order_id, ts, symbol, side, quantity, price, "
+                          "commission FROM fills ORDER BY fill_id").fetchall()
+
+
+def orders(journal: Path) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(journal) as db:
+        return db.execute("SELECT order_id, ts, symbol, side, quantity, reason FROM orders "
+                          "ORDER BY order_id").fetchall()
+
+
+def wait_subscribed(orders_endpoint: str, timeout: float = 5) -> None:
+    """Give a freshly bound XPUB a moment to see subscriptions (slow joiner)."""
+    time.sleep(min(timeout, 0.3))
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def read_orders(endpoint: str, counts: dict[str, int], stop: threading.Event) -> None:
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.SUB)
+    s.setsockopt(zmq.SUBSCRIBE, b"O.")
+    s.setsockopt(zmq.SUBSCRIBE, b"F.")
+    s.connect(endpoint)
+    while not stop.is_set():
+        if s.poll(50):
+            topic = s.recv_multipart()[0]
+            counts[topic[:1].decode()] += 1
+    s.close(0)
+    ctx.term()
+
+
+def flood(tmp: Path, seconds: float, n_ticks: int) -> dict[str, Any]:
+    ticks, out = endpoints()
+    counts = {"O": 0, "F": 0}
+    stop = threading.Event()
+    reader = threading.Thread(target=read_orders, args=(out, counts, stop), daemon=True)
+    reader.start()
+    j = tmp / "j.db"
+    cfg = tmp / "engine.toml"
+    cfg.write_text("[live]\nreceive_hwm = 20000\nheartbeat_timeout_seconds = 0\n")
+    d = start_daemon(j, ticks, out, tmp / "s.json", "--config", str(cfg))
+    time.sleep(1.0)
+    base = rss_mb(d.pid)
+    feed = start_feed(ticks, "--ticks", str(n_ticks), "--n-symbols", "10", "--lossy",
+                      "--heartbeat", "0")
+    samples = []
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < seconds and feed.poll() is None:
+        samples.append(rss_mb(d.pid))
+        time.sleep(0.2)
+    feed.kill()
+    feed.wait(10)
+    time.sleep(1.0)
+    st = stop_daemon(d, tmp / "s.json")
+    time.sleep(0.3)
+    stop.set()
+    reader.join(5)
+    return {"status": st, "rss_base_mb": base, "rss_peak_mb": max(samples, default=base),
+            "rss_samples": samples, "seen": counts, "journal_fills": len(fills(j)),
+            "journal_orders": len(orders(j))}

@@ -1,0 +1,209 @@
+"""Pre-trade risk limits: each limit checked against a brute-force reading of the orders,
+fills and rejections of an engine fed a seeded synthetic stream (plus the daemon's journal
+and orders socket, as real processes)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import msgspec
+import pytest
+import zmq
+
+from engine.config import BrokerConfig, EngineConfig
+from engine.core import Engine
+from engine.risk import RiskGate, RiskLimits
+from feeds.messages import Fill, Order, RiskRejection, make_decoder
+from feeds.synthetic import SyntheticMarket
+from strategies.sma_cross import SmaCross
+from tests.helpers import trade_messages
+from tests.live_procs import ROOT, endpoints, run_feed, start_daemon, stop_daemon
+
+NS = 1_000_000_000
+
+
+def _run(limits: RiskLimits, *, quantity: float = 100.0, n_symbols: int = 4,
+         n_ticks: int = 20_000) -> tuple[Engine, RiskGate, list[Order], list[Fill]]:
+    cfg = EngineConfig(bar_seconds=60.0,
+                       broker=BrokerConfig(sizing="fixed", quantity=quantity, commission=1.0))
+    trades = trade_messages(SyntheticMarket(n_symbols=n_symbols, n_ticks=n_ticks, seed=8))
+    orders: list[Order] = []
+    fills: list[Fill] = []
+    eng = Engine([], SmaCross(5, 10), cfg, on_order=orders.append, on_fill=fills.append)
+    gate = RiskGate(limits)
+    gate.attach(eng)
+    tripped = []
+
+    async def go() -> None:
+        for i in range(0, len(trades), 500):  # batches, as the daemon sees them
+            await eng.process(trades[i:i + 500])
+            if gate.after_batch():
+                tripped.append(eng._now)
+                eng.flatten()
+
+    asyncio.run(go())
+    gate.tripped = tripped  # type: ignore[attr-defined]
+    return eng, gate, orders, fills
+
+
+def _positions_over_time(fills: list[Fill]) -> list[dict[str, float]]:
+    pos: dict[str, float] = {}
+    out = []
+    for f in fills:
+        pos[f.symbol] = pos.get(f.symbol, 0.0) + f.side * f.quantity
+        out.append(dict(pos))
+    return out
+
+
+def test_no_limits_no_rejections_and_the_stream_trades() -> None:
+    _, gate, orders, fills = _run(RiskLimits())
+    assert gate.rejected == {} and len(fills) > 20 and len(orders) >= len(fills)
+
+
+def test_max_position_never_exceeded_and_each_refusal_recorded() -> None:
+    free = _run(RiskLimits())[3]
+    assert max(abs(p) for snap in _positions_over_time(free) for p in snap.values()) == 100
+    for limit in (50.0, 150.0):
+        _, gate, orders, fills = _run(RiskLimits(max_position=limit))
+        peak = max((abs(p) for snap in _positions_over_time(fills) for p in snap.values()),
+                   default=0.0)
+        assert peak <= limit
+        if limit < 100:  # every entry is too large: nothing is bought, all refused
+            assert fills == [] and gate.rejected["max_position"] > 0
+            assert all(r.limit == "max_position" for r in gate.rejections)
+            assert len(gate.rejections) == gate.rejected["max_position"]
+        else:
+            assert fills and "max_position" not in gate.rejected
+
+
+def test_max_gross_notional_bounds_money_at_risk() -> None:
+    eng, gate, orders, fills = _run(RiskLimits(max_gross_notional=6_000.0))
+    assert gate.rejected.get("max_gross_notional", 0) > 0 and fills
+    # brute force: gross notional right after every entry fill, at the fill prices
+    pos: dict[str, float] = {}
+    last: dict[str, float] = {}
+    for f in fills:
+        pos[f.symbol] = pos.get(f.symbol, 0.0) + f.side * f.quantity
+        last[f.symbol] = f.price
+        gross = sum(abs(p) * last[s] for s, p in pos.items())
+        # the check used the last trade price before the fill; allow the tick's move
+        assert gross <= 6_000.0 * 1.05
+
+
+def test_max_orders_per_second_of_data_time() -> None:
+    _, gate, orders, _ = _run(RiskLimits(max_orders_per_second=1.0), n_symbols=8)
+    entries = [o.ts for o in orders if o.reason == "enter"]
+    assert gate.rejected.get("max_orders_per_second", 0) > 0
+    for i, ts in enumerate(entries):  # no two entries within one second of data time
+        assert sum(1 for t in entries[:i] if t > ts - NS) == 0
+
+
+def test_daily_loss_kill_switch_flattens_and_blocks_entries() -> None:
+    eng, gate, orders, fills = _run(RiskLimits(max_daily_loss=5.0))
+    assert gate.killed and len(gate.tripped) == 1  # type: ignore[attr-defined]
+    t_kill = gate.tripped[0]  # type: ignore[attr-defined]
+    assert not [o for o in orders if o.reason == "enter" and o.ts > t_kill]
+    assert all(a.position == 0 for a in eng.broker.accounts)  # flattened (and stays flat)
+    assert gate.rejected["max_daily_loss"] == 1
+    gate.reset_kill_switch()
+    assert not gate.killed
+
+
+def test_stale_feed_blocks_entries_not_closes() -> None:
+    eng, gate, _, _ = _run(RiskLimits(), n_ticks=2_000)
+    gate.stale = True
+    assert not gate.check(0, 1, 10.0, "enter", 10.0, eng._now)
+    assert gate.check(0, -1, 10.0, "close", 10.0, eng._now)
+    assert gate.rejections[-1].limit == "feed_stale"
+
+
+def test_limits_are_validated() -> None:
+    for bad in ({"max_position": -1.0}, {"max_daily_loss": float("nan")}):
+        with pytest.raises(msgspec.ValidationError):
+            msgspec.convert(bad, RiskLimits)
+
+
+@pytest.mark.slow
+def test_daemon_journals_and_publishes_rejections(tmp_path: Path) -> None:
+    ticks, out = endpoints()
+    cfg = tmp_path / "engine.toml"
+    cfg.write_text('[broker]\nsizing = "fixed"\nquantity = 100.0\n[risk]\nmax_position = 50.0\n')
+    got: list[RiskRejection] = []
+    stop = threading.Event()
+
+    def read() -> None:
+        ctx = zmq.Context()
+        s = ctx.socket(zmq.SUB)
+        s.setsockopt(zmq.SUBSCRIBE, b"R.")
+        s.connect(out)
+        dec = make_decoder()
+        while not stop.is_set():
+            if s.poll(50):
+                m = dec.decode(s.recv_multipart()[1])
+                assert isinstance(m, RiskRejection)
+                got.append(m)
+        s.close(0)
+        ctx.term()
+
+    th = threading.Thread(target=read, daemon=True)
+    th.start()
+    j = tmp_path / "j.db"
+    d = start_daemon(j, ticks, out, tmp_path / "s.json", "--config", str(cfg))
+    run_feed(ticks, "--ticks", "8000")
+    time.sleep(1.0)
+    st = stop_daemon(d, tmp_path / "s.json")
+    stop.set()
+    th.join(5)
+    assert st["fills"] == 0 and st["rejected"]["max_position"] > 0
+    r = subprocess.run([sys.executable, str(ROOT / "run_engine.py"), "journal", "--journal",
+                        str(j), "--json", str(tmp_path / "x.json")], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    exported = json.loads((tmp_path / "x.json").read_text())
+    events = exported["risk_events"]
+    assert len(events) == st["rejected"]["max_position"]
+    assert {e["limit"] for e in events} == {"max_position"}
+    assert [(e["event_id"], e["symbol"]) for e in events] == [(m.seq, m.symbol) for m in got]
+    assert "max_position" in r.stdout
+
+
+@pytest.mark.slow
+def test_kill_switch_survives_restart_until_the_operator_resets_it(tmp_path: Path) -> None:
+    from engine.journal import Journal
+
+    j = tmp_path / "j.db"
+    journal = Journal(j)
+    journal.set_meta("kill_switch", "1")  # tripped by an earlier run
+    journal.close()
+    ticks, out = endpoints()
+    status = tmp_path / "status.json"
+    cfg = tmp_path / "engine.toml"
+    cfg.write_text("[live]\nstatus_every_seconds = 0.2\n")
+    d = start_daemon(j, ticks, out, tmp_path / "s.json", "--config", str(cfg),
+                     "--status-file", str(status))
+
+    def wait_for(cond: object) -> dict:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                st = json.loads(status.read_text())
+                if cond(st):  # type: ignore[operator]
+                    return st
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.1)
+        raise AssertionError("status never matched")
+
+    wait_for(lambda s: s["kill_switch"] is True)
+    r = subprocess.run([sys.executable, str(ROOT / "run_engine.py"), "journal", "--journal",
+                        str(j), "--reset-kill-switch"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    wait_for(lambda s: s["kill_switch"] is False)
+    stop_daemon(d, tmp_path / "s.json")
