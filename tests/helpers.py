@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+
 from feeds.messages import Trade
 from feeds.records import Source
+from gpu.gp_core import CASH0, CODE_BUY, CODE_SELL, COMMISSION
 
 
 def trade_messages(source: Source) -> list[Trade]:
@@ -17,3 +24,40 @@ def trade_messages(source: Source) -> list[Trade]:
             seq[name] = seq.get(name, 0) + 1
             out.append(Trade(seq[name], ts, name, p, q))
     return out
+
+
+def daily_csv(path: Path, n: int, seed: int, drift: float = 0.0) -> Path:
+    """A daily OHLCV file of three random-walk stocks (AAA, BBB, CCC) over n business days."""
+    rng = np.random.default_rng(seed)
+    days = np.busday_offset("2015-01-02", np.arange(n), roll="forward")
+    rows = ["date,open,high,low,close,volume,Name"]
+    for sym in ("AAA", "BBB", "CCC"):
+        c = 50.0
+        for d in days:
+            o = c * math.exp(rng.normal(0, 0.01))
+            c = o * math.exp(rng.normal(drift, 0.015))
+            rows.append(f"{d},{o:.2f},{max(o, c) * 1.01:.2f},{min(o, c) * 0.99:.2f},"
+                        f"{c:.2f},1000,{sym}")
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def paper_money(codes: Iterable[int], fill_prices: Iterable[float], final_price: float) -> float:
+    """The GP paper's money rules written out as a plain loop (the tests' reference): all-in
+    buy on BUY when flat, sell all on SELL when long, $1 a trade, liquidate at the end."""
+    cash, shares, long = CASH0, 0.0, False
+    for code, px in zip(codes, fill_prices, strict=True):
+        if code == CODE_BUY and not long:
+            long = True
+            n = math.floor((cash - COMMISSION) / px)
+            if n >= 1:
+                cash -= n * px + COMMISSION
+                shares = n
+        elif code == CODE_SELL and long:
+            long = False
+            if shares > 0:
+                cash += shares * px - COMMISSION
+                shares = 0.0
+    if shares > 0:
+        cash += shares * final_price - COMMISSION
+    return cash

@@ -19,9 +19,10 @@ import run_engine
 from engine.config import BrokerConfig, EngineConfig
 from engine.core import Engine
 from feeds.messages import Bar
-from gpu.gp_core import CASH0, CODE_BUY, CODE_SELL, COMMISSION
+from gpu.gp_core import CODE_BUY, CODE_SELL
 from gpu.gp_eval import cash_from_codes
 from strategies.gp.strategy import next_open_prices
+from tests.helpers import daily_csv, paper_money
 
 NS = 1_000_000_000
 DAY = 86_400 * NS
@@ -117,39 +118,13 @@ def test_gp_next_open_money_matches_a_plain_loop() -> None:
     d0, d1 = 5, 55
     got = cash_from_codes(codes, next_open_prices(open_, close, d0, d1), d0, d1)
     for s in range(n_stocks):
-        cash, shares, long = CASH0, 0.0, False
-        for d in range(d0, d1):
-            px = open_[d + 1, s] if d + 1 < d1 else close[d1 - 1, s]
-            code = codes[d - d0, s]
-            if code == CODE_BUY and not long:
-                long = True
-                n = math.floor((cash - COMMISSION) / px)
-                if n >= 1:
-                    cash -= n * px + COMMISSION
-                    shares = n
-            elif code == CODE_SELL and long:
-                long = False
-                if shares > 0:
-                    cash += shares * px - COMMISSION
-                    shares = 0.0
-        if shares > 0:
-            cash += shares * close[d1 - 1, s] - COMMISSION
-        assert got[s] == pytest.approx(cash, abs=1e-9)
+        prices = [open_[d + 1, s] if d + 1 < d1 else close[d1 - 1, s] for d in range(d0, d1)]
+        want = paper_money(codes[:, s], prices, close[d1 - 1, s])
+        assert got[s] == pytest.approx(want, abs=1e-9)
 
 
-def _daily_csv(path: Path, n: int = 120) -> Path:
-    rng = np.random.default_rng(9)
-    days = np.busday_offset("2015-01-02", np.arange(n), roll="forward")
-    rows = ["date,open,high,low,close,volume,Name"]
-    for sym in ("AAA", "BBB", "CCC"):
-        c = 50.0
-        for d in days:
-            o = c * math.exp(rng.normal(0, 0.01))
-            c = o * math.exp(rng.normal(0, 0.015))
-            rows.append(f"{d},{o:.2f},{max(o, c) * 1.01:.2f},{min(o, c) * 0.99:.2f},"
-                        f"{c:.2f},1000,{sym}")
-    path.write_text("\n".join(rows) + "\n")
-    return path
+def _daily_csv(path: Path) -> Path:
+    return daily_csv(path, 120, seed=9)
 
 
 def test_replay_default_for_bars_is_next_open_and_the_report_says_so(

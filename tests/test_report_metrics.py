@@ -13,23 +13,13 @@ import pytest
 
 import run_engine
 from engine.report import MIN_RATIO_DAYS
+from tests.helpers import daily_csv
 
 TRADING_DAYS = 252
 
 
-def _daily_csv(path: Path, n: int = 300, seed: int = 4) -> Path:
-    rng = np.random.default_rng(seed)
-    days = np.busday_offset("2015-01-02", np.arange(n), roll="forward")
-    rows = ["date,open,high,low,close,volume,Name"]
-    for sym in ("AAA", "BBB", "CCC"):
-        c = 50.0
-        for d in days:
-            o = c * math.exp(rng.normal(0, 0.01))
-            c = o * math.exp(rng.normal(0.0003, 0.015))
-            rows.append(f"{d},{o:.2f},{max(o, c) * 1.01:.2f},{min(o, c) * 0.99:.2f},"
-                        f"{c:.2f},1000,{sym}")
-    path.write_text("\n".join(rows) + "\n")
-    return path
+def _daily_csv(path: Path) -> Path:
+    return daily_csv(path, 300, seed=4, drift=0.0003)
 
 
 def _reference(out: Path, initial: float) -> dict[str, float | None]:

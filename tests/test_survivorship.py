@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 
 import run_engine
-from gpu.gp_core import CASH0, CODE_BUY, CODE_SELL, COMMISSION
+from gpu.gp_core import CASH0, CODE_SELL
 from gpu.gp_eval import decision_codes
 from strategies.gp.representation import rules_programs
 from strategies.gp.strategy_file import load_strategy
 from strategies.gp.window import load_window
+from tests.helpers import paper_money
 
 TRAIN, TEST, STOP_AFTER = 80, 40, 12  # CCC's last bar: test day 12
 
@@ -52,24 +53,8 @@ def test_window_keeps_a_stock_that_stops_trading_in_the_test_days(tmp_path: Path
 
 def _reference_cash(codes: np.ndarray, close: np.ndarray, d0: int, d1: int, last: int) -> float:
     """The paper's money rules, with SELL forced from the stock's last bar."""
-    cash, shares, long = CASH0, 0.0, False
-    for d in range(d0, d1):
-        code = CODE_SELL if d >= last else codes[d - d0]
-        px = close[min(d, last)]
-        if code == CODE_BUY and not long:
-            long = True
-            n = math.floor((cash - COMMISSION) / px)
-            if n >= 1:
-                cash -= n * px + COMMISSION
-                shares = n
-        elif code == CODE_SELL and long:
-            long = False
-            if shares > 0:
-                cash += shares * px - COMMISSION
-                shares = 0.0
-    if shares > 0:
-        cash += shares * close[last] - COMMISSION
-    return cash
+    forced = [CODE_SELL if d >= last else codes[d - d0] for d in range(d0, d1)]
+    return paper_money(forced, [close[min(d, last)] for d in range(d0, d1)], close[last])
 
 
 @pytest.mark.parametrize("seed", [1, 2])
