@@ -123,8 +123,8 @@ def run_row(name: str, factory: functools.partial[Any], groups: list[OptionGroup
             "row": name, "device": device if groups else None,
             "dispatch": dispatch if groups else None, "messages": messages if groups else None,
             "prebound_launch": prebind if groups and device == "cuda" else None,
-            "ticks": stats.ticks, "seconds": res.wall_seconds,
-            "ticks_per_second": stats.ticks / res.wall_seconds,
+            "ticks": stats.market_data, "seconds": res.wall_seconds,
+            "ticks_per_second": stats.market_data / res.wall_seconds,
             "option_values": stats.option_values, "startup_seconds": startup,
         }
         if book is not None:

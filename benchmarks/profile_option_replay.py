@@ -39,7 +39,7 @@ def main() -> None:
     prof.disable()
     s = book.summary()
     s.pop("last")
-    print(f"{res.engine.stats.ticks:,} ticks in {res.wall_seconds:.2f} s; {s}")
+    print(f"{res.engine.stats.trades:,} trades in {res.wall_seconds:.2f} s; {s}")
     pstats.Stats(prof).sort_stats("tottime").print_stats(25)
 
 

@@ -61,7 +61,7 @@ async def prefilled(factory: functools.partial, with_engine: bool) -> tuple[int,
     if engine is not None:
         while not engine.finished:
             await engine.consume(await sub.raw_batch(), sub.validator)
-        n = engine.stats.ticks + engine.stats.quotes
+        n = engine.stats.market_data
     else:
         done = False
         while not done:
@@ -119,7 +119,7 @@ def main() -> None:
                 cfg = EngineConfig(transport=transport)
                 res = asyncio.run(replay_async(factory, SmaCross(), cfg))
                 eng = res.engine.stats
-                n_eng = eng.ticks + eng.quotes
+                n_eng = eng.market_data
                 row = {
                     "workload": wname, "transport": transport, "repeat": rep,
                     "messages": n_raw, "raw_seconds": t_raw, "raw_per_second": n_raw / t_raw,

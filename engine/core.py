@@ -41,7 +41,10 @@ OPTION_VALUES_KEPT = 100_000
 
 @dataclass
 class EngineStats:
-    ticks: int = 0
+    """What the engine has handled. `trades` and `quotes` count market-data messages by kind
+    (`market_data` both); `bars` counts closed bars, built from ticks or received."""
+
+    trades: int = 0
     quotes: int = 0
     bars: int = 0
     bar_events: int = 0
@@ -49,6 +52,10 @@ class EngineStats:
     fills: int = 0
     heartbeats: int = 0
     option_values: int = 0
+
+    @property
+    def market_data(self) -> int:
+        return self.trades + self.quotes
 
 
 @dataclass
@@ -184,11 +191,11 @@ class Engine:
                 if flagged[sym]:
                     self._on_flagged_tick(sym, msg)
             else:
-                self.stats.ticks += n_trades
+                self.stats.trades += n_trades
                 n_trades = 0
                 await self._on_other(msg)
                 boundary = self._next_boundary
-        self.stats.ticks += n_trades
+        self.stats.trades += n_trades
         if msgs:
             self._now = max(self._now, msgs[-1].ts)
         self.poll_options()

@@ -190,7 +190,7 @@ class Daemon:
         last_msg = t0
         next_status = t0 + opts.status_every_seconds if opts.status_every_seconds else math.inf
         next_meta = t0 + 1.0
-        self._ticks_at_status = (t0, engine.stats.ticks)
+        self._ticks_at_status = (t0, engine.stats.market_data)
         while not stop.is_set():
             now = time.monotonic()
             if self.max_seconds and now - t0 > self.max_seconds:
@@ -407,8 +407,8 @@ class Daemon:
         v = self.validator
         now = time.monotonic()
         t_prev, ticks_prev = self._ticks_at_status
-        rate = (e.stats.ticks - ticks_prev) / max(now - t_prev, 1e-9)
-        self._ticks_at_status = (now, e.stats.ticks)
+        rate = (e.stats.market_data - ticks_prev) / max(now - t_prev, 1e-9)
+        self._ticks_at_status = (now, e.stats.market_data)
         equity = e.broker.equity()
         return {
             "status": "running",
@@ -416,7 +416,8 @@ class Daemon:
             "seconds": now - self.t0,
             "restored_from": self.restored,
             "messages": v.received,
-            "ticks": e.stats.ticks,
+            "ticks": e.stats.market_data,
+            "trades": e.stats.trades,
             "ticks_per_s": rate,
             "bars": e.stats.bars,
             "bar_events": e.stats.bar_events,

@@ -247,9 +247,9 @@ async def replay_async(
                                     f"{feed.error or 'no final heartbeat received'}")
                 continue
             await engine.consume(await sub.raw_batch(), sub.validator)
-            if progress is not None and engine.stats.ticks - last_progress >= 250_000:
-                last_progress = engine.stats.ticks
-                progress(engine.stats.ticks)
+            if progress is not None and engine.stats.market_data - last_progress >= 250_000:
+                last_progress = engine.stats.market_data
+                progress(engine.stats.market_data)
         wall = time.perf_counter() - t0
         failed = False
     finally:

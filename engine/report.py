@@ -183,14 +183,14 @@ def build_report(result: ReplayResult, strategy_name: str) -> dict[str, Any]:
     growth = cagr(initial, final, int(ts[0]), int(ts[-1])) if ts.size else None
     trips = round_trips(broker.fills)
     notional = float(sum(f.quantity * f.price for f in broker.fills))
-    ticks = eng.stats.ticks + eng.stats.quotes + (eng.stats.bars if bar_data else 0)
+    ticks = eng.stats.market_data + (eng.stats.bars if bar_data else 0)
     report: dict[str, Any] = {
         "strategy": strategy_name,
         "source": result.source_name,
         "transport": result.transport,
         "fill": eng.fill_model,
         "ticks": ticks,
-        "trades": eng.stats.ticks,
+        "trades": eng.stats.trades,
         "quotes": eng.stats.quotes,
         "bars": eng.stats.bars,
         "bar_events": eng.stats.bar_events,

@@ -103,7 +103,7 @@ def test_time_bars_match_pandas_resample() -> None:
         np.testing.assert_array_equal(np.float32(bars["close"].to_numpy()), got_close, err_msg=name)
         typical = (bars["high"] + bars["low"] + bars["close"]) / 3
         np.testing.assert_allclose(got_typ, typical.to_numpy(), rtol=1e-6)
-    assert eng.stats.ticks == n
+    assert eng.stats.trades == n
 
 
 def test_cli_writes_report_fills_and_plot(tmp_path: Path) -> None:

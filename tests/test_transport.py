@@ -170,7 +170,7 @@ def test_fused_engine_path_judges_like_the_reference_validator() -> None:
     asyncio.run(ref_engine.process(want))
     asyncio.run(fused_engine.consume(frames, fast))
     assert vars(fused_engine.stats) == vars(ref_engine.stats)
-    assert fused_engine.stats.ticks == sum(isinstance(m, Trade) for m in want)
+    assert fused_engine.stats.trades == sum(isinstance(m, Trade) for m in want)
     assert fast.skipped.counts == ref.skipped.counts
     assert fast.received == ref.received == len(frames)
     assert fast.last_seq == ref.last_seq and fast.last_ts == ref.last_ts

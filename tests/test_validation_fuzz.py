@@ -201,7 +201,7 @@ def test_invalid_utf8_is_counted_not_raised() -> None:
     eng = Engine(["AAA"], SmaCross(), EngineConfig())
     asyncio.run(eng.consume([(b"T.AAA", good), (b"T.??", bad)], v))
     assert v.skipped.counts == {"undecodable": 1}
-    assert eng.stats.ticks == 1 and v.received == 2
+    assert eng.stats.trades == 1 and v.received == 2
 
 
 def test_engine_consumes_fuzzed_frames_like_validate_then_process() -> None:

@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"  ... {n:,} ticks", file=sys.stderr, flush=True)
 
     result = replay(factory, strategy, cfg, option_book=option_book, progress=progress)
-    if result.engine.stats.ticks + result.engine.stats.bars + result.engine.stats.quotes == 0:
+    if result.engine.stats.market_data + result.engine.stats.bars == 0:
         window = f" between {args.start or 'the start'} and {args.end or 'the end'}" if (
             args.start or args.end) else ""
         raise UserError(f"no market data to replay{window} "
