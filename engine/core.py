@@ -26,7 +26,7 @@ import numpy as np
 from engine.broker import PaperBroker
 from engine.config import EngineConfig
 from engine.errors import StrategyError
-from engine.phases import Action, Phase, SessionSchedule, decide, transition
+from engine.phases import Action, Phase, SessionSchedule, phase_action, transition
 from feeds.messages import Bar, Fill, Heartbeat, Message, Order, Quote, Side, Trade
 from feeds.transport import Validator
 from gpu.indicators import IndicatorBank
@@ -367,7 +367,8 @@ class Engine:
                 new = 0
             prev = int(self._signal[i])
             has_position = self._intended[i] != 0
-            action = decide(phase, has_position, transition(prev, new), strategy.enter_on_from_zero)
+            action = phase_action(phase, has_position, transition(prev, new),
+                                  strategy.enter_on_from_zero)
             self._signal[i] = new
             if action is Action.NONE:
                 continue

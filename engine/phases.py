@@ -65,7 +65,7 @@ class Holding(Enum):
     POSITIONED = "positioned"
 
 
-def decide(
+def phase_action(
     phase: Phase, has_position: bool, move: Transition, enter_on_from_zero: bool = False
 ) -> Action:
     """The action for one symbol; raises InconsistentState for impossible states.

@@ -94,7 +94,7 @@ def mul_rn(a: float, b: float) -> float:
     return a * b
 
 
-def decide(program: Any, length: int, row: Any, stock: int) -> int:
+def decision_code(program: Any, length: int, row: Any, stock: int) -> int:
     """Decision code (bit 0 buy, bit 1 sell) of one postfix program on row[:, stock], where
     `row` is one day of the panel: (31, n_stocks) indicator values.
 
@@ -163,7 +163,7 @@ def simulate(program: Any, length: int, panel: Any, close: Any, stock: int,
     shares = 0.0
     cash = CASH0
     for day in range(day0, day1):
-        code = decide(program, length, panel[day], stock)
+        code = decision_code(program, length, panel[day], stock)
         signal, shares, cash = step_money(code, signal, shares, cash, close[day, stock])
     return liquidate(shares, cash, close[day1 - 1, stock])
 
@@ -187,7 +187,7 @@ def buy_hold(close: Any, stock: int, day0: int, day1: int) -> float:
 
 # The core, compiled for both backends by gpu.twin. On the GPU `mul_rn` is libdevice's
 # dmul_rn (never fused); under the CUDA simulator the plain function stands in for it.
-_CORE = (mul_rn, decide, step_money, liquidate, simulate, simulate_codes, buy_hold)
+_CORE = (mul_rn, decision_code, step_money, liquidate, simulate, simulate_codes, buy_hold)
 
 
 def _cuda_overrides() -> dict[str, Any]:
@@ -202,7 +202,7 @@ def _cuda_overrides() -> dict[str, Any]:
 
 _twin = compile_twin(__name__, _CORE, dict(globals()), cuda_constants=_cuda_overrides())
 
-#: the CPU backend (numba njit): attributes decide, step_money, liquidate, simulate, ...
+#: the CPU backend (numba njit): attributes decision_code, step_money, liquidate, simulate, ...
 CPU = _twin.cpu
 
 

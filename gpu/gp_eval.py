@@ -10,7 +10,7 @@ Inputs, shared by both backends:
 CUDA layout: one thread per (program, stock), thread t -> program t // n_stocks, stock
 t % n_stocks, so the stocks of one program sit in consecutive threads of a warp, run the
 same op sequence without divergence and read the program row as a broadcast. The
-interpreter's stack is a few bits in a register (gp_core.decide), never local memory. The
+interpreter's stack is a few bits in a register (gp_core.decision_code), never local memory. The
 CPU twin runs the same core functions in a prange over programs.
 
 Compiled kernels follow the one cache policy of `gpu.twin`: cached on disk (CUDA ones only
@@ -50,7 +50,7 @@ THREADS_PER_BLOCK = 128
 flush_stale_caches(__file__, [gp_core.__file__])
 _cpu = gp_core.CPU
 _simulate_cpu = _cpu.simulate
-_decide_cpu = _cpu.decide
+_decide_cpu = _cpu.decision_code
 _buy_hold_cpu = _cpu.buy_hold
 _simulate_codes_cpu = _cpu.simulate_codes
 
@@ -93,7 +93,7 @@ def _codes_cash_cpu(codes: Any, close: Any, day0: int, day1: int, out: Any) -> N
 # swaps only globals); decorating compiles nothing, the first launch does.
 _cuda_core = gp_core.cuda_backend()
 _simulate_dev = _cuda_core.simulate
-_decide_dev = _cuda_core.decide
+_decide_dev = _cuda_core.decision_code
 
 
 @cuda.jit(cache=cuda_kernel_cache())

@@ -18,7 +18,7 @@ from strategies.sma_cross import parse_sma_cross
 BUILT_IN = ("sma-cross",)
 
 
-def load_strategy(spec: str, device: str = "auto") -> Strategy:
+def strategy_from_spec(spec: str, device: str = "auto") -> Strategy:
     if spec.split(":", 1)[0] == "sma-cross":
         return parse_sma_cross(spec)
     base, _, fragment = spec.partition("#")

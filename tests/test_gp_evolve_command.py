@@ -12,7 +12,7 @@ import pytest
 import run_engine
 from gpu.gp_eval import buy_hold_cash, roi
 from strategies.gp.strategy import simulate_money
-from strategies.gp.strategy_file import load_strategy
+from strategies.gp.strategy_file import read_strategy_file
 from strategies.gp.window import load_window
 
 
@@ -39,7 +39,7 @@ def test_evolve_end_to_end(shared_data, tmp_path: Path, capsys: pytest.CaptureFi
     png = Path(r["png"])
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
-    sf = load_strategy(out)
+    sf = read_strategy_file(out)
     assert sf.rule().buy_infix == r["best"]["buy"] and len(sf.hall_of_fame) >= 1
     assert sf.train is not None and sf.train.first_date == r["train"]["first_date"] == "2015-03-02"
     assert r["test"]["symbols"] == r["train"]["symbols"] and len(r["train"]["symbols"]) == 4

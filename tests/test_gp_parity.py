@@ -11,7 +11,7 @@ import pytest
 
 import run_engine
 from strategies.gp.strategy import simulate_money
-from strategies.gp.strategy_file import load_strategy
+from strategies.gp.strategy_file import read_strategy_file
 from strategies.gp.window import load_window
 
 
@@ -28,7 +28,7 @@ def test_replay_matches_evaluator_to_the_cent(shared_data: Path, tmp_path: Path)
     assert rc == 0
     evolve = json.loads((tmp_path / "evolve.json").read_text())
     train = evolve["train"]
-    sf = load_strategy(best)
+    sf = read_strategy_file(best)
 
     # the evaluator's money per stock over the training days
     window = load_window(data, 6, 260, 40, start="2014-03-03")

@@ -21,7 +21,7 @@ from strategies.gp.strategy import GPEnsemble, GPStrategy, simulate_money, vote
 from strategies.gp.strategy_file import (
     PeriodRecord,
     StrategyFile,
-    load_strategy,
+    read_strategy_file,
     rule_record,
     save_strategy,
     strategy_from_file,
@@ -54,7 +54,7 @@ def test_strategy_file_round_trip(tmp_path: Path) -> None:
     sf = strategy_file(rules)
     path = tmp_path / "s.json"
     save_strategy(path, sf)
-    back = load_strategy(path)
+    back = read_strategy_file(path)
     assert back == sf
     assert back.rule() == rules[0]
     assert back.rules() == rules
@@ -108,11 +108,11 @@ def test_corrupt_files_give_one_line_errors(tmp_path: Path) -> None:
         path = tmp_path / f"{name.replace(' ', '_')}.json"
         path.write_bytes(raw)
         with pytest.raises(ValueError) as info:
-            load_strategy(path)
+            read_strategy_file(path)
         msg = str(info.value)
         assert "\n" not in msg and str(path) in msg, (name, msg)
     with pytest.raises(ValueError, match="cannot read"):
-        load_strategy(tmp_path / "missing.json")
+        read_strategy_file(tmp_path / "missing.json")
 
 
 # ------------------------------------------------------------------------------- signals

@@ -16,7 +16,7 @@ from engine.phases import (
     Phase,
     SessionSchedule,
     Transition,
-    decide,
+    phase_action,
     transition,
 )
 
@@ -48,20 +48,20 @@ def test_every_combination(key: tuple[Phase, bool, Transition]) -> None:
     want = EXPECTED[key]
     if isinstance(want, type):
         with pytest.raises(want, match="TRADE.*FROM_ZERO"):
-            decide(*key)
+            phase_action(*key)
     else:
-        assert decide(*key) is want
+        assert phase_action(*key) is want
 
 
 def test_enter_on_from_zero_policy_only_changes_flat_trade_from_zero() -> None:
     for key, want in EXPECTED.items():
         if key == (Phase.TRADE, False, Transition.FROM_ZERO):
-            assert decide(*key, enter_on_from_zero=True) is Action.ENTER
+            assert phase_action(*key, enter_on_from_zero=True) is Action.ENTER
         elif isinstance(want, type):
             with pytest.raises(want):
-                decide(*key, enter_on_from_zero=True)
+                phase_action(*key, enter_on_from_zero=True)
         else:
-            assert decide(*key, enter_on_from_zero=True) is want
+            assert phase_action(*key, enter_on_from_zero=True) is want
 
 
 @pytest.mark.parametrize(

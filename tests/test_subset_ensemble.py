@@ -13,9 +13,9 @@ import run_engine
 from strategies.gp import reference
 from strategies.gp.representation import GPRule
 from strategies.gp.returns import hall_of_fame_indices
-from strategies.gp.strategy_file import load_strategy, strategy_from_file
+from strategies.gp.strategy_file import read_strategy_file, strategy_from_file
 from strategies.gp.window import GPWindow, load_window
-from strategies.registry import load_strategy as load_engine_strategy
+from strategies.registry import strategy_from_spec as load_engine_strategy
 from strategies.selection import read_returns
 
 
@@ -61,7 +61,7 @@ def evolved(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
 
 
 def test_returns_out_equals_plain_python_money(evolved: dict[str, Path]) -> None:
-    sf = load_strategy(evolved["best"])
+    sf = read_strategy_file(evolved["best"])
     r = json.loads(evolved["report"].read_text())
     w = load_window(evolved["data"], None, r["train"]["days"], 0,
                     start=r["train"]["first_date"], symbols=r["train"]["symbols"])
@@ -90,7 +90,7 @@ def test_select_then_ensemble_votes_over_the_chosen_rules(
     assert code == 0, capsys.readouterr().err
     chosen = json.loads(sel.read_text())["subset"]
     assert len(chosen) == k and set(chosen) <= set(table.names)
-    rules = load_strategy(evolved["best"]).rules()
+    rules = read_strategy_file(evolved["best"]).rules()
     ens = strategy_from_file(evolved["best"], device="cpu", select=sel)
     idx = hall_of_fame_indices(chosen, len(rules))
     assert [(r.buy.tolist(), r.sell.tolist()) for r in ens.rules] == \

@@ -18,7 +18,7 @@ import run_engine
 from gpu.gp_core import CASH0, CODE_SELL
 from gpu.gp_eval import decision_codes
 from strategies.gp.representation import rules_programs
-from strategies.gp.strategy_file import load_strategy
+from strategies.gp.strategy_file import read_strategy_file
 from strategies.gp.window import load_window
 from tests.helpers import paper_money
 
@@ -69,7 +69,7 @@ def test_evolve_closes_a_delisted_stock_at_its_last_price(tmp_path: Path, seed: 
     assert rep["test"]["symbols"] == ["AAA", "BBB", "CCC"]
     assert set(rep["test"]["stopped_trading"]) == {"CCC"}
     w = load_window(data, 3, TRAIN, TEST)
-    programs, lengths = rules_programs([load_strategy(best).rule()])
+    programs, lengths = rules_programs([read_strategy_file(best).rule()])
     codes = decision_codes(programs, lengths, w.panel, w.test.day0, w.test.day1, "cpu")[0]
     assert w.last_day is not None
     want = [_reference_cash(codes[:, s], w.close[:, s], w.test.day0, w.test.day1,

@@ -98,9 +98,9 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
 
         curve = load_keys(args.curve)
     try:
-        from strategies.registry import load_strategy
+        from strategies.registry import strategy_from_spec
 
-        strategy = load_strategy(args.strategy, device=args.device)
+        strategy = strategy_from_spec(args.strategy, device=args.device)
     except UserError:
         raise
     except Exception as exc:  # noqa: BLE001 - a missing, unreadable or broken strategy file

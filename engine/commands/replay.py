@@ -16,7 +16,7 @@ from engine.outputs import check_writable_dir
 from engine.replay import replay
 from engine.report import MIN_RATIO_DAYS, build_report, write_outputs
 from gpu.device import resolve_device
-from strategies.registry import load_strategy
+from strategies.registry import strategy_from_spec
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -99,7 +99,7 @@ def source_factory(args: argparse.Namespace) -> Any:
 
 def apply_window(args: argparse.Namespace) -> None:
     """Fill --symbols/--start/--end (and --data, --fill) from a GP strategy file's window."""
-    from strategies.gp.strategy_file import load_strategy as load_gp_file
+    from strategies.gp.strategy_file import read_strategy_file as load_gp_file
 
     path = args.strategy.partition("#")[0]
     if not path.endswith(".json"):
@@ -125,7 +125,7 @@ def _load_strategy(spec: str, device: str) -> Any:
     """The user's strategy; whatever its file raises (a syntax error, an exception in
     make_strategy) is one line naming the file."""
     try:
-        return load_strategy(spec, device=device)
+        return strategy_from_spec(spec, device=device)
     except (ValueError, OSError) as exc:
         raise UserError(str(exc)) from None
     except SyntaxError as exc:

@@ -5,7 +5,7 @@ op codes the evaluators run (gpu.gp_core). The file also records the terminal-se
 and names, the training (and test) window - symbols, first and last date, days - so that
 anyone can replay the same window, and each rule's training fitness.
 
-`load_strategy` validates: the JSON schema (unknown fields rejected), format and version,
+`read_strategy_file` validates: the JSON schema (unknown fields rejected), format and version,
 terminal-set version and names, op codes in range, both forms type-correct and in
 agreement. Any problem is one ValueError line naming the file.
 """
@@ -68,7 +68,7 @@ class StrategyFile(msgspec.Struct, **_STRUCT):
     hall_of_fame: list[RuleRecord] = msgspec.field(default_factory=list)
 
     def rule(self) -> GPRule:
-        """The best rule (already validated by load_strategy)."""
+        """The best rule (already validated by read_strategy_file)."""
         return record_rule(self.best)
 
     def rules(self) -> list[GPRule]:
@@ -132,7 +132,7 @@ def save_strategy(path: str | Path, sf: StrategyFile) -> None:
     Path(path).write_bytes(msgspec.json.format(msgspec.json.encode(sf), indent=2) + b"\n")
 
 
-def load_strategy(path: str | Path) -> StrategyFile:
+def read_strategy_file(path: str | Path) -> StrategyFile:
     """Read and validate a strategy file; ValueError with one line naming the file."""
     p = Path(path)
     try:
@@ -155,7 +155,7 @@ def strategy_from_file(path: str | Path, device: str = "auto", ensemble: bool = 
     `select`: a `select --json` output naming hall-of-fame columns `hof<i>` (from
     `evolve --returns-out`): the ensemble votes over those rules only.
     """
-    sf = load_strategy(path)
+    sf = read_strategy_file(path)
     name = Path(path).stem
     if select is not None:
         from strategies.gp.returns import hall_of_fame_indices
