@@ -92,11 +92,18 @@ class SkipCounter:
         self.counts[kind] = self.counts.get(kind, 0) + int(n)
         if first:
             where = f"{self.source}: " if self.source else ""
-            self._log.warning("%s%s %d record(s): %s, e.g. %r", where, self.what, n, kind, sample)
+            text = repr(sample)
+            if len(text) > 200:  # a hostile sample (a 1 MB symbol) must not flood the log
+                text = text[:200] + "..."
+            self._log.warning("%s%s %d record(s): %s, e.g. %s", where, self.what, n, kind, text)
 
     @property
     def total(self) -> int:
         return sum(self.counts.values())
+
+    def total_except(self, *kinds: str) -> int:
+        """Records counted under every kind but these (e.g. gaps count missing messages)."""
+        return sum(v for k, v in self.counts.items() if k not in kinds)
 
     def __repr__(self) -> str:
         return f"SkipCounter({self.what}={self.counts})"

@@ -46,6 +46,7 @@ from feeds.messages import (
     make_decoder,
     topic_for,
 )
+from feeds.records import SkipCounter
 
 log = logging.getLogger(__name__)
 
@@ -67,26 +68,6 @@ def default_endpoint(transport: str, name: str, tmpdir: str | None = None) -> st
     if transport == "tcp":
         return "tcp://127.0.0.1:*"
     raise ValueError(f"unknown transport {transport!r}: expected one of {', '.join(TRANSPORTS)}")
-
-
-class SkipCounts:
-    """Counts rejected input by kind; logs the first sample of each kind once."""
-
-    def __init__(self, logger: logging.Logger = log) -> None:
-        self.counts: dict[str, int] = {}
-        self._log = logger
-
-    def add(self, kind: str, sample: object, n: int = 1) -> None:
-        c = self.counts.get(kind, 0)
-        self.counts[kind] = c + n
-        if c == 0:
-            text = repr(sample)
-            if len(text) > 200:
-                text = text[:200] + "..."
-            self._log.warning("skipping bad input (%s), first sample: %s", kind, text)
-
-    def total(self) -> int:
-        return sum(v for k, v in self.counts.items() if k != "sequence_gap")
 
 
 class Publisher:
@@ -213,7 +194,7 @@ class Validator:
     def __init__(self, limits: ValidationLimits | None = None) -> None:
         self.limits = limits = limits or ValidationLimits()
         self.decoder = make_decoder()
-        self.skipped = SkipCounts()
+        self.skipped = SkipCounter(what="skipped")
         self.last_ts: dict[str, int] = {}
         self.last_seq: dict[bytes, int] = {}
         #: the last accepted price of each symbol (trade, bar close or quote mid)
@@ -257,13 +238,13 @@ class Validator:
         """A symbol seen for the first time: name, allow-list and table size."""
         lim = self.limits
         if len(sym) > lim.max_symbol_length or SYMBOL_CHARS.fullmatch(sym) is None:
-            self.skipped.add("bad_symbol", msg)
+            self.skipped.add("bad_symbol", 1, msg)
             return False
         if self._allowed and sym not in self._allowed:
-            self.skipped.add("symbol_not_allowed", msg)
+            self.skipped.add("symbol_not_allowed", 1, msg)
             return False
         if len(self._band) >= lim.max_symbols:
-            self.skipped.add("symbol_limit", msg)
+            self.skipped.add("symbol_limit", 1, msg)
             return False
         self._band[sym] = lim.price_band_by_symbol.get(sym, lim.price_band)
         return True
@@ -299,7 +280,7 @@ class Validator:
         clock = self.clock
         for frames in batch:
             if len(frames) != 2:
-                skip("bad_framing", frames)
+                skip("bad_framing", 1, frames)
                 continue
             topic, payload = frames
             try:
@@ -307,12 +288,12 @@ class Validator:
             except msgspec.ValidationError as exc:
                 # msgspec reports an unknown tag as an invalid value at the tag's position
                 kind = "unknown_kind" if str(exc).endswith("at `$[0]`") else "wrong_schema"
-                skip(kind, payload)
+                skip(kind, 1, payload)
                 continue
             except Exception:  # noqa: BLE001 - MsgspecError, invalid UTF-8, anything else
                 # a peer's bytes must never stop the engine: whatever the decoder raises on
                 # (invalid UTF-8 in a string raises UnicodeDecodeError) is undecodable
-                skip("undecodable", payload)
+                skip("undecodable", 1, payload)
                 continue
             # the sequence is checked first: a message with bad content still occupies its
             # place in the stream, so skipping it must not look like a gap
@@ -324,10 +305,10 @@ class Validator:
                 elif self._fresh and topic not in last_seq:
                     pass  # first message of a stream of a new feed session: no gap
                 elif seq < expected:
-                    skip("duplicate", msg)
+                    skip("duplicate", 1, msg)
                     continue
                 else:
-                    skip("sequence_gap", msg, seq - expected)
+                    skip("sequence_gap", seq - expected, msg)
             last_seq[topic] = seq
             sym = msg.symbol
             band = band_get(sym)
@@ -341,25 +322,25 @@ class Validator:
             if type(msg) is Trade:  # the hot path
                 p = msg.price
                 if not (0.0 < p <= max_price):  # NaN fails the comparison too
-                    skip("bad_price", msg)
+                    skip("bad_price", 1, msg)
                     continue
                 if not (0.0 < msg.size < inf):
-                    skip("bad_size", msg)
+                    skip("bad_size", 1, msg)
                     continue
                 last = price_get(sym)
                 if last is not None and not (last <= p * band and p <= last * band):
-                    skip("price_outlier", msg)
+                    skip("price_outlier", 1, msg)
                     continue
                 ts = msg.ts
                 if not earliest <= ts < latest:
-                    skip("time_out_of_range", msg)
+                    skip("time_out_of_range", 1, msg)
                     continue
                 if clock is not None and ts > clock + skew:
-                    skip("time_future", msg)
+                    skip("time_future", 1, msg)
                     continue
                 prev = ts_get(sym)
                 if prev is not None and ts < prev:
-                    skip("time_backwards", msg)
+                    skip("time_backwards", 1, msg)
                     continue
                 last_ts[sym] = ts
                 if clock is None or ts > clock:
@@ -385,43 +366,43 @@ class Validator:
         if t is Quote:
             q: Quote = msg  # type: ignore[assignment]
             if not (0.0 <= q.bid <= mx and 0.0 <= q.ask <= mx and (q.bid > 0.0 or q.ask > 0.0)):
-                self.skipped.add("bad_price", msg)
+                self.skipped.add("bad_price", 1, msg)
                 return False
             if not (0.0 <= q.bid_size < math.inf and 0.0 <= q.ask_size < math.inf):
-                self.skipped.add("bad_size", msg)
+                self.skipped.add("bad_size", 1, msg)
                 return False
             ref = (q.bid + q.ask) / 2.0 if q.bid > 0.0 and q.ask > 0.0 else max(q.bid, q.ask)
         elif t is Bar:
             b: Bar = msg  # type: ignore[assignment]
             if not (b.low > 0.0 and b.high >= b.low and b.high <= mx
                     and b.low <= b.open <= b.high and b.low <= b.close <= b.high):
-                self.skipped.add("bad_price", msg)
+                self.skipped.add("bad_price", 1, msg)
                 return False
             if not 0.0 <= b.volume < math.inf:
-                self.skipped.add("bad_size", msg)
+                self.skipped.add("bad_size", 1, msg)
                 return False
             ref = b.close
             last = self.last_price.get(sym)
             if last is not None and not (last <= b.low * band and b.high <= last * band):
-                self.skipped.add("price_outlier", msg)
+                self.skipped.add("price_outlier", 1, msg)
                 return False
         if ref > 0.0:
             last = self.last_price.get(sym)
             if last is not None and not (last <= ref * band and ref <= last * band):
-                self.skipped.add("price_outlier", msg)
+                self.skipped.add("price_outlier", 1, msg)
                 return False
         ts = msg.ts
         if not self._earliest <= ts < self._latest:
-            self.skipped.add("time_out_of_range", msg)
+            self.skipped.add("time_out_of_range", 1, msg)
             return False
         clock = self.clock
         if clock is not None and ts > clock + self._skew_ns:
-            self.skipped.add("time_future", msg)
+            self.skipped.add("time_future", 1, msg)
             return False
         if t is not Heartbeat:
             prev = self.last_ts.get(sym)
             if prev is not None and ts < prev:
-                self.skipped.add("time_backwards", msg)
+                self.skipped.add("time_backwards", 1, msg)
                 return False
             self.last_ts[sym] = ts
         if clock is None or ts > clock:
@@ -549,6 +530,6 @@ async def wait_thread(th: threading.Thread) -> None:
 
 __all__ = [
     "Bar", "Fill", "Heartbeat", "Message", "OptionValue", "Order", "Quote", "Trade",
-    "Publisher", "Subscriber", "Validator", "ValidationLimits", "SkipCounts",
+    "Publisher", "Subscriber", "Validator", "ValidationLimits",
     "publish_in_thread", "default_endpoint",
 ]

@@ -183,7 +183,7 @@ def test_validator_survives_and_accounts_for_100k_fuzzed_frames() -> None:
         _check_accepted(v, msg, clock)
     counts = v.skipped.counts
     assert v.received == FUZZ_FRAMES
-    assert accepted + v.skipped.total() == FUZZ_FRAMES
+    assert accepted + v.skipped.total_except("sequence_gap") == FUZZ_FRAMES
     assert kinds_seen == {t.__name__ for t in MESSAGE_TYPES}
     assert len(v.known) <= 500
     # the hostile classes were generated and each was judged under its own kind
