@@ -16,7 +16,7 @@ from engine.errors import UserError
 from engine.live_options import LiveOptions
 from engine.option_book import OptionGroupConfig
 from engine.risk import RiskLimits
-from feeds.transport import ValidationLimits
+from feeds.validation import ValidationLimits
 
 
 class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

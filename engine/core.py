@@ -28,7 +28,7 @@ from engine.config import EngineConfig
 from engine.errors import StrategyError
 from engine.phases import Action, Phase, SessionSchedule, phase_action, transition
 from feeds.messages import Bar, Fill, Heartbeat, Message, Order, Quote, Side, Trade
-from feeds.transport import Validator
+from feeds.validation import Validator
 from gpu.indicators import IndicatorBank
 from gpu.terminals import N_TERMINALS
 from strategies.base import Strategy

@@ -26,7 +26,7 @@ import numpy.typing as npt
 
 from engine.core import Engine
 from feeds.messages import Fill, Order
-from feeds.transport import Validator
+from feeds.validation import Validator
 from strategies.base import Features, Signals, Strategy
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ from engine.core import Engine
 from engine.snapshot import WarmupGuard, capture, restore
 from feeds.messages import Fill, Order, Trade
 from feeds.synthetic import SyntheticMarket
-from feeds.transport import Validator
+from feeds.validation import Validator
 from strategies.sma_cross import SmaCross
 from tests.helpers import trade_messages
 

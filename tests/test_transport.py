@@ -90,7 +90,7 @@ async def test_bad_input_is_counted_by_kind_and_skipped(transport: str, tmp_path
 
 
 def test_framing_error_counted() -> None:
-    from feeds.transport import Validator
+    from feeds.validation import Validator
 
     v = Validator()
     assert v.validate([b"only-one-frame"]) is None
@@ -125,7 +125,7 @@ def test_fused_engine_path_judges_like_the_reference_validator() -> None:
     """Engine.consume (validation inlined) must judge and count exactly like validate."""
     import random
 
-    from feeds.transport import Validator
+    from feeds.validation import Validator
 
     rng = random.Random(11)
     frames: list[list[bytes]] = []
@@ -214,7 +214,7 @@ def test_engine_fused_path_equals_validate_then_process() -> None:
 
     from engine.config import EngineConfig
     from engine.core import Engine
-    from feeds.transport import Validator
+    from feeds.validation import Validator
     from strategies.sma_cross import SmaCross
 
     rng = random.Random(5)

@@ -20,7 +20,7 @@ import pytest
 from engine.config import EngineConfig
 from engine.core import Engine
 from feeds.messages import MESSAGE_TYPES, Bar, Heartbeat, Quote, Trade, encode
-from feeds.transport import SYMBOL_CHARS, ValidationLimits, Validator
+from feeds.validation import SYMBOL_CHARS, ValidationLimits, Validator
 from strategies.sma_cross import SmaCross
 
 NS = 1_000_000_000
