@@ -10,8 +10,9 @@ are true, sell when more than half of the sell trees are true, then the same mat
 
 Evaluation: all rules x all symbols in one batched call per bar close. On a GPU that is one
 kernel launch on the strategy's own stream, awaited by polling a CUDA event with
-`asyncio.sleep(0)` between polls (numba-cuda 0.30.4 has no stream callbacks; DESIGN.md
-section 3), so the event loop keeps receiving meanwhile; elsewhere the numba CPU twin.
+`asyncio.sleep(0)` between polls (numba-cuda 0.30.4 has no stream callbacks), so the event
+loop keeps receiving meanwhile; elsewhere the numba CPU twin (`gpu/gp_decider.py`; under
+`--device auto` the faster backend for the strategy's size, measured at start-up).
 """
 
 from __future__ import annotations
