@@ -38,7 +38,7 @@ The plain functions below call each other by name; `gpu.twin.compile_twin` compi
 once for numba's CPU target and once as CUDA device functions, each backend's names
 bound to its own compiled functions. These functions are the single statement of the
 paper's money rules: the evaluators (gp_eval, gp_bitwise) call them, and the engine's
-broker is tested against them to the cent (tests/test_gp_parity.py).
+broker is tested against them to the cent (tests/integration/test_gp_parity.py).
 """
 
 from __future__ import annotations

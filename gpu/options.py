@@ -15,7 +15,7 @@ Units: prices in the underlying's currency, expiry in years (calendar days / 365
 date is involved), vol and rate per year (continuously compounded, no dividends).
 
 Accuracy of the grids (float64 CPU twin against the analytic European price, measured;
-tests/test_options_kernel.py checks the first two):
+tests/gpu/test_options_kernel.py checks the first two):
 - seed (K=100, σ=0.25, r=0.05, T=0.3, S in [50, 150], puts worth more than 0.01): worst
   relative error 0.41% at integer S, 0.47% at half-integer S, 0.51% on a 0.05 scan (at
   S=145.8, where the put is worth 0.0101); 0.02% at the money. The out-of-the-money tail is

@@ -95,7 +95,7 @@ def test_mypy_rejects_a_missing_case(tmp_path: Path) -> None:
     """Delete one case from the real module: mypy must then report the gap."""
     if shutil.which("mypy") is None and not _has_module("mypy"):
         pytest.skip("mypy not installed")
-    src = (Path(__file__).parent.parent / "engine" / "phases.py").read_text()
+    src = (Path(__file__).resolve().parents[2] / "engine" / "phases.py").read_text()
     removed = src.replace(
         "                case Transition.CHANGE:\n                    return Action.SWITCH\n", "", 1
     )

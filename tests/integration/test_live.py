@@ -21,7 +21,7 @@ from feeds.synthetic import SyntheticMarket
 from feeds.transport import Publisher
 from tests.helpers import trade_messages
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _free_port() -> int:

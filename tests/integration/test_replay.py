@@ -24,7 +24,7 @@ from gpu.terminals import TERMINAL_INDEX
 from strategies.sma_cross import SmaCross
 from tests.helpers import trade_messages
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 DESIGN_KEYS = {"ticks", "bars", "orders", "fills", "wall_seconds", "ticks_per_second",
                "final_equity", "roi", "roi_buy_hold", "sharpe", "max_drawdown"}
@@ -193,7 +193,7 @@ def test_cuda_without_a_gpu_is_a_one_line_error() -> None:
     import sys
 
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     probe = subprocess.run([sys.executable, "-c", "from gpu.device import cuda_present as c;"
                             "print(c())"], cwd=root, env=env, capture_output=True, text=True)
     if probe.stdout.strip() == "True":

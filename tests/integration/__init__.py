@@ -1,0 +1,1 @@
+"""Integration tests: commands, processes and real sockets on loopback."""
