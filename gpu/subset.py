@@ -5,7 +5,7 @@ the identity (Frobenius norm), searching every combination (gpu.subset_core: unr
 64-bit ranks, stepping inside a thread, packed lower triangle of squared correlations).
 
 CUDA: the packed triangle (n(n−1)/2 float64) is copied into shared memory by every block
-when it fits (n ≤ 110; larger n read it from global memory through the cache); each thread
+when it fits (n ≤ 106; larger n read it from global memory through the cache); each thread
 scans `chunk` consecutive ranks, then the block reduces its (objective, rank) pairs in
 shared memory, smallest objective and then lowest rank first. A search of more than
 `LAUNCH_RANKS` combinations is several launches. CPU twin: the same core over the same
@@ -39,6 +39,7 @@ K_MAX = 32
 """Largest subset (local arrays of a CUDA thread have a fixed size)."""
 BLOCK = 256
 SHARED_BYTES_MAX = 48 * 1024
+REDUCTION_BYTES = 2 * BLOCK * 8  # s_value (float64) and s_rank (int64) in _block_search
 LAUNCH_RANKS = 1 << 34
 """Most combinations per launch (a few seconds on one H200 at the rates measured)."""
 CALIBRATION_RANKS = 1 << 24
@@ -189,7 +190,7 @@ def _check(corr: np.ndarray, k: int) -> tuple[int, int]:
     if not np.all(np.isfinite(corr)):
         raise ValueError("the correlation matrix has non-finite entries")
     total = math.comb(n, k)
-    if total > INT64_MAX:
+    if total > INT64_MAX - LAUNCH_RANKS:  # a thread's first rank must not wrap past the end
         raise ValueError(f"C({n}, {k}) = {total:.3g} combinations do not fit 64-bit ranks")
     return n, total
 
@@ -205,7 +206,8 @@ class _Searcher:
             self.q, self.binom = q, binom
             return
         self.q, self.binom = cuda.to_device(q), cuda.to_device(binom)
-        shared = q.nbytes if q.nbytes <= SHARED_BYTES_MAX else 0
+        # the block reduction's two BLOCK-long arrays share the 48 KiB with the triangle
+        shared = q.nbytes if q.nbytes <= SHARED_BYTES_MAX - REDUCTION_BYTES else 0
         self.kernel = _search_shared if shared else _search_global
         self.shared = shared
 
