@@ -114,7 +114,8 @@ def select_least_correlated(table: ReturnsTable, k: int, device: str = "auto",
                             ) -> SubsetResult:
     """The k strategies of `table` whose correlation sub-matrix is closest to the identity."""
     if k > len(table.names):
-        aside = f" ({len(table.constant)} with constant returns set aside)" if table.constant else ""
+        n_aside = len(table.constant)
+        aside = f" ({n_aside} with constant returns set aside)" if n_aside else ""
         raise ValueError(f"--k {k} is more than the {len(table.names)} varying strategies in "
                          f"the file{aside}")
     return least_correlated(table.correlation(), k, device, max_seconds, progress)
