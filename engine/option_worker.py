@@ -129,12 +129,19 @@ class WorkerClient:
             [sys.executable, "-m", "engine.option_worker", self._shm.name, device, timezone,
              str(os.getpid())],
             stdin=subprocess.PIPE, env=env, cwd=root)
-        assert self._proc.stdin is not None
-        self._proc.stdin.write(payload)
-        self._proc.stdin.close()
-        # the views go with the finalizer: the segment can be closed only once they are
+        # registered before the payload is written: a child that dies at once (broken pipe)
+        # still has its process waited for and the segment freed; the views go with it, as
+        # the segment can be closed only once they are
         self._finalizer = weakref.finalize(self, _shut_down, self._shm, self._proc,
                                            [self._q, self._d], self._res)
+        assert self._proc.stdin is not None
+        try:
+            self._proc.stdin.write(payload)
+            self._proc.stdin.close()
+        except BrokenPipeError:
+            self._finalizer()
+            raise RuntimeError("option worker process exited before it read its groups"
+                               ) from None
         deadline = time.monotonic() + START_TIMEOUT_S
         while not self._q[READY]:
             self._check_alive()

@@ -65,9 +65,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     isl = p.add_argument_group("islands on Dask (--population individuals each)")
     isl.add_argument("--islands", type=int, help="island populations evolved on a Dask "
                      "cluster with ring migration (default: one population, no Dask)")
-    isl.add_argument("--migrate-every", type=int, default=5, help="generations between "
+    isl.add_argument("--migrate-every", type=int, help="generations between "
                      "migrations (default 5)")
-    isl.add_argument("--migrants", type=int, default=50, help="fittest individuals each island "
+    isl.add_argument("--migrants", type=int, help="fittest individuals each island "
                      "sends to the next per migration (default 50)")
     isl.add_argument("--scheduler", metavar="ADDRESS", help="existing Dask scheduler, e.g. "
                      "tcp://HOST:8786 (default: a local cluster, one worker per GPU or CPU "
@@ -158,6 +158,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     config = _config(args)
+    island_only = {"--migrate-every": args.migrate_every, "--migrants": args.migrants,
+                   "--workers": args.workers}
+    given = [k for k, v in island_only.items() if v is not None]
+    if given and args.islands is None and not args.scheduler:
+        raise UserError(f"{', '.join(given)} only apply to an island run: add --islands N")
     check_writable_file(args.out, "--out")
     symbols = [s.strip() for s in args.symbols.split(",") if s.strip()] if args.symbols else None
     if args.test_days < 0 or args.test_days == 1:
@@ -183,7 +188,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.islands is not None or args.scheduler:
         from strategies.gp import islands as isl
 
-        plan = isl.IslandPlan(args.islands or 1, args.migrate_every, args.migrants)
+        plan = isl.IslandPlan(1 if args.islands is None else args.islands,
+                              5 if args.migrate_every is None else args.migrate_every,
+                              50 if args.migrants is None else args.migrants)
         try:
             plan.check(config.population)
             data = isl.PanelData.training(window)

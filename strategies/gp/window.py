@@ -105,9 +105,22 @@ def parse_cache_dir() -> Path:
     return Path(base) / "gpu-trading-engine"
 
 
+@functools.cache
+def _parser_fingerprint() -> str:
+    """The parser's own source and the table's fields: an edit of either is a new cache key,
+    so a stale pickle is never served because someone forgot PARSE_CACHE_VERSION."""
+    import inspect
+
+    from feeds import daily
+
+    text = inspect.getsource(daily) + "|" + ",".join(DailyTable.__dataclass_fields__)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 @functools.lru_cache(maxsize=2)
 def _cached_table(path: str, mtime_ns: int, size: int) -> DailyTable:
-    key = hashlib.sha256(f"{PARSE_CACHE_VERSION}|{path}|{mtime_ns}|{size}".encode()).hexdigest()
+    key = hashlib.sha256(f"{PARSE_CACHE_VERSION}|{_parser_fingerprint()}|{path}|{mtime_ns}|"
+                         f"{size}".encode()).hexdigest()
     cache_file = parse_cache_dir() / f"daily-{key[:32]}.pickle"
     try:
         with cache_file.open("rb") as f:

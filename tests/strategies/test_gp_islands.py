@@ -297,14 +297,19 @@ def daily_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return csv
 
 
-@pytest.mark.parametrize("bad", [["--islands", "0"], ["--islands", "2", "--migrants", "16"],
-                                 ["--islands", "2", "--migrate-every", "0"],
-                                 ["--islands", "2", "--migrants", "-1"],
-                                 ["--islands", "3", "--workers", "0"],
-                                 ["--scheduler", "tcp://127.0.0.1:1", "--workers", "2"]])
+@pytest.mark.parametrize(("bad", "names"), [
+    (["--islands", "0", "--migrants", "5"], "islands must be"),
+    (["--islands", "2", "--migrants", "16"], "migrants"),
+    (["--islands", "2", "--migrate-every", "0"], "migrate-every"),
+    (["--islands", "2", "--migrants", "-1"], "migrants"),
+    (["--islands", "3", "--workers", "0", "--migrants", "5"], "workers"),
+    (["--scheduler", "tcp://127.0.0.1:1", "--workers", "2", "--migrants", "5"], "workers"),
+    (["--migrants", "5"], "--migrants only apply to an island run"),  # no --islands
+    (["--workers", "2", "--migrate-every", "3"], "--migrate-every, --workers"),
+])
 def test_command_rejects_a_bad_island_plan_in_one_line(
         daily_csv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-        bad: list[str]) -> None:
+        bad: list[str], names: str) -> None:
     import run_engine
 
     code = run_engine.main(["evolve", "--data", str(daily_csv), "--stocks", "3",
@@ -313,7 +318,9 @@ def test_command_rejects_a_bad_island_plan_in_one_line(
                             str(tmp_path / "b.json"), *bad])
     err = capsys.readouterr().err
     assert code == 2
-    assert err.strip().splitlines()[-1].startswith("error:") and "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error:") and "Traceback" not in err
+    assert names in last
 
 
 def test_command_runs_islands_on_a_given_scheduler(client: Client, daily_csv: Path,

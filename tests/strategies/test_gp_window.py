@@ -28,3 +28,20 @@ def test_parsed_daily_file_is_cached_between_runs_and_invalidated_by_edits(
     csv.write_text("\n".join(rows[:-1]) + "\n2015-01-29,10,11,9,99.5,1000,AAA\n")
     edited = win._table(csv)
     assert edited.close[-1] == 99.5
+
+
+def test_an_edited_parser_never_reads_an_old_cache(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from strategies.gp import window as win
+
+    monkeypatch.setenv("TRADING_CACHE_DIR", str(tmp_path / "cache"))
+    csv = tmp_path / "d.csv"
+    rows = ["date,open,high,low,close,volume,Name"]
+    rows += [f"2015-02-{d:02d},10,11,9,{10 + d / 10},1000,BBB" for d in range(1, 25)]
+    csv.write_text("\n".join(rows) + "\n")
+    win._cached_table.cache_clear()
+    win._table(csv)
+    monkeypatch.setattr(win, "_parser_fingerprint", lambda: "another parser")
+    win._cached_table.cache_clear()
+    win._table(csv)
+    assert len(list((tmp_path / "cache").glob("daily-*.pickle"))) == 2
