@@ -217,6 +217,14 @@ def value_chain(
         vol_source = "default 0.25"
     else:
         raise UserError("no volatility to price at: give --vol, --iv, or an iv column")
+    # a contract that expired before the valuation date has nothing left to price: it would
+    # come back as its intrinsic value and pass for a priced option; it is left unpriced and
+    # counted instead (one expiring on the valuation date is worth its intrinsic value)
+    expired = ~(years >= 0)
+    if expired.all():
+        raise UserError(f"every contract has expired on {asof} (give --asof before the "
+                        f"expiries)")
+    vols = np.where(expired, np.nan, vols)
     priced = np.isfinite(vols) & (vols > 0)
     price, delta, gamma = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
     t0 = time.perf_counter()
@@ -232,6 +240,7 @@ def value_chain(
         price_seconds=time.perf_counter() - t0, solved_iv=solve_iv, mid=mid, iv=iv,
         status=status, iterations=iterations, iv_seconds=iv_seconds,
     )
+    val.checks["expired"] = float(expired.sum())
     if generated:
         euro = ~american & priced
         if euro.any():

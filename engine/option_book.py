@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import itertools
+import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -42,6 +43,8 @@ NS_PER_DAY = 86_400 * 1_000_000_000
 
 #: what the book publishes
 OptionMessage = OptionValue | OptionGroupValues
+
+log = logging.getLogger(__name__)
 
 
 class OptionGroupConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -111,6 +114,7 @@ class _Group:
     dated: bool = False
     #: (spot, prices, deltas, gammas) of the newest repricing
     last_values: tuple[float, list[float], list[float], list[float]] | None = None
+    expired_warned: int = 0  # expired contracts already reported in the log
 
 
 #: while a group is busy, query its event on every this many underlying ticks
@@ -178,6 +182,14 @@ def prepare_launch(g: _Group, spot: float, ts: int, tz: dt.tzinfo) -> None:
                 for e, d in zip(g.expiry_dates, g.expiry_days, strict=True)
             ]
             g.pricer.set_column(core.EXPIRY, expiry)
+            gone = [sym for sym, e, t in zip(g.symbols, g.expiry_dates, expiry, strict=True)
+                    if e is not None and t < 0]
+            if len(gone) > g.expired_warned:
+                # an expired contract's published value is its intrinsic value: say so once
+                # each time more contracts expire, not silently on every tick
+                g.expired_warned = len(gone)
+                log.warning("%s: %d contract(s) expired before %s (e.g. %s); their values "
+                             "are intrinsic", g.config.underlying, len(gone), day, gone[0])
         g.last_date = day
     g.pricer.set_spot(spot)
 

@@ -129,7 +129,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {
         "source": source, "device": device, "grid": grid._asdict(), "asof": asof.isoformat(),
         "rate": args.rate, "vol_source": val.vol_source, "count": n,
-        "priced": int(val.priced.sum()), "price_seconds": val.price_seconds,
+        "priced": int(val.priced.sum()), "expired": int(val.checks["expired"]),
+        "price_seconds": val.price_seconds,
     }
     if "analytic_max_rel_error" in val.checks:
         result["analytic_max_rel_error"] = val.checks["analytic_max_rel_error"]
@@ -162,6 +163,8 @@ def _print_summary(result: dict[str, Any], val: ChainValuation, source: str, dev
         f"{source}; {result['priced']} priced on {device} with the {grid_name} grid in "
         f"{val.price_seconds:.3f} s (vol: {val.vol_source})"
     )
+    if result["expired"]:
+        print(f"  expired on {val.asof} and not priced: {result['expired']} contract(s)")
     if result["rows_skipped"]:
         bad = ", ".join(f"{k} {v}" for k, v in sorted(result["rows_skipped"].items()))
         print(f"  chain rows skipped as malformed: {sum(result['rows_skipped'].values())} "

@@ -150,3 +150,18 @@ async def test_engine_loop_keeps_running_while_groups_reprice() -> None:
     got.extend(contracts(await book.drain()))
     assert got[-1].spot == 101.0  # the newest spot is always priced
     assert all(np.isfinite(m.price) for m in got)
+
+
+async def test_contracts_expired_before_the_tick_date_are_reported_once(
+        caplog: pytest.LogCaptureFixture) -> None:
+    cfg = OptionGroupConfig(underlying="SPY", strikes=(160.0, 170.0),
+                            expiries=(dt.date(2013, 10, 4), dt.date(2013, 11, 15)),
+                            grid="seed")
+    book = OptionBook([cfg], device="cpu")
+    ts = int(dt.datetime(2013, 10, 7, 15, tzinfo=dt.UTC).timestamp()) * 1_000_000_000
+    with caplog.at_level("WARNING", logger="engine.option_book"):
+        for i in range(3):
+            book.on_underlying_tick("SPY", 165.0 + i, ts + i * 1_000_000)
+            await book.drain()
+    warned = [r.getMessage() for r in caplog.records if "expired" in r.getMessage()]
+    assert len(warned) == 1 and "4 contract(s)" in warned[0]  # 2 strikes x C/P, Oct 4

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import run_engine
 from engine.commands import price as price_cmd
 from engine.errors import UserError
 from feeds.option_chain import option_symbol, read_chain
@@ -133,3 +134,18 @@ def test_price_command_rejects_bad_input(tmp_path: Path) -> None:
         price_cmd.run(_args(chain=p, asof="2024-01-02", vol=-1.0, device="cpu"))
     res = price_cmd.run(_args(chain=p, asof="2024-01-02", vol=0.2, device="cpu"))
     assert res["options"][0]["price"] > 0 and "iv" not in res["options"][0]
+
+
+def test_contracts_expired_at_the_valuation_date_are_counted_not_priced(tmp_path: Path) -> None:
+    """Their time to expiry is negative: the PDE would hand back the intrinsic value and it
+    passed for a priced option (even against the analytic check)."""
+    out = tmp_path / "p.json"
+    assert run_engine.main(["price", "--generate", "32", "--device", "cpu", "--grid", "seed",
+                            "--asof", "2000-02-15", "--json", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    expired = [o for o in rep["options"] if o["years"] < 0]
+    assert expired and rep["expired"] == len(expired)
+    assert all(o["price"] is None for o in expired)
+    assert rep["priced"] == rep["count"] - len(expired)
+    assert run_engine.main(["price", "--generate", "8", "--device", "cpu",
+                            "--asof", "2010-01-01"]) == 2  # all of them: one-line error
