@@ -58,6 +58,10 @@ class PaperBroker:
     orders: list[Order] = field(default_factory=list)
     #: entries refused because the account could not pay for them, by reason
     refused: dict[str, int] = field(default_factory=dict)
+    #: largest |position| an entry may reach (0 = none); set by the live risk limits so an
+    #: all-in entry re-sized at fill time (after a switch, at the next tick's price) cannot
+    #: exceed what the risk gate approved at decision time
+    position_cap: float = 0.0
     _order_id: int = 0
 
     def __post_init__(self) -> None:
@@ -136,6 +140,8 @@ class PaperBroker:
             # (a switch of sides under next-tick fills) was sized before the close freed it
             qty = float(max(0, math.floor((acct.cash - self.commission)
                                           / (fill_price * self._margin(side)))))
+            if self.position_cap:
+                qty = min(qty, math.floor(self.position_cap))
         if qty <= 0.0:
             return None
         if order.reason != "close" and not self._affordable(acct, side, qty, fill_price):

@@ -60,6 +60,7 @@ class RiskGate:
     def attach(self, engine: Any) -> None:
         self.engine = engine
         engine.risk_check = self.check
+        engine.broker.position_cap = self.limits.max_position
 
     # ------------------------------------------------------------------ per order
     def check(self, sym: int, side: int, qty: float, reason: str, price: float, ts: int) -> bool:
@@ -75,8 +76,7 @@ class RiskGate:
             why, detail = "feed_stale", "no market data within the heartbeat timeout"
         else:
             broker = self.engine.broker
-            acct = broker.accounts[sym]
-            new_pos = acct.position + side * qty
+            new_pos = self._position_after_entry(sym, side, qty, price)
             if lim.max_position and abs(new_pos) > lim.max_position:
                 why = "max_position"
                 detail = f"|position| would be {abs(new_pos):g} > {lim.max_position:g}"
@@ -100,6 +100,23 @@ class RiskGate:
             return True
         self._refuse(ts, self.engine.symbols[sym], side, qty, why, detail)
         return False
+
+    def _position_after_entry(self, sym: int, side: int, qty: float, price: float) -> float:
+        """The position this entry leads to. An entry against the held side follows a close
+        (a switch), and an all-in entry is sized again at fill time from the cash the close
+        frees, so both count from flat with the quantity that cash buys, not with the
+        position still held or the quantity sized before the close."""
+        broker = self.engine.broker
+        acct = broker.accounts[sym]
+        if side * acct.position > 0:
+            return acct.position + side * qty
+        if broker.sizing == "all-in":
+            freed = acct.cash + acct.position * price - (broker.commission if acct.position
+                                                          else 0.0)
+            fill_qty = math.floor(max(0.0, freed - broker.commission)
+                                  / (price * broker._margin(side)))
+            qty = max(qty, float(fill_qty))
+        return side * qty
 
     def _refuse(self, ts: int, symbol: str, side: int, qty: float, why: str,
                 detail: str) -> None:

@@ -207,3 +207,46 @@ def test_kill_switch_survives_restart_until_the_operator_resets_it(tmp_path: Pat
     assert r.returncode == 0, r.stderr
     wait_for(lambda s: s["kill_switch"] is False)
     stop_daemon(d, tmp_path / "s.json")
+
+
+def test_a_switch_of_sides_cannot_carry_the_position_past_max_position() -> None:
+    """Short 100 at 100, then long: under next-tick fills the all-in entry is sized again at
+    the next tick's price (50) from the cash the close freed, 300 shares against a limit of
+    250 before the fix."""
+    import numpy as np
+
+    from engine.config import BrokerConfig, EngineConfig
+    from engine.core import Engine
+    from engine.risk import RiskGate, RiskLimits
+    from feeds.messages import Trade
+
+    class Scripted:
+        name = "scripted"
+        enter_on_from_zero = True
+        long_only = False
+
+        def __init__(self, signals: list[int]) -> None:
+            self.signals, self.k = signals, 0
+
+        def reset(self, symbols: list[str]) -> None:
+            pass
+
+        async def target_signals(self, features, closed):
+            v = self.signals[min(self.k, len(self.signals) - 1)]
+            self.k += 1
+            return np.array([v], np.int8)
+
+    cfg = EngineConfig(bar_seconds=1, broker=BrokerConfig(fill="next-tick", commission=0))
+    engine = Engine(["A"], Scripted([-1, 1, 1, 1]), cfg)
+    RiskGate(RiskLimits(max_position=250)).attach(engine)
+    positions = []
+
+    async def run() -> None:
+        for i, p in enumerate([100, 100, 50, 50, 50, 50]):
+            await engine.process([Trade(i + 1, (i + 1) * 1_000_000_000, "A", float(p), 1.0)])
+            positions.append(engine.broker.accounts[0].position)
+
+    asyncio.run(run())
+    assert -100.0 in positions  # it did go short first
+    assert max(abs(p) for p in positions) <= 250
+    assert positions[-1] > 0  # and then long, capped at the limit
