@@ -115,7 +115,11 @@ def restore(engine: Engine, validator: Validator, snap: dict[str, Any],
     pending: dict[int, list[Order]] = {}
     for o in [*(p for lst in engine._pending for p in lst), *later_orders]:
         if o.order_id not in filled:
-            pending.setdefault(engine.sym_index[o.symbol], []).append(o)
+            # a symbol first seen after the snapshot has an order but no index yet
+            sym = engine.sym_index.get(o.symbol)
+            if sym is None:
+                sym = engine._register(o.symbol)
+            pending.setdefault(sym, []).append(o)
     for i in range(len(engine.symbols)):
         engine._pending[i] = sorted(pending.get(i, []), key=lambda o: o.order_id)
         engine._has_pending[i] = bool(engine._pending[i])

@@ -58,7 +58,12 @@ class Publisher:
         if curve_server is not None:
             self.socket.curve_publickey, self.socket.curve_secretkey = curve_server
             self.socket.curve_server = True
-        self.socket.bind(endpoint)
+        try:
+            self.socket.bind(endpoint)
+        except zmq.ZMQError:
+            # closed at once: with its linger, the context's term() would wait on it forever
+            self.socket.close(linger=0)
+            raise
         self.endpoint: str = self.socket.getsockopt_string(zmq.LAST_ENDPOINT)
         self._seq: dict[bytes, int] = {}
         self.sent = 0

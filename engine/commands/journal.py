@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
 from engine.errors import UserError
@@ -21,6 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         if args.reset_kill_switch:
+            if not Path(args.journal).is_file():  # never create a journal by mistyping one
+                raise UserError(f"--journal {args.journal}: no such journal")
             j = Journal(args.journal, lock=False)
             j.set_meta("kill_switch", "0")
         else:

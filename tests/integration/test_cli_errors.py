@@ -76,10 +76,13 @@ def _cases(tmp: Path) -> list[tuple[list[str], str]]:
           str(a_file / "j.db"), "--device", "cpu"], "journal"),
         (["price", "--generate", "8", "--iv", "--plot", str(a_file / "s.png"),
           "--device", "cpu"], "--plot"),
+        # a mistyped journal must not be created and "reset" while the real one stays killed
+        (["journal", "--journal", str(tmp / "typo.db"), "--reset-kill-switch"],
+         "no such journal"),
     ]
 
 
-N_CASES = 26
+N_CASES = 27
 
 
 @pytest.mark.parametrize("i", range(N_CASES))

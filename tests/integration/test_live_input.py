@@ -217,3 +217,24 @@ def test_operator_mistakes_are_one_line_errors(tmp_path: Path) -> None:
     _one_line_error(_live("--ticks", ticks, "--orders", orders, "--journal",
                           str(tmp_path / "k.db"), "--strategy", str(bad), "--device", "cpu"),
                     "strategy")
+
+
+def test_an_orders_endpoint_in_use_is_a_one_line_error_not_a_hang(tmp_path: Path) -> None:
+    """The failed XPUB socket kept its linger and the context's term() waited on it for
+    ever: `live` hung instead of saying the endpoint is taken."""
+    import socket as pysocket
+
+    with pysocket.socket() as s:  # a free port pair, taken by a plain listener
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        taken = s.getsockname()[1]
+        with pysocket.socket() as t:
+            t.bind(("127.0.0.1", 0))
+            ticks = t.getsockname()[1]
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "run_engine.py"), "live", "--ticks",
+             f"tcp://127.0.0.1:{ticks}", "--orders", f"tcp://127.0.0.1:{taken}",
+             "--journal", str(tmp_path / "j.db"), "--max-seconds", "2"],
+            capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2, proc.stderr[-500:]
+    assert "cannot bind --orders" in proc.stderr and "Traceback" not in proc.stderr

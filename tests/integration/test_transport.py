@@ -257,3 +257,4 @@ def test_engine_fused_path_equals_validate_then_process() -> None:
         [(f.ts, f.symbol, f.quantity, f.price) for f in ref_e.broker.fills]
     assert [p.equity for p in fus_e.equity_curve] == [p.equity for p in ref_e.equity_curve]
     assert fus_e.finished and ref_e.stats.fills > 0
+
