@@ -20,9 +20,9 @@ import numpy as np
 
 from engine.errors import UserError
 from feeds.option_chain import OptionChain
-from gpu import options_core as core
-from gpu.implied_vol import IVStatus, implied_vols, quote_mids
-from gpu.options import FdGrid, black_scholes, option_params, price_params
+from gpu.implied_vol import IVStatus, quote_mids, solve_implied_vols
+from gpu.instruments import MarketInputs, OptionContracts
+from gpu.options import AnalyticEuropeanEngine, FdPricingEngine
 
 
 def _clean(x: float) -> float | None:
@@ -142,6 +142,26 @@ class ChainValuation:
         return {IVStatus(int(code)).reason: int((self.status == code).sum())
                 for code in np.unique(self.status[~ok])}
 
+    def report(self, source: str, engine: FdPricingEngine) -> dict[str, Any]:
+        """The JSON-able result: settings, counts, checks, implied-vol outcome, contracts."""
+        result: dict[str, Any] = {
+            "source": source, "device": engine.device, "grid": engine.grid._asdict(),
+            "asof": self.asof.isoformat(), "rate": self.rate, "vol_source": self.vol_source,
+            "count": len(self.chain), "priced": int(self.priced.sum()),
+            "expired": int(self.checks["expired"]), "price_seconds": self.price_seconds,
+        }
+        if "analytic_max_rel_error" in self.checks:
+            result["analytic_max_rel_error"] = self.checks["analytic_max_rel_error"]
+        if self.solved_iv:
+            result.update({"iv_solved": int(self.iv_ok.sum()),
+                           "iv_rejected": self.iv_rejected(),
+                           "iv_iterations": self.iterations, "iv_seconds": self.iv_seconds})
+            if "iv_roundtrip_max_abs_error" in self.checks:
+                result["iv_roundtrip_max_abs_error"] = self.checks["iv_roundtrip_max_abs_error"]
+        result["options"] = self.options()
+        result["rows_skipped"] = dict(self.chain.skipped)
+        return result
+
     def options(self) -> list[dict[str, Any]]:
         """One JSON-able record per contract."""
         c = self.chain
@@ -169,8 +189,7 @@ def value_chain(
     spot: np.ndarray,
     american: np.ndarray,
     rate: float,
-    grid: FdGrid,
-    device: str,
+    engine: FdPricingEngine,
     *,
     vol: float | None = None,
     solve_iv: bool = False,
@@ -178,45 +197,12 @@ def value_chain(
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> ChainValuation:
     """Solve implied vols (with `solve_iv`), choose each contract's vol, and price."""
-    n = len(chain)
     years = chain.years_to_expiry(asof)
-    base = option_params(spot, chain.strike, years, 0.2, rate, chain.is_call, american)
-
-    iv = np.full(n, np.nan)
-    mid = np.full(n, np.nan)
-    status = np.full(n, IVStatus.PENDING, dtype=np.int8)
-    iv_seconds = 0.0
-    iterations = 0
-    if solve_iv:
-        t0 = time.perf_counter()
-        if generated:  # no quotes: solve back from the group's own model prices
-            p = base.copy()
-            p[:, core.VOL] = vol or 0.25
-            mid = price_params(p, grid, device).price
-        else:
-            mid, status = quote_mids(chain.bid, chain.ask)
-        progress(f"price: solving implied vols of {int((status == 0).sum() + (status == 1).sum())}"
-                 f" quotes on {device} ({grid.name} grid)")
-        res = implied_vols(mid, base, grid=grid, device=device, status=status,
-                           progress=lambda it, left: progress(
-                               f"  iteration {it}: {left} unconverged"))
-        iv, status, iterations = res.iv, res.status, res.iterations
-        iv_seconds = time.perf_counter() - t0
-
-    if vol is not None:
-        vols = np.full(n, vol)
-        vol_source = "--vol"
-    elif np.isfinite(chain.iv).any() and not generated:
-        vols = np.where(np.isfinite(chain.iv), chain.iv, iv)  # rows without either: unpriced
-        vol_source = "iv column" + (" then implied vol" if solve_iv else "")
-    elif solve_iv:
-        vols = fill_from_smile(chain, iv, status == IVStatus.OK, spot)
-        vol_source = "implied vol (unsolved: the expiry's smile)"
-    elif generated:
-        vols = np.full(n, 0.25)
-        vol_source = "default 0.25"
-    else:
-        raise UserError("no volatility to price at: give --vol, --iv, or an iv column")
+    contracts = OptionContracts.of(chain.strike, years, chain.is_call, american)
+    market = MarketInputs(spot, 0.2, rate)  # the vol is chosen per contract below
+    ivs = _solve_ivs(chain, contracts, market, engine, vol, generated, progress) \
+        if solve_iv else _IVSolution.none(len(chain))
+    vols, vol_source = _choose_vols(chain, ivs, spot, vol, solve_iv, generated)
     # a contract that expired before the valuation date has nothing left to price: it would
     # come back as its intrinsic value and pass for a priced option; it is left unpriced and
     # counted instead (one expiring on the valuation date is worth its intrinsic value)
@@ -225,29 +211,99 @@ def value_chain(
         raise UserError(f"every contract has expired on {asof} (give --asof before the "
                         f"expiries)")
     vols = np.where(expired, np.nan, vols)
-    priced = np.isfinite(vols) & (vols > 0)
-    price, delta, gamma = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
     t0 = time.perf_counter()
-    if priced.any():
-        p = base[priced].copy()
-        p[:, core.VOL] = vols[priced]
-        progress(f"price: pricing {int(priced.sum())} options on {device} ({grid.name} grid)")
-        values = price_params(p, grid, device)
-        price[priced], delta[priced], gamma[priced] = values.price, values.delta, values.gamma
+    price, delta, gamma = _price_at(contracts, market.with_vol(vols), engine, progress)
     val = ChainValuation(
         chain=chain, asof=asof, rate=rate, spot=spot, years=years, american=american,
         vol=vols, vol_source=vol_source, price=price, delta=delta, gamma=gamma,
-        price_seconds=time.perf_counter() - t0, solved_iv=solve_iv, mid=mid, iv=iv,
-        status=status, iterations=iterations, iv_seconds=iv_seconds,
+        price_seconds=time.perf_counter() - t0, solved_iv=solve_iv, mid=ivs.mid, iv=ivs.iv,
+        status=ivs.status, iterations=ivs.iterations, iv_seconds=ivs.seconds,
     )
     val.checks["expired"] = float(expired.sum())
     if generated:
-        euro = ~american & priced
-        if euro.any():
-            ref = black_scholes(spot[euro], chain.strike[euro], years[euro], vols[euro], rate,
-                                chain.is_call[euro]).price
-            val.checks["analytic_max_rel_error"] = float((np.abs(price[euro] - ref) / ref).max())
-        ok = val.iv_ok
-        if solve_iv and ok.any():
-            val.checks["iv_roundtrip_max_abs_error"] = float(np.abs(iv[ok] - vols[ok]).max())
+        _check_generated(val, contracts, market)
     return val
+
+
+@dataclass
+class _IVSolution:
+    """Implied vols of a chain: quote mids, vols, IVStatus codes, repricings and time."""
+
+    mid: np.ndarray
+    iv: np.ndarray
+    status: np.ndarray
+    iterations: int = 0
+    seconds: float = 0.0
+
+    @classmethod
+    def none(cls, n: int) -> _IVSolution:
+        return cls(np.full(n, np.nan), np.full(n, np.nan),
+                   np.full(n, IVStatus.PENDING, dtype=np.int8))
+
+
+def _solve_ivs(chain: OptionChain, contracts: OptionContracts, market: MarketInputs,
+               engine: FdPricingEngine, vol: float | None, generated: bool,
+               progress: Callable[[str], None]) -> _IVSolution:
+    """Implied vols from the quotes' mids, or for a generated group (no quotes) from its
+    own model prices at `vol` (so the round trip can be checked)."""
+    t0 = time.perf_counter()
+    if generated:
+        mid = engine.price(contracts, market.with_vol(vol or 0.25)).price
+        status = np.full(len(chain), IVStatus.PENDING, dtype=np.int8)
+    else:
+        mid, status = quote_mids(chain.bid, chain.ask)
+    quoted = int((status == 0).sum() + (status == 1).sum())
+    progress(f"price: solving implied vols of {quoted} quotes on {engine.device} "
+             f"({engine.grid.name} grid)")
+    res = solve_implied_vols(engine, contracts, market, mid, status=status,
+                             progress=lambda it, left: progress(
+                                 f"  iteration {it}: {left} unconverged"))
+    return _IVSolution(mid, res.iv, res.status, res.iterations, time.perf_counter() - t0)
+
+
+def _choose_vols(chain: OptionChain, ivs: _IVSolution, spot: np.ndarray, vol: float | None,
+                 solve_iv: bool, generated: bool) -> tuple[np.ndarray, str]:
+    """Each contract's vol to price at (NaN: unpriced) and where the vols came from."""
+    n = len(chain)
+    if vol is not None:
+        return np.full(n, vol), "--vol"
+    if np.isfinite(chain.iv).any() and not generated:
+        # rows without either: unpriced
+        return (np.where(np.isfinite(chain.iv), chain.iv, ivs.iv),
+                "iv column" + (" then implied vol" if solve_iv else ""))
+    if solve_iv:
+        return (fill_from_smile(chain, ivs.iv, ivs.status == IVStatus.OK, spot),
+                "implied vol (unsolved: the expiry's smile)")
+    if generated:
+        return np.full(n, 0.25), "default 0.25"
+    raise UserError("no volatility to price at: give --vol, --iv, or an iv column")
+
+
+def _price_at(contracts: OptionContracts, market: MarketInputs, engine: FdPricingEngine,
+              progress: Callable[[str], None]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Price, delta, gamma of the contracts whose vol is positive (NaN elsewhere)."""
+    n = len(contracts)
+    vols = np.asarray(market.vol)
+    priced = np.isfinite(vols) & (vols > 0)
+    price, delta, gamma = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
+    if priced.any():
+        progress(f"price: pricing {int(priced.sum())} options on {engine.device} "
+                 f"({engine.grid.name} grid)")
+        values = engine.price(contracts.select(priced), market.select(priced, n))
+        price[priced], delta[priced], gamma[priced] = values.price, values.delta, values.gamma
+    return price, delta, gamma
+
+
+def _check_generated(val: ChainValuation, contracts: OptionContracts,
+                     market: MarketInputs) -> None:
+    """A generated group's checks: European prices against the analytic formula, and the
+    implied vols against the vols priced at."""
+    euro = ~val.american & val.priced
+    if euro.any():
+        at_vol = market.with_vol(val.vol).select(euro, len(contracts))
+        ref = AnalyticEuropeanEngine().price(contracts.select(euro), at_vol).price
+        val.checks["analytic_max_rel_error"] = float(
+            (np.abs(val.price[euro] - ref) / ref).max())
+    ok = val.iv_ok
+    if val.solved_iv and ok.any():
+        val.checks["iv_roundtrip_max_abs_error"] = float(np.abs(val.iv[ok] - val.vol[ok]).max())

@@ -35,9 +35,9 @@ import numpy as np
 
 from feeds.messages import OptionGroupValues, OptionValue
 from feeds.option_chain import DAYS_PER_YEAR, option_symbol
-from gpu import options_core as core
 from gpu.device import resolve_device
-from gpu.options import GRIDS, OptionGroupPricer, make_grid, option_params, warm_up
+from gpu.instruments import MarketInputs, OptionContracts
+from gpu.options import GRIDS, FdPricingEngine, OptionGroupPricer, make_grid
 
 NS_PER_DAY = 86_400 * 1_000_000_000
 
@@ -98,7 +98,11 @@ class OptionGroupConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
 
 @dataclass
 class _Group:
+    """One group at run time: its contracts and the pricer its engine made for them (the
+    group never learns which device prices it)."""
+
     config: OptionGroupConfig
+    contracts: OptionContracts
     pricer: OptionGroupPricer
     symbols: tuple[str, ...]
     expiry_days: list[int | None]  # fixed days, or None for a dated expiry
@@ -141,34 +145,44 @@ def contract_symbols(cfg: OptionGroupConfig) -> tuple[str, ...]:
     )
 
 
-def build_group(cfg: OptionGroupConfig, device: str, background: bool,
-                warmed: set[tuple[object, ...]]) -> _Group:
-    """A group's contracts, symbols and pricer (the engine's and the worker's one recipe)."""
+def group_contracts(cfg: OptionGroupConfig) -> OptionContracts:
+    """The group's contracts in pricing order (as `contract_symbols`); a dated expiry's
+    time to expiry is 0 until the first tick's date sets it (`prepare_launch`)."""
+    combos = list(itertools.product(cfg.expiries, cfg.strikes, cfg.rights))
+    return OptionContracts.of(
+        [k for _, k, _ in combos],
+        [e / DAYS_PER_YEAR if isinstance(e, int) else 0.0 for e, _, _ in combos],
+        [r == "C" for _, _, r in combos],
+        cfg.style == "american",
+    )
+
+
+def group_engine(cfg: OptionGroupConfig, device: str) -> FdPricingEngine:
+    """The engine that prices the group: its grid (with overrides) on `device`."""
     grid = make_grid(
         cfg.grid,
         price_steps=cfg.price_steps or None,
         time_steps=cfg.time_steps or None,
     )
+    return FdPricingEngine(grid, device)
+
+
+def build_group(cfg: OptionGroupConfig, device: str, background: bool,
+                warmed: set[tuple[object, ...]]) -> _Group:
+    """A group's contracts, symbols and pricer (the engine's and the worker's one recipe)."""
+    engine = group_engine(cfg, device)
+    contracts = group_contracts(cfg)
     combos = list(itertools.product(cfg.expiries, cfg.strikes, cfg.rights))
     days = [e if isinstance(e, int) else None for e, _, _ in combos]
     dates = [e if isinstance(e, dt.date) else None for e, _, _ in combos]
-    symbols = contract_symbols(cfg)
-    expiry = [d / DAYS_PER_YEAR if d is not None else 0.0 for d in days]
-    params = option_params(
-        1.0,
-        [k for _, k, _ in combos],
-        expiry,
-        cfg.vol,
-        cfg.rate,
-        [r == "C" for _, _, r in combos],
-        cfg.style == "american",
-    )
-    key = (grid, device)
+    key = (engine.grid, engine.device)
     if key not in warmed:  # JIT before the first tick, not on it
-        warm_up(grid, device)
+        engine.warm_up()
         warmed.add(key)
-    pricer = OptionGroupPricer(params, grid, device, background=background)
-    return _Group(cfg, pricer, symbols, days, dates,
+    # spot 1.0 until the first tick writes the real one
+    pricer = engine.group_pricer(contracts, MarketInputs(1.0, cfg.vol, cfg.rate),
+                                 background=background)
+    return _Group(cfg, contracts, pricer, contract_symbols(cfg), days, dates,
                   dated=any(d is not None for d in dates))
 
 
@@ -181,7 +195,8 @@ def prepare_launch(g: _Group, spot: float, ts: int, tz: dt.tzinfo) -> None:
                 ((e - day).days if e is not None else (d or 0)) / DAYS_PER_YEAR
                 for e, d in zip(g.expiry_dates, g.expiry_days, strict=True)
             ]
-            g.pricer.set_column(core.EXPIRY, expiry)
+            g.contracts = g.contracts.with_expiry(expiry)
+            g.pricer.set_expiry(g.contracts.expiry)
             gone = [sym for sym, e, t in zip(g.symbols, g.expiry_dates, expiry, strict=True)
                     if e is not None and t < 0]
             if len(gone) > g.expired_warned:

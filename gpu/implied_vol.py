@@ -11,13 +11,16 @@ converges however poor the slope. The start is the analytic European implied vol
 Quotes that cannot give an implied vol are reported with a reason, never raised on:
 missing or zero bid, missing ask, crossed market, expired option, a price outside the
 no-arbitrage bounds, or a price that needs σ outside [vol_min, vol_max].
+
+`implied_vols` works on the engine's parameter rows; `solve_implied_vols` takes contracts,
+market inputs and an `FdPricingEngine`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from enum import IntEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -25,7 +28,15 @@ from numba import njit, prange
 
 from gpu import options_core as core
 from gpu.device import resolve_device
-from gpu.options import FdGrid, check_params, make_grid, price_params
+from gpu.instruments import MarketInputs, OptionContracts
+from gpu.options import (
+    FdGrid,
+    FdPricingEngine,
+    check_params,
+    contract_rows,
+    make_grid,
+    price_params,
+)
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -184,8 +195,42 @@ def implied_vols(
     price_noise = 2e-6 if backend == "cuda" else 1e-13
     params = np.array(params, dtype=np.float64, copy=True)
     check_params(params)
-    n = params.shape[0]
     target = np.asarray(price, dtype=np.float64).reshape(-1)
+    st = _screen(params, target, status)
+    search = _BracketSearch(params, target, vol_min, vol_max, vol_tol, price_noise)
+    iterations = 0
+    for _ in range(max_iter):
+        act = np.flatnonzero(st == IVStatus.PENDING)
+        if act.size == 0:
+            break
+        p = params[act]
+        p[:, core.VOL] = search.sig[act]
+        values = price_params(p, g, backend)
+        iterations += 1
+        search.update(act, p, values.price, st)
+        if progress is not None:
+            progress(iterations, int((st == IVStatus.PENDING).sum()))
+    st[st == IVStatus.PENDING] = IVStatus.NOT_CONVERGED
+    return IVResult(search.iv, st, search.model, iterations)
+
+
+def solve_implied_vols(
+    engine: FdPricingEngine,
+    contracts: OptionContracts,
+    market: MarketInputs,
+    price: npt.ArrayLike,
+    **options: Any,
+) -> IVResult:
+    """Implied vols of contracts under `engine`'s model (market.vol is ignored); `options`
+    as for `implied_vols` (status, progress, vol_min, vol_max, vol_tol, max_iter)."""
+    rows = contract_rows(contracts, market.with_vol(0.2))
+    return implied_vols(price, rows, grid=engine.grid, device=engine.device, **options)
+
+
+def _screen(params: FloatArray, target: FloatArray,
+            status: npt.ArrayLike | None) -> npt.NDArray[np.int8]:
+    """Initial status per row: the caller's, then no price, expired, outside the bounds."""
+    n = params.shape[0]
     if target.shape[0] != n:
         raise ValueError(f"{target.shape[0]} prices for {n} options")
     st = (
@@ -206,47 +251,54 @@ def implied_vols(
     slack = 1e-9 * np.maximum(np.abs(lower), 1.0)
     st[pending & (target < lower - slack)] = IVStatus.BELOW_LOWER_BOUND
     st[pending & (target >= upper)] = IVStatus.ABOVE_UPPER_BOUND
+    return st
 
-    iv = np.full(n, np.nan)
-    model = np.full(n, np.nan)
-    lo = np.full(n, vol_min)
-    hi = np.full(n, vol_max)
-    tried_min = np.zeros(n, dtype=bool)
-    tried_max = np.zeros(n, dtype=bool)
-    prev_sig = np.full(n, np.nan)
-    prev_f = np.full(n, np.nan)
 
-    start = np.full(n, np.nan)
-    european_implied_vols(params, np.nan_to_num(target), vol_min, vol_max, start)
-    sig = np.where(np.isfinite(start), start, 0.3)
-    sig = np.clip(sig, vol_min, vol_max)
+class _BracketSearch:
+    """Per row: the σ bracket [lo, hi], the next σ to try, the last evaluation (for the
+    secant) and the result; `update` takes one batched repricing of the active rows."""
 
-    iterations = 0
-    for _ in range(max_iter):
-        act = np.flatnonzero(st == IVStatus.PENDING)
-        if act.size == 0:
-            break
-        p = params[act]
-        p[:, core.VOL] = sig[act]
-        values = price_params(p, g, backend)
-        iterations += 1
-        s = sig[act]
-        f = values.price - target[act]
-        model[act] = values.price
-        tried_min[act] |= s <= vol_min
-        tried_max[act] |= s >= vol_max
+    def __init__(self, params: FloatArray, target: FloatArray, vol_min: float,
+                 vol_max: float, vol_tol: float, price_noise: float) -> None:
+        n = params.shape[0]
+        self.target = target
+        self.vol_min, self.vol_max = vol_min, vol_max
+        self.vol_tol, self.price_noise = vol_tol, price_noise
+        self.iv = np.full(n, np.nan)
+        self.model = np.full(n, np.nan)
+        self.lo = np.full(n, vol_min)
+        self.hi = np.full(n, vol_max)
+        self.tried_min = np.zeros(n, dtype=bool)
+        self.tried_max = np.zeros(n, dtype=bool)
+        self.prev_sig = np.full(n, np.nan)
+        self.prev_f = np.full(n, np.nan)
+        start = np.full(n, np.nan)
+        european_implied_vols(params, np.nan_to_num(target), vol_min, vol_max, start)
+        sig = np.where(np.isfinite(start), start, 0.3)
+        self.sig = np.clip(sig, vol_min, vol_max)
+
+    def update(self, act: npt.NDArray[np.intp], p: FloatArray, model: FloatArray,
+               st: npt.NDArray[np.int8]) -> None:
+        """Rows `act` were priced at σ = sig[act] (rows `p`) to `model`: narrow, step, and
+        settle the status of the rows that converged or cannot converge."""
+        vol_min, vol_max, target = self.vol_min, self.vol_max, self.target
+        s = self.sig[act]
+        f = model - target[act]
+        self.model[act] = model
+        self.tried_min[act] |= s <= vol_min
+        self.tried_max[act] |= s >= vol_max
         above = f > 0
-        hi_a = np.where(above, s, hi[act])
-        lo_a = np.where(above, lo[act], s)
-        hi[act] = hi_a
-        lo[act] = lo_a
+        hi_a = np.where(above, s, self.hi[act])
+        lo_a = np.where(above, self.lo[act], s)
+        self.hi[act] = hi_a
+        self.lo[act] = lo_a
         # the model price at σ_min is already too high: the quote is below any σ we allow
         at_min = above & (s <= vol_min)
         at_max = (f < 0) & (s >= vol_max)
 
         # slope: secant through the last two evaluations, else the analytic vega
         vega = _analytic_vega(p, s)
-        ps, pf = prev_sig[act], prev_f[act]
+        ps, pf = self.prev_sig[act], self.prev_f[act]
         with np.errstate(divide="ignore", invalid="ignore"):
             secant = (f - pf) / (s - ps)
         slope = np.where(np.isfinite(secant) & (secant > 0), secant, vega)
@@ -254,19 +306,16 @@ def implied_vols(
             step = np.where(slope > 0, s - f / slope, np.nan)
         # safeguard: leaving the bracket means bisection, except that the bracket's ends
         # σ_min and σ_max are tried once each so an unreachable quote is recognised
-        go_min = ~(step > lo_a) & (lo_a <= vol_min) & ~tried_min[act]
-        go_max = ~(step < hi_a) & (hi_a >= vol_max) & ~tried_max[act]
+        go_min = ~(step > lo_a) & (lo_a <= vol_min) & ~self.tried_min[act]
+        go_max = ~(step < hi_a) & (hi_a >= vol_max) & ~self.tried_max[act]
         inside = (step > lo_a) & (step < hi_a)
         nxt = np.where(inside, step, 0.5 * (lo_a + hi_a))
         nxt = np.where(go_min, vol_min, np.where(go_max, vol_max, nxt))
-        converged = (
-            (np.abs(nxt - s) < vol_tol)
-            | (hi_a - lo_a < vol_tol)
-            | (np.abs(f) <= price_noise * np.maximum(target[act], 1e-2))
-        )
-        prev_sig[act] = s
-        prev_f[act] = f
-        sig[act] = nxt
+        small = np.abs(f) <= self.price_noise * np.maximum(target[act], 1e-2)
+        converged = (np.abs(nxt - s) < self.vol_tol) | (hi_a - lo_a < self.vol_tol) | small
+        self.prev_sig[act] = s
+        self.prev_f[act] = f
+        self.sig[act] = nxt
 
         done_ok = converged & ~at_min & ~at_max
         new_status = st[act]
@@ -275,12 +324,7 @@ def implied_vols(
         new_status[done_ok] = IVStatus.OK
         st[act] = new_status
         # a Newton step converged in σ is taken; a residual at the noise floor keeps σ
-        small = np.abs(f[done_ok]) <= price_noise * np.maximum(target[act][done_ok], 1e-2)
-        iv[act[done_ok]] = np.where(small, s[done_ok], nxt[done_ok])
-        if progress is not None:
-            progress(iterations, int((st == IVStatus.PENDING).sum()))
-    st[st == IVStatus.PENDING] = IVStatus.NOT_CONVERGED
-    return IVResult(iv, st, model, iterations)
+        self.iv[act[done_ok]] = np.where(small[done_ok], s[done_ok], nxt[done_ok])
 
 
 def _analytic_vega(params: FloatArray, vol: FloatArray) -> FloatArray:

@@ -1,8 +1,17 @@
-"""Option pricing by the Black–Scholes PDE on the GPU or the CPU twin: the API.
+"""Pricing engines for options: the Black–Scholes PDE (GPU or CPU twin) and the analytic formula.
 
+The instruments and market inputs live in `gpu.instruments`; an engine turns them into
+values, so a caller never sees which device or formula prices them:
+- `FdPricingEngine(grid, device)`: `price(contracts, market)`, `group_pricer(...)` for
+  repeated repricing of one group, `warm_up()`.
+- `AnalyticEuropeanEngine()`: `price(contracts, market)` with vega, European only.
+
+Below the engines, the finite-difference machinery they share (the kernel's row layout is
+the engine's internal representation; `gpu.implied_vol` works on it too):
 - `FdGrid` / `GRIDS` / `make_grid`: the finite-difference settings ("seed", "default",
   "fine").
-- `option_params`: parameter rows (see `gpu.options_core` for the column layout).
+- `option_params` / `contract_rows`: parameter rows (see `gpu.options_core` for the column
+  layout).
 - `price_options` / `price_params`: one batched repricing (one CUDA launch, one block per
   option; or all CPU cores).
 - `black_scholes`: the analytic European price and greeks (reference and IV start).
@@ -41,6 +50,7 @@ import numpy.typing as npt
 
 from gpu import options_core as core
 from gpu.device import quiet_event_polling, resolve_device
+from gpu.instruments import MarketInputs, OptionContracts
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -175,6 +185,13 @@ def check_params(params: FloatArray) -> None:
             raise ValueError(f"{what} must be > 0 ({int(bad.sum())} rows are not)")
     if (params[:, core.VOL] < 0).any():
         raise ValueError("vol must be ≥ 0")
+
+
+def contract_rows(contracts: OptionContracts, market: MarketInputs) -> FloatArray:
+    """The kernel's parameter rows of contracts in a market (broadcast against each other:
+    one contract against n spots gives n rows)."""
+    return option_params(market.spot, contracts.strike, contracts.expiry, market.vol,
+                         market.rate, contracts.is_call, contracts.is_american)
 
 
 class OptionValues(NamedTuple):
@@ -394,6 +411,10 @@ class OptionGroupPricer:
             raise ValueError(f"spot must be a positive number, got {spot!r}")
         self.params[:, core.SPOT] = spot
 
+    def set_expiry(self, years: npt.ArrayLike) -> None:
+        """New times to expiry in years (the valuation date rolled); ≤ 0: expired."""
+        self.set_column(core.EXPIRY, years)
+
     def set_column(self, column: int, values: npt.ArrayLike) -> None:
         """Change one parameter column (e.g. core.EXPIRY when the date rolls)."""
         if self._in_flight:
@@ -446,3 +467,43 @@ class OptionGroupPricer:
             self._future.result()  # re-raises an error of the worker thread
             self._future = None
         return _values(self._out)
+
+
+class FdPricingEngine:
+    """Crank–Nicolson prices and greeks of contracts on one grid and one device.
+
+    `device` is "auto", "cpu" or "cuda" (resolved once, here); whoever holds the engine
+    prices through it without knowing which device runs.
+    """
+
+    def __init__(self, grid: str | FdGrid = "default", device: str = "auto") -> None:
+        self.grid = make_grid(grid)
+        self.device = resolve_device(device, "option pricing")
+
+    def __repr__(self) -> str:
+        return f"FdPricingEngine({self.grid.name!r}, {self.device!r})"
+
+    def price(self, contracts: OptionContracts, market: MarketInputs) -> OptionValues:
+        """Price, delta and gamma of every contract (one batched repricing)."""
+        return price_params(contract_rows(contracts, market), self.grid, self.device)
+
+    def group_pricer(self, contracts: OptionContracts, market: MarketInputs,
+                     background: bool = False) -> OptionGroupPricer:
+        """A pricer that reprices these contracts again and again (see OptionGroupPricer);
+        `background` runs the CPU twin on a worker thread (ignored on CUDA)."""
+        return OptionGroupPricer(contract_rows(contracts, market), self.grid, self.device,
+                                 background=background)
+
+    def warm_up(self) -> None:
+        """Compile the kernels before live work (see `warm_up`)."""
+        warm_up(self.grid, self.device)
+
+
+class AnalyticEuropeanEngine:
+    """Black–Scholes closed form: price, delta, gamma and vega of European contracts."""
+
+    def price(self, contracts: OptionContracts, market: MarketInputs) -> AnalyticValues:
+        if contracts.is_american.any():
+            raise ValueError("the analytic engine prices European contracts only")
+        return black_scholes(market.spot, contracts.strike, contracts.expiry, market.vol,
+                             market.rate, contracts.is_call)

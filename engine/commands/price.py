@@ -27,8 +27,8 @@ from engine.chain_pricing import ChainValuation, atm_vols, generated_chain, valu
 from engine.errors import UserError
 from engine.plots import plot_smile
 from feeds.option_chain import OptionChain, read_chain
-from gpu.device import DeviceUnavailable, resolve_device
-from gpu.options import GRIDS, make_grid
+from gpu.device import DeviceUnavailable
+from gpu.options import GRIDS, FdPricingEngine, make_grid
 
 DEFAULT_RATE = 0.0
 
@@ -102,8 +102,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.plot is not None:
         check_writable_file(args.plot, "--plot")
     try:
-        device = resolve_device(args.device, "option pricing")
-        grid = make_grid(args.grid, price_steps=args.price_steps, time_steps=args.time_steps)
+        engine = FdPricingEngine(
+            make_grid(args.grid, price_steps=args.price_steps, time_steps=args.time_steps),
+            args.device)
     except (ValueError, DeviceUnavailable) as e:
         raise UserError(str(e)) from None
     if args.vol is not None and not (args.vol > 0 and math.isfinite(args.vol)):
@@ -123,24 +124,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     american = (
         np.full(n, args.style == "american") if args.style is not None else chain.is_american
     )
-    val = value_chain(chain, asof, spot, american, args.rate, grid, device, vol=args.vol,
+    val = value_chain(chain, asof, spot, american, args.rate, engine, vol=args.vol,
                       solve_iv=args.iv, generated=generated, progress=_progress)
-
-    result: dict[str, Any] = {
-        "source": source, "device": device, "grid": grid._asdict(), "asof": asof.isoformat(),
-        "rate": args.rate, "vol_source": val.vol_source, "count": n,
-        "priced": int(val.priced.sum()), "expired": int(val.checks["expired"]),
-        "price_seconds": val.price_seconds,
-    }
-    if "analytic_max_rel_error" in val.checks:
-        result["analytic_max_rel_error"] = val.checks["analytic_max_rel_error"]
-    if args.iv:
-        result.update({"iv_solved": int(val.iv_ok.sum()), "iv_rejected": val.iv_rejected(),
-                       "iv_iterations": val.iterations, "iv_seconds": val.iv_seconds})
-        if "iv_roundtrip_max_abs_error" in val.checks:
-            result["iv_roundtrip_max_abs_error"] = val.checks["iv_roundtrip_max_abs_error"]
-    result["options"] = val.options()
-    result["rows_skipped"] = dict(chain.skipped) if not generated else {}
+    result = val.report(source, engine)
     if args.iv:
         plot = args.plot
         if plot is None:  # never a file the user did not ask for
@@ -150,7 +136,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             plot_smile(chain, val.iv, val.iv_ok, spot, plot, asof)
             result["plot"] = str(plot)
     result["seconds"] = time.perf_counter() - t_start
-    _print_summary(result, val, source, device, grid.name)
+    _print_summary(result, val, source, engine.device, engine.grid.name)
     return result
 
 
