@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+from zoneinfo import ZoneInfo
 
 import msgspec
 import numpy as np
 import pytest
 
-from engine.option_book import OptionBook, OptionGroupConfig
+from engine.option_book import (
+    OptionBook,
+    OptionGroupConfig,
+    build_group,
+    contract_symbols,
+    group_contracts,
+    prepare_launch,
+)
 from feeds.messages import OptionGroupValues, OptionValue, encode, make_decoder
 from gpu.device import cuda_present
+from gpu.instruments import Exercise, Right
 from gpu.options import black_scholes, make_grid, price_options
 
 needs_cuda = pytest.mark.skipif(not cuda_present(), reason="no CUDA device or simulator")
@@ -165,3 +174,23 @@ async def test_contracts_expired_before_the_tick_date_are_reported_once(
             await book.drain()
     warned = [r.getMessage() for r in caplog.records if "expired" in r.getMessage()]
     assert len(warned) == 1 and "4 contract(s)" in warned[0]  # 2 strikes x C/P, Oct 4
+
+
+def test_group_holds_its_contracts_in_symbol_order_and_rolls_their_expiry() -> None:
+    cfg = small_group(expiries=(dt.date(2024, 3, 31), 7), strikes=(95.0, 105.0),
+                      style="american")
+    contracts = group_contracts(cfg)
+    symbols = contract_symbols(cfg)
+    assert len(contracts) == len(symbols) == 8
+    first, last = contracts[0], contracts[7]
+    assert symbols[0].endswith("C00095000") and first.right is Right.CALL
+    assert first.strike == 95.0 and first.exercise is Exercise.AMERICAN
+    assert symbols[7].startswith("ABC+7DP") and last.right is Right.PUT
+    assert last.expiry == 7 / 365
+    g = build_group(cfg, "cpu", False, set())
+    prepare_launch(g, 101.0, TS0, ZoneInfo("America/New_York"))  # 2024-03-01 at the exchange
+    np.testing.assert_array_equal(g.contracts.expiry, [30 / 365] * 4 + [7 / 365] * 4)
+    g.pricer.launch()
+    got = g.pricer.results().price
+    want = expected(101.0, cfg, 30 / 365)
+    np.testing.assert_array_equal(got[:4], want)

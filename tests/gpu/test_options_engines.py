@@ -1,0 +1,106 @@
+"""Option instruments apart from pricing engines: contracts, market inputs, engines, pricers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpu.device import cuda_present
+from gpu.implied_vol import IVStatus, solve_implied_vols
+from gpu.instruments import Exercise, MarketInputs, OptionContract, OptionContracts, Right
+from gpu.options import (
+    AnalyticEuropeanEngine,
+    FdPricingEngine,
+    black_scholes,
+    make_grid,
+    price_options,
+)
+
+needs_cuda = pytest.mark.skipif(not cuda_present(), reason="no CUDA device or simulator")
+
+TINY = make_grid("seed", price_steps=16, time_steps=3)
+
+
+def mixed() -> tuple[OptionContracts, MarketInputs]:
+    contracts = OptionContracts.of(
+        [90.0, 100.0, 110.0, 100.0], [0.25, 0.5, 1.0, 0.1], [True, False, True, False],
+        [False, True, False, False])
+    return contracts, MarketInputs(np.array([101.0, 99.0, 100.0, 105.0]), 0.3, 0.02)
+
+
+def test_contracts_round_trip_and_broadcast() -> None:
+    one = [OptionContract(100.0, 0.5, Right.PUT, Exercise.AMERICAN),
+           OptionContract(120.0, 1.0)]
+    batch = OptionContracts.from_contracts(one)
+    assert len(batch) == 2
+    assert [batch[0], batch[1]] == one
+    same = OptionContracts.of([100.0, 120.0], [0.5, 1.0], [False, True], [True, False])
+    for a, b in zip((batch.strike, batch.expiry, batch.is_call, batch.is_american),
+                    (same.strike, same.expiry, same.is_call, same.is_american), strict=True):
+        np.testing.assert_array_equal(a, b)
+    rolled = batch.with_expiry([0.4, 0.9])
+    assert rolled[0].expiry == 0.4 and rolled[1].strike == 120.0
+    assert batch[0].expiry == 0.5  # the original is unchanged
+    assert OptionContracts.of([1.0, 2.0, 3.0], 0.5).is_call.tolist() == [True] * 3
+
+
+def test_fd_engine_equals_the_row_api_bitwise() -> None:
+    contracts, market = mixed()
+    engine = FdPricingEngine("default", "cpu")
+    got = engine.price(contracts, market)
+    want = price_options(market.spot, contracts.strike, contracts.expiry, 0.3, 0.02,
+                         contracts.is_call, contracts.is_american, grid="default", device="cpu")
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+    # the American put is worth at least the European one (the style reaches the kernel)
+    euro = engine.price(contracts.with_exercise(False), market).price
+    assert got.price[1] > euro[1] and got.price[0] == euro[0]
+
+
+def test_analytic_engine_is_black_scholes_and_european_only() -> None:
+    contracts, market = mixed()
+    euro = contracts.with_exercise(False)
+    got = AnalyticEuropeanEngine().price(euro, market)
+    want = black_scholes(market.spot, euro.strike, euro.expiry, 0.3, 0.02, euro.is_call)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+    with pytest.raises(ValueError, match="European"):
+        AnalyticEuropeanEngine().price(contracts, market)
+
+
+@pytest.mark.parametrize("background", [False, True])
+def test_group_pricer_reprices_after_spot_and_expiry_changes(background: bool) -> None:
+    contracts, market = mixed()
+    engine = FdPricingEngine(TINY, "cpu")
+    pricer = engine.group_pricer(contracts, MarketInputs(1.0, 0.3, 0.02), background)
+    pricer.set_spot(104.0)
+    pricer.set_expiry(contracts.expiry / 2)
+    pricer.launch()
+    pricer.wait()
+    got = pricer.results()
+    want = engine.price(contracts.with_expiry(contracts.expiry / 2),
+                        MarketInputs(104.0, 0.3, 0.02))
+    np.testing.assert_array_equal(got.price, want.price)
+    assert not np.array_equal(got.price, engine.price(contracts, MarketInputs(104.0, 0.3,
+                                                                               0.02)).price)
+
+
+def test_engine_implied_vols_recover_the_vols_priced_at() -> None:
+    contracts = OptionContracts.of([90.0, 100.0, 110.0], [0.25, 0.5, 1.0], [True, False, True],
+                                   [False, True, False])
+    vols = np.array([0.2, 0.35, 0.5])
+    engine = FdPricingEngine("seed", "cpu")
+    market = MarketInputs(100.0, vols, 0.01)
+    prices = engine.price(contracts, market).price
+    res = solve_implied_vols(engine, contracts, market.with_vol(np.nan), prices)
+    assert (res.status == IVStatus.OK).all()
+    np.testing.assert_allclose(res.iv, vols, atol=1e-6)
+
+
+@needs_cuda
+def test_cuda_engine_matches_cpu_engine() -> None:
+    contracts, market = mixed()
+    gpu = FdPricingEngine(TINY, "cuda").price(contracts, market)
+    cpu = FdPricingEngine(TINY, "cpu").price(contracts, market)
+    # float32 on the GPU against float64 on the CPU
+    np.testing.assert_allclose(gpu.price, cpu.price, rtol=1e-4, atol=1e-4)
