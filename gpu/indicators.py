@@ -131,8 +131,11 @@ def _reset_cpu(state: F64, values: F32) -> None:
 
 
 @numba.njit(parallel=True, cache=True)
-def _panel_cpu(o: F64, h: F64, l: F64, c: F64, v: F64, out: F32) -> None:
+def _panel_cpu(o: F64, h: F64, l: F64, c: F64, v: F64, out: F32, raw: F64) -> None:
+    """Every stock over every day into out (days, N_TERMINALS, stocks); also the float64
+    values behind them into raw (days, N_RAW, stocks) unless raw is empty (the test hook)."""
     n_days, n_stocks = c.shape
+    keep_raw = raw.shape[0] > 0
     for s in numba.prange(n_stocks):
         state = np.empty(STATE_LEN)
         _init_cpu(state)
@@ -141,19 +144,9 @@ def _panel_cpu(o: F64, h: F64, l: F64, c: F64, v: F64, out: F32) -> None:
             _update_cpu(state, o[d, s], h[d, s], l[d, s], c[d, s], v[d, s], row)
             for k in range(N_TERMINALS):
                 out[d, k, s] = row[k]
-
-
-@numba.njit(parallel=True, cache=True)
-def _raw_panel_cpu(o: F64, h: F64, l: F64, c: F64, v: F64, raw: F64) -> None:
-    n_days, n_stocks = c.shape
-    for s in numba.prange(n_stocks):
-        state = np.empty(STATE_LEN)
-        _init_cpu(state)
-        row = np.empty(N_TERMINALS, np.float32)
-        for d in range(n_days):
-            _update_cpu(state, o[d, s], h[d, s], l[d, s], c[d, s], v[d, s], row)
-            for k in range(core.N_RAW):
-                raw[d, k, s] = state[core.S_RAW + k]
+            if keep_raw:
+                for k in range(core.N_RAW):
+                    raw[d, k, s] = state[core.S_RAW + k]
 
 
 # ---- CUDA backend --------------------------------------------------------------------------
@@ -285,7 +278,7 @@ def compute_panel(
         return _panel_cuda(arrays)
     n_days, n_stocks = arrays[3].shape
     out = np.empty((n_days, N_TERMINALS, n_stocks), np.float32)
-    _panel_cpu(*arrays, out)
+    _panel_cpu(*arrays, out, np.empty((0, core.N_RAW, 0)))
     return out
 
 
@@ -297,7 +290,7 @@ def _raw_history(open: Any, high: Any, low: Any, close: Any, volume: Any) -> F64
     arrays = _panel_inputs(open, high, low, close, volume)
     n_days, n_stocks = arrays[3].shape
     raw = np.empty((n_days, core.N_RAW, n_stocks), np.float64)
-    _raw_panel_cpu(*arrays, raw)
+    _panel_cpu(*arrays, np.empty((n_days, N_TERMINALS, n_stocks), np.float32), raw)
     return raw
 
 

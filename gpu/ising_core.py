@@ -162,6 +162,43 @@ def int8_row(s: int, nb: int, dim: int) -> int:
     return n_up + (2 * dim + 1) if s > 0 else n_up
 
 
+def site_coords(L: int, dim: int, colour: int, k: int) -> tuple[int, int, int]:
+    """(i, j, z) of site k of colour `colour` (z = 0 in 2D; see the module docstring)."""
+    half = L // 2
+    if dim == 2:
+        i = k // half
+        return i, 2 * (k - i * half) + ((i + colour) & 1), 0
+    ij = k // half
+    i = ij // L
+    j = ij - i * L
+    return i, j, 2 * (k - ij * half) + ((i + j + colour) & 1)
+
+
+def site_at(off: int, L: int, dim: int, i: int, j: int, z: int) -> int:
+    """Index in the int8 lattice array of site (i, j[, z]) of the lattice at `off`."""
+    return off + i * L + j if dim == 2 else off + (i * L + j) * L + z
+
+
+def neighbour_sum(spins: Any, off: int, L: int, dim: int, i: int, j: int, z: int) -> Any:
+    """Σ of the 2·dim nearest neighbours' spins of site (i, j[, z]) (periodic)."""
+    iu = i - 1 if i > 0 else L - 1
+    idn = i + 1 if i < L - 1 else 0
+    jl = j - 1 if j > 0 else L - 1
+    jr = j + 1 if j < L - 1 else 0
+    if dim == 2:
+        return (
+            spins[off + iu * L + j] + spins[off + idn * L + j]
+            + spins[off + i * L + jl] + spins[off + i * L + jr]
+        )
+    zb = z - 1 if z > 0 else L - 1
+    zf = z + 1 if z < L - 1 else 0
+    return (
+        spins[off + (iu * L + j) * L + z] + spins[off + (idn * L + j) * L + z]
+        + spins[off + (i * L + jl) * L + z] + spins[off + (i * L + jr) * L + z]
+        + spins[off + (i * L + j) * L + zb] + spins[off + (i * L + j) * L + zf]
+    )
+
+
 def update_octet_int8(
     spins: Any, off: int, L: int, dim: int, colour: int, octet: int,
     stream: int, sweep: int, key0: Any, key1: Any, thr_hi: Any, thr_lo: Any, tab: int,
@@ -173,35 +210,9 @@ def update_octet_int8(
     for m in range(8):
         k = 8 * octet + m
         if k < n_sites:
-            if dim == 2:
-                i = k // half
-                j = 2 * (k - i * half) + ((i + colour) & 1)
-                iu = i - 1 if i > 0 else L - 1
-                idn = i + 1 if i < L - 1 else 0
-                jl = j - 1 if j > 0 else L - 1
-                jr = j + 1 if j < L - 1 else 0
-                at = off + i * L + j
-                nb = (
-                    spins[off + iu * L + j] + spins[off + idn * L + j]
-                    + spins[off + i * L + jl] + spins[off + i * L + jr]
-                )
-            else:
-                ij = k // half
-                i = ij // L
-                j = ij - i * L
-                z = 2 * (k - ij * half) + ((i + j + colour) & 1)
-                iu = i - 1 if i > 0 else L - 1
-                idn = i + 1 if i < L - 1 else 0
-                jl = j - 1 if j > 0 else L - 1
-                jr = j + 1 if j < L - 1 else 0
-                zb = z - 1 if z > 0 else L - 1
-                zf = z + 1 if z < L - 1 else 0
-                at = off + (i * L + j) * L + z
-                nb = (
-                    spins[off + (iu * L + j) * L + z] + spins[off + (idn * L + j) * L + z]
-                    + spins[off + (i * L + jl) * L + z] + spins[off + (i * L + jr) * L + z]
-                    + spins[off + (i * L + j) * L + zb] + spins[off + (i * L + j) * L + zf]
-                )
+            i, j, z = site_coords(L, dim, colour, k)
+            at = site_at(off, L, dim, i, j, z)
+            nb = neighbour_sum(spins, off, L, dim, i, j, z)
             s = int(spins[at])
             row = int8_row(s, int(nb), dim)
             if accepts(
@@ -225,39 +236,11 @@ def measure_octet_int8(spins: Any, off: int, L: int, dim: int, octet: int) -> An
     for m in range(8):
         k = 8 * octet + m
         if k < n_sites:
-            if dim == 2:
-                i = k // half
-                j = 2 * (k - i * half) + (i & 1)
-                j1 = 2 * (k - i * half) + ((i + 1) & 1)
-                iu = i - 1 if i > 0 else L - 1
-                idn = i + 1 if i < L - 1 else 0
-                jl = j - 1 if j > 0 else L - 1
-                jr = j + 1 if j < L - 1 else 0
-                s = int(spins[off + i * L + j])
-                nb = (
-                    spins[off + iu * L + j] + spins[off + idn * L + j]
-                    + spins[off + i * L + jl] + spins[off + i * L + jr]
-                )
-                mag += s + int(spins[off + i * L + j1])
-            else:
-                ij = k // half
-                i = ij // L
-                j = ij - i * L
-                z = 2 * (k - ij * half) + ((i + j) & 1)
-                z1 = 2 * (k - ij * half) + ((i + j + 1) & 1)
-                iu = i - 1 if i > 0 else L - 1
-                idn = i + 1 if i < L - 1 else 0
-                jl = j - 1 if j > 0 else L - 1
-                jr = j + 1 if j < L - 1 else 0
-                zb = z - 1 if z > 0 else L - 1
-                zf = z + 1 if z < L - 1 else 0
-                s = int(spins[off + (i * L + j) * L + z])
-                nb = (
-                    spins[off + (iu * L + j) * L + z] + spins[off + (idn * L + j) * L + z]
-                    + spins[off + (i * L + jl) * L + z] + spins[off + (i * L + jr) * L + z]
-                    + spins[off + (i * L + j) * L + zb] + spins[off + (i * L + j) * L + zf]
-                )
-                mag += s + int(spins[off + (i * L + j) * L + z1])
+            i, j, z = site_coords(L, dim, 0, k)
+            s = int(spins[site_at(off, L, dim, i, j, z)])
+            nb = neighbour_sum(spins, off, L, dim, i, j, z)
+            i1, j1, z1 = site_coords(L, dim, 1, k)
+            mag += s + int(spins[site_at(off, L, dim, i1, j1, z1)])
             bonds += s * int(nb)
     return mag, bonds
 
@@ -394,6 +377,9 @@ FUNCTIONS = (
     half16,
     accepts,
     int8_row,
+    site_coords,
+    site_at,
+    neighbour_sum,
     update_octet_int8,
     measure_octet_int8,
     neighbour_nibbles,

@@ -502,21 +502,8 @@ def fd_price_one_cpu(
 
 
 @njit(cache=True)
-def _price_row(
-    params: np.ndarray,
-    out: np.ndarray,
-    o: int,
-    price_steps: int,
-    dt_target: float,
-    fixed_steps: int,
-    min_steps: int,
-    rannacher: int,
-    domain: int,
-    smax_mult: float,
-    width: float,
-    compact: bool,
-    smooth: bool,
-) -> None:
+def _price_row(params: np.ndarray, out: np.ndarray, o: int, *grid: Any) -> None:
+    """Row `o` of `params` priced into out[o]; `grid` is `FdGrid.kernel_args()`."""
     p, d, g = fd_price_one_cpu(
         params[o, SPOT],
         params[o, STRIKE],
@@ -525,16 +512,7 @@ def _price_row(
         params[o, RATE],
         params[o, IS_CALL] > 0.5,
         params[o, IS_AMERICAN] > 0.5,
-        price_steps,
-        dt_target,
-        fixed_steps,
-        min_steps,
-        rannacher,
-        domain,
-        smax_mult,
-        width,
-        compact,
-        smooth,
+        *grid,
     )
     out[o, PRICE] = p
     out[o, DELTA] = d

@@ -61,9 +61,9 @@ DTYPES = {"float64": np.float64, "float32": np.float32}
 
 flush_stale_caches(__file__, [timeseries_core.__file__])
 _twin = compile_twin(__name__, timeseries_core.CORE_FUNCTIONS)
-_tile_lag_sums_cpu = _twin.cpu.tile_lag_sums
+_store_tile_lag_cpu = _twin.cpu.store_tile_lag
 _sum_over_tiles_cpu = _twin.cpu.sum_over_tiles
-_tile_lag_sums_gpu = _twin.cuda.tile_lag_sums
+_store_tile_lag_gpu = _twin.cuda.store_tile_lag
 _sum_over_tiles_gpu = _twin.cuda.sum_over_tiles
 
 
@@ -77,15 +77,7 @@ def _partials_cpu(p: Any, rc: Any, ac: Any, n_lags: int, time_tile: int, partial
         t0 = tile * time_tile
         for lag in range(n_lags):
             count = min(time_tile, n - lag - t0)
-            if count > 0:
-                s_abs, s_r, s_a = _tile_lag_sums_cpu(p, rc, ac, t0, p, rc, ac, t0 + lag, count)
-                partial[tile, 0, lag] = s_abs
-                partial[tile, 1, lag] = s_r
-                partial[tile, 2, lag] = s_a
-            else:
-                partial[tile, 0, lag] = 0.0
-                partial[tile, 1, lag] = 0.0
-                partial[tile, 2, lag] = 0.0
+            _store_tile_lag_cpu(partial, tile, lag, p, rc, ac, t0, p, rc, ac, t0 + lag, count)
 
 
 @njit(parallel=True, cache=True)
@@ -138,15 +130,7 @@ def _tile_block(sh: Any, p: Any, rc: Any, ac: Any, n_lags: int, time_tile: int,
     lag = l0 + j
     if lag < n_lags:
         count = min(time_tile, n - lag - t0)
-        if count > 0:
-            s_abs, s_r, s_a = _tile_lag_sums_gpu(pa, ra, aa, 0, pb, rb, ab, j, count)
-            partial[tile, 0, lag] = s_abs
-            partial[tile, 1, lag] = s_r
-            partial[tile, 2, lag] = s_a
-        else:
-            partial[tile, 0, lag] = 0.0
-            partial[tile, 1, lag] = 0.0
-            partial[tile, 2, lag] = 0.0
+        _store_tile_lag_gpu(partial, tile, lag, pa, ra, aa, 0, pb, rb, ab, j, count)
 
 
 _cache = cuda_kernel_cache()

@@ -37,6 +37,23 @@ def tile_lag_sums(
     return s_abs, s_r, s_a
 
 
+def store_tile_lag(
+    partial: Any, tile: int, lag: int,
+    pa: Any, ra: Any, aa: Any, ia: int, pb: Any, rb: Any, ab: Any, ib: int, count: int,
+) -> None:
+    """partial[tile, :, lag] = the tile's `tile_lag_sums`, or zeros where the tile holds no
+    pair at this lag (count ≤ 0: the lag reaches past the series' end)."""
+    if count > 0:
+        s_abs, s_r, s_a = tile_lag_sums(pa, ra, aa, ia, pb, rb, ab, ib, count)
+        partial[tile, 0, lag] = s_abs
+        partial[tile, 1, lag] = s_r
+        partial[tile, 2, lag] = s_a
+    else:
+        partial[tile, 0, lag] = 0.0
+        partial[tile, 1, lag] = 0.0
+        partial[tile, 2, lag] = 0.0
+
+
 def sum_over_tiles(partial: Any, quantity: int, lag: int) -> float:
     """Σ over tiles of partial[tile, quantity, lag], in float64 and in tile order."""
     total = 0.0
@@ -45,4 +62,4 @@ def sum_over_tiles(partial: Any, quantity: int, lag: int) -> float:
     return total
 
 
-CORE_FUNCTIONS = (tile_lag_sums, sum_over_tiles)
+CORE_FUNCTIONS = (tile_lag_sums, store_tile_lag, sum_over_tiles)

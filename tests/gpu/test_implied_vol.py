@@ -17,6 +17,7 @@ from gpu.implied_vol import (
     quote_mids,
 )
 from gpu.options import black_scholes, make_grid, option_params, price_params
+from tests.gpu.quantlib_ref import bs_process
 
 needs_cuda = pytest.mark.skipif(not cuda_present(), reason="no CUDA device or simulator")
 CHAIN = "lean_goog_option_chain_2015-12-24/goog_option_chain_2015-12-24T1300ET.csv"
@@ -82,14 +83,7 @@ def test_european_implied_vol_matches_quantlib() -> None:
         vol, r, call = rng.uniform(0.1, 0.9), rng.uniform(0.0, 0.05), bool(rng.random() < 0.5)
         price = black_scholes(s, k, days / 365, vol, r, call).price[0]
         today = ql.Date(2, 1, 2024)
-        ql.Settings.instance().evaluationDate = today
-        dc = ql.Actual365Fixed()
-        process = ql.BlackScholesMertonProcess(
-            ql.QuoteHandle(ql.SimpleQuote(s)),
-            ql.YieldTermStructureHandle(ql.FlatForward(today, 0.0, dc)),
-            ql.YieldTermStructureHandle(ql.FlatForward(today, r, dc)),
-            ql.BlackVolTermStructureHandle(ql.BlackConstantVol(today, ql.NullCalendar(), 0.3, dc)),
-        )
+        process = bs_process(today, s, 0.3, r)
         opt = ql.VanillaOption(ql.PlainVanillaPayoff(ql.Option.Call if call else ql.Option.Put, k),
                                ql.EuropeanExercise(today + days))
         opt.setPricingEngine(ql.AnalyticEuropeanEngine(process))

@@ -18,6 +18,7 @@ from gpu.options import (
     price_options,
     price_params,
 )
+from tests.gpu.quantlib_ref import bs_process
 
 ql = pytest.importorskip("QuantLib")
 
@@ -39,14 +40,7 @@ def ql_price(
     damping: int = 0,
 ) -> tuple[float, float, float]:
     """QuantLib price, delta, gamma; expiry `days` calendar days ahead (Actual/365)."""
-    ql.Settings.instance().evaluationDate = TODAY
-    dc = ql.Actual365Fixed()
-    process = ql.BlackScholesMertonProcess(
-        ql.QuoteHandle(ql.SimpleQuote(spot)),
-        ql.YieldTermStructureHandle(ql.FlatForward(TODAY, 0.0, dc)),
-        ql.YieldTermStructureHandle(ql.FlatForward(TODAY, rate, dc)),
-        ql.BlackVolTermStructureHandle(ql.BlackConstantVol(TODAY, ql.NullCalendar(), vol, dc)),
-    )
+    process = bs_process(TODAY, spot, vol, rate)
     payoff = ql.PlainVanillaPayoff(ql.Option.Call if call else ql.Option.Put, strike)
     exercise = (
         ql.AmericanExercise(TODAY, TODAY + days) if american else ql.EuropeanExercise(TODAY + days)
