@@ -132,11 +132,7 @@ def european_implied_vols(
     The starting point of the PDE solve; exact for European options.
     """
     for o in prange(params.shape[0]):
-        s = params[o, core.SPOT]
-        k = params[o, core.STRIKE]
-        t = params[o, core.EXPIRY]
-        r = params[o, core.RATE]
-        call = params[o, core.IS_CALL] > 0.5
+        s, k, t, _, r, call, _ = core.row_fields(params, o)
         lo = vol_min
         hi = vol_max
         p_lo = core.bs_price_greeks_cpu(s, k, t, lo, r, call)[0]

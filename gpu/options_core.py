@@ -386,18 +386,26 @@ _rannacher_phase_gpu = _gpu_ns["rannacher_phase"]
 # =========================================================================================
 
 
+@njit(cache=True)
+def row_fields(params: np.ndarray, o: int) -> tuple[float, float, float, float, float, bool, bool]:
+    """(spot, strike, expiry, vol, rate, is_call, is_american) of parameter row `o`."""
+    return (
+        params[o, SPOT],
+        params[o, STRIKE],
+        params[o, EXPIRY],
+        params[o, VOL],
+        params[o, RATE],
+        params[o, IS_CALL] > 0.5,
+        params[o, IS_AMERICAN] > 0.5,
+    )
+
+
 @njit(cache=True, parallel=True)
 def bs_price_greeks_batch(params: np.ndarray, out4: np.ndarray) -> None:
     """Analytic European values of every parameter row: out4[:, (price, delta, gamma, vega)]."""
     for o in prange(params.shape[0]):
-        p, d, g, v = bs_price_greeks_cpu(
-            params[o, SPOT],
-            params[o, STRIKE],
-            params[o, EXPIRY],
-            params[o, VOL],
-            params[o, RATE],
-            params[o, IS_CALL] > 0.5,
-        )
+        spot, strike, expiry, vol, rate, is_call, _ = row_fields(params, o)
+        p, d, g, v = bs_price_greeks_cpu(spot, strike, expiry, vol, rate, is_call)
         out4[o, 0] = p
         out4[o, 1] = d
         out4[o, 2] = g
@@ -504,16 +512,7 @@ def fd_price_one_cpu(
 @njit(cache=True)
 def _price_row(params: np.ndarray, out: np.ndarray, o: int, *grid: Any) -> None:
     """Row `o` of `params` priced into out[o]; `grid` is `FdGrid.kernel_args()`."""
-    p, d, g = fd_price_one_cpu(
-        params[o, SPOT],
-        params[o, STRIKE],
-        params[o, EXPIRY],
-        params[o, VOL],
-        params[o, RATE],
-        params[o, IS_CALL] > 0.5,
-        params[o, IS_AMERICAN] > 0.5,
-        *grid,
-    )
+    p, d, g = fd_price_one_cpu(*row_fields(params, o), *grid)
     out[o, PRICE] = p
     out[o, DELTA] = d
     out[o, GAMMA] = g
