@@ -98,11 +98,12 @@ class OptionGroupConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
 
 @dataclass
 class _Group:
-    """One group at run time: its contracts and the pricer its engine made for them (the
-    group never learns which device prices it)."""
+    """One group at run time: its contracts, its pricing engine and the pricer the engine
+    made for them (the group never asks which device prices it)."""
 
     config: OptionGroupConfig
     contracts: OptionContracts
+    engine: FdPricingEngine
     pricer: OptionGroupPricer
     symbols: tuple[str, ...]
     expiry_days: list[int | None]  # fixed days, or None for a dated expiry
@@ -182,7 +183,7 @@ def build_group(cfg: OptionGroupConfig, device: str, background: bool,
     # spot 1.0 until the first tick writes the real one
     pricer = engine.group_pricer(contracts, MarketInputs(1.0, cfg.vol, cfg.rate),
                                  background=background)
-    return _Group(cfg, contracts, pricer, contract_symbols(cfg), days, dates,
+    return _Group(cfg, contracts, engine, pricer, contract_symbols(cfg), days, dates,
                   dated=any(d is not None for d in dates))
 
 
