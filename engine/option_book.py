@@ -170,7 +170,8 @@ def group_engine(cfg: OptionGroupConfig, device: str) -> FdPricingEngine:
 
 def build_group(cfg: OptionGroupConfig, device: str, background: bool,
                 warmed: set[tuple[object, ...]]) -> _Group:
-    """A group's contracts, symbols and pricer (the engine's and the worker's one recipe)."""
+    """A group's contracts, engine, symbols and pricer (the engine's and the worker's one
+    recipe): the device is chosen here, once, by the engine."""
     engine = group_engine(cfg, device)
     contracts = group_contracts(cfg)
     combos = list(itertools.product(cfg.expiries, cfg.strikes, cfg.rights))
