@@ -71,3 +71,32 @@ def bind(kernel: Any, args: Sequence[Any], stream: Any, block: int) -> Launcher 
     except Exception as exc:  # noqa: BLE001 - any internals mismatch: the ordinary path
         log.warning("CUDA launch not pre-bound (%s)", exc)
         return None
+
+
+def event_query(event: Any) -> Callable[[], bool]:
+    """A cheap `event.query()`: numba's raises (and logs) an error for every not-ready
+    answer, some microseconds a poll; this asks the driver directly and compares codes.
+    The CUDA simulator's events have no query (its launches are synchronous): always True."""
+    query = getattr(event, "query", None)
+    if query is None:
+        return lambda: True
+    try:
+        from cuda.bindings import driver as binding
+
+        handle = event.handle
+        fn = binding.cuEventQuery
+        success = binding.CUresult.CUDA_SUCCESS
+        not_ready = binding.CUresult.CUDA_ERROR_NOT_READY
+        fn(handle)  # the handle is the driver's: this must not raise
+    except Exception:  # noqa: BLE001 - another binding: numba's query
+        return lambda: bool(query())
+
+    def fast() -> bool:
+        code = fn(handle)[0]
+        if code == success:
+            return True
+        if code == not_ready:
+            return False
+        return bool(query())  # numba's query raises the driver's error
+
+    return fast

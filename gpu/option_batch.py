@@ -24,7 +24,7 @@ import numpy as np
 
 from gpu import options_core as core
 from gpu.device import resolve_device
-from gpu.launch import bind
+from gpu.launch import bind, event_query
 from gpu.options import FdGrid, make_grid
 
 
@@ -42,6 +42,7 @@ class _Slot:
             self.out_host = self.out
             self.stream: Any = None
             self.event: Any = None
+            self.query: Any = None
             return
         from numba import cuda
 
@@ -56,6 +57,7 @@ class _Slot:
             self.event = cuda.event(timing=False)  # type: ignore[call-arg]
         except TypeError:  # the CUDA simulator's Event takes no arguments
             self.event = cuda.event()
+        self.query = event_query(self.event)
 
 
 class BatchPricer:
@@ -155,9 +157,7 @@ class BatchPricer:
         """True once the slot's launch finished (a non-blocking event query)."""
         if not self._busy[slot] or self.device == "cpu":
             return True
-        query = getattr(self._slots[slot].event, "query", None)
-        # the CUDA simulator's Event has no query(); it runs launches synchronously
-        return True if query is None else bool(query())
+        return bool(self._slots[slot].query())
 
     def wait(self, slot: int) -> None:
         if self._busy[slot] and self.device == "cuda":
