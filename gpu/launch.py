@@ -76,10 +76,13 @@ def bind(kernel: Any, args: Sequence[Any], stream: Any, block: int) -> Launcher 
 def event_query(event: Any) -> Callable[[], bool]:
     """A cheap `event.query()`: numba's raises (and logs) an error for every not-ready
     answer, some microseconds a poll; this asks the driver directly and compares codes.
-    The CUDA simulator's events have no query (its launches are synchronous): always True."""
+    The CUDA simulator's events have no query (its launches are synchronous): always True.
+    GPU_FAST_EVENT_QUERY=0 keeps numba's query."""
     query = getattr(event, "query", None)
     if query is None:
         return lambda: True
+    if os.environ.get("GPU_FAST_EVENT_QUERY", "1") == "0":  # numba's (benchmarks compare)
+        return lambda: bool(query())
     try:
         from cuda.bindings import driver as binding
 
