@@ -270,6 +270,8 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--only", default="",
                     help="keep only rows whose name contains one of these (semicolons)")
     ap.add_argument("--no-gp", action="store_true", help="leave out the GP bar-close table")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs of every row (interleaved rounds; medians reported)")
     ap.add_argument("--json", type=Path, default=None)
     return ap.parse_args()
 
@@ -322,6 +324,8 @@ def plan(one: Row, big: Row, gpu: str) -> list[Row]:
             True, slots[1]),
         *(Row(f"{gpu} process, + {k} launches in flight", wl, fac, g1, gpu, "process",
               "group", True, slots[k]) for k in (2, 3, 4)),
+        Row(f"{gpu} process, 2 launches in flight, yielding worker", wl, fac, g1, gpu,
+            "process", "group", True, {**slots[2], "OPTION_WORKER_YIELD": "1"}),
         Row("10x1,000: no group", bwl, bfac, []),
         Row(f"10x1,000: {gpu} process (11-22)", bwl, bfac, gb, gpu, "process", "group", True,
             WORKER_BEFORE),
@@ -331,37 +335,54 @@ def plan(one: Row, big: Row, gpu: str) -> list[Row]:
             "process", "group", True, slots[1]),
         *(Row(f"10x1,000: {gpu} process, + {k} launches in flight", bwl, bfac, gb, gpu,
               "process", "group", True, slots[k]) for k in (2, 3)),
+        Row(f"10x1,000: {gpu} process, 3 launches in flight per group, no batching", bwl,
+            bfac, gb, gpu, "process", "group", True, {**slots[3], "OPTION_WORKER_BATCH": "0"}),
     ]
 
 
+def _one(r: Row, args: argparse.Namespace) -> dict[str, Any]:
+    print(f"... {r.name}", file=sys.stderr, flush=True)
+    saved = {k: os.environ.get(k) for k in r.env}
+    os.environ.update(r.env)  # the worker process inherits them
+    try:
+        row = run_row(r.name, r.factory, r.groups, r.device, r.dispatch, r.messages,
+                      args.transport, r.prebind)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    row["workload"], row["env"] = r.workload, dict(r.env)
+    print(f"    {row['ticks_per_second']:,.0f} ticks/s, repricings "
+          f"{row.get('repricings', '-')}, p50 {row.get('latency_us_p50')}", file=sys.stderr)
+    return row
+
+
 def run_plan(rows: list[Row], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every kept row `--repeat` times, rounds interleaved (a slow moment of the machine
+    then hits every row alike); each row reports its run of median ticks/s, with all
+    runs' ticks/s and repricings, and its ratio to the no-group row's median run."""
     skip = {s.strip() for s in args.skip.split(";") if s.strip()}
     only = [s.strip() for s in args.only.split(";") if s.strip()]
+    kept = [r for r in rows if r.name not in skip
+            and not (only and r.groups and not any(o in r.name for o in only))]
+    runs: dict[str, list[dict[str, Any]]] = {r.name: [] for r in kept}
+    for _ in range(max(1, args.repeat)):
+        for r in kept:
+            runs[r.name].append(_one(r, args))
     out: list[dict[str, Any]] = []
     base: dict[str, float] = {}
-    for r in rows:
-        if r.name in skip or (only and r.groups and not any(o in r.name for o in only)):
-            continue
-        print(f"... {r.name}", file=sys.stderr, flush=True)
-        saved = {k: os.environ.get(k) for k in r.env}
-        os.environ.update(r.env)  # the worker process inherits them
-        try:
-            row = run_row(r.name, r.factory, r.groups, r.device, r.dispatch, r.messages,
-                          args.transport, r.prebind)
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-        row["workload"], row["env"] = r.workload, dict(r.env)
+    for r in kept:
+        rs = sorted(runs[r.name], key=lambda x: x["ticks_per_second"])
+        row = dict(rs[(len(rs) - 1) // 2])  # the median run (the lower one of two)
+        row["ticks_per_second_runs"] = [x["ticks_per_second"] for x in runs[r.name]]
+        row["repricings_runs"] = [x.get("repricings") for x in runs[r.name]]
         if not r.groups:
             base[r.workload] = row["ticks_per_second"]
         row["ratio_to_no_group"] = (row["ticks_per_second"] / base[r.workload]
                                     if r.workload in base else None)
         out.append(row)
-        print(f"    {row['ticks_per_second']:,.0f} ticks/s, repricings "
-              f"{row.get('repricings', '-')}, p50 {row.get('latency_us_p50')}", file=sys.stderr)
     return out
 
 

@@ -70,6 +70,7 @@ START_TIMEOUT_S = 600.0
 #: launches in flight per batch (OPTION_WORKER_SLOTS), and whether groups of one grid share
 #: a launch (OPTION_WORKER_BATCH=0: one launch per group, as before)
 SLOTS_ENV, BATCH_ENV = "OPTION_WORKER_SLOTS", "OPTION_WORKER_BATCH"
+YIELD_ENV = "OPTION_WORKER_YIELD"
 DEFAULT_SLOTS = 3
 #: on every this many requests, also look for finished results (besides poll())
 CHECK_EVERY_REQUESTS = 4
@@ -452,12 +453,19 @@ class _Server:
         q = self.q
         idle = 0
         spins = 0
+        # OPTION_WORKER_YIELD=1: while only waiting on the GPU, give the core away each spin
+        polite = os.environ.get(YIELD_ENV, "0") == "1"
         while not q[STOP]:
             work = False
+            moved = False
             for batch in self.batches:
                 if batch.flights:
-                    work = self.collect(batch) or bool(batch.flights) or work
-                work = self.launch(batch) or work
+                    moved = self.collect(batch) or moved
+                    work = work or bool(batch.flights)
+                moved = self.launch(batch) or moved
+            work = work or moved
+            if polite and work and not moved:
+                os.sched_yield()
             spins += 1
             if spins >= 4096:  # busy or not, notice an engine that died without stopping us
                 spins = 0
