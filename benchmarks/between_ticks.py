@@ -136,6 +136,7 @@ def run_row(name: str, factory: functools.partial[Any], groups: list[OptionGroup
         if book is not None:
             s = book.summary()
             s.pop("last")
+            row["worker_repricings"] = s.get("worker_repricings")
             row.update({k: s[k] for k in ("groups", "options", "repricings", "coalesced_ticks",
                                           "latency_us_p50", "latency_us_p99",
                                           "latency_us_max")})

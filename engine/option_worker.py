@@ -28,7 +28,9 @@ rewritten for request n + 2). Shared-memory layout (int64 unless noted):
       request: REQ (the number of the newest request), then two slots of (REQ_TS, REQ_T0,
                REQ_SPOT float64): request n lives in slot n % 2, written before REQ = n
       result:  RES (seqlock), RES_REQ (request number priced), RES_TS, RES_T0,
-               RES_SPOT (float64), COALESCED (requests never launched)
+               RES_SPOT (float64), COALESCED (requests never launched), PRICED
+               (repricings the worker published; the engine may read fewer, as a
+               result slot holds only the newest)
     per group g, float64[3, n_g]: price, delta, gamma of the newest finished repricing
 
 Values are the same pricer's (`OptionGroupPricer`), built by the same recipe
@@ -62,7 +64,7 @@ SLOT = 16  # words per group: a request line and a result line
 REQ = 0
 REQ_TS, REQ_T0, REQ_SPOT = range(1, 4)  # slot 0; slot 1 is 3 words further
 REQ_SLOT = 3
-RES, RES_REQ, RES_TS, RES_T0, RES_SPOT, COALESCED = range(8, 14)
+RES, RES_REQ, RES_TS, RES_T0, RES_SPOT, COALESCED, PRICED = range(8, 15)
 #: idle spins of the worker before it naps (a nap adds up to NAP_S to the next latency)
 IDLE_SPINS = 50_000
 NAP_S = 0.0002
@@ -253,6 +255,8 @@ class WorkerClient:
         return {
             "groups": self.layout.n_groups, "options": sum(self.layout.sizes),
             "repricings": self.repricings, "latencies_ns": list(self.latencies_ns),
+            "worker_repricings": sum(int(q[HEADER + SLOT * g + PRICED])
+                                     for g in range(self.layout.n_groups)),
             "coalesced": sum(int(q[HEADER + SLOT * g + COALESCED])
                              for g in range(self.layout.n_groups)),
         }
@@ -405,6 +409,7 @@ class _Server:
                 q[b + RES_T0] = t0
                 d[b + RES_SPOT] = spot
                 q[b + COALESCED] = self.coalesced[g]
+                q[b + PRICED] += 1
                 q[b + RES] = c + 1
             work = True
         return work

@@ -103,3 +103,14 @@ def event_query(event: Any) -> Callable[[], bool]:
         return bool(query())  # numba's query raises the driver's error
 
     return fast
+
+
+def untimed_event() -> Any:
+    """A CUDA event without timing (cheaper to record and query); the simulator's Event
+    takes no arguments."""
+    from numba import cuda
+
+    try:
+        return cuda.event(timing=False)  # type: ignore[call-arg]
+    except TypeError:
+        return cuda.event()

@@ -24,7 +24,7 @@ import numpy as np
 
 from gpu import options_core as core
 from gpu.device import resolve_device
-from gpu.launch import bind, event_query
+from gpu.launch import bind, event_query, untimed_event
 from gpu.options import FdGrid, make_grid
 
 
@@ -53,10 +53,7 @@ class _Slot:
         self.params_host[:] = 0.0
         self.out_host[:] = np.nan
         self.stream = cuda.stream()
-        try:
-            self.event = cuda.event(timing=False)  # type: ignore[call-arg]
-        except TypeError:  # the CUDA simulator's Event takes no arguments
-            self.event = cuda.event()
+        self.event = untimed_event()
         self.query = event_query(self.event)
 
 
