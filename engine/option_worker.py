@@ -6,14 +6,25 @@ second process owns the pricers: the engine's side (`WorkerClient`) writes the n
 the tick's timestamp and the time of the request into a shared-memory slot per group (four
 memoryview stores: about 0.6 µs of Python a tick on a 2-core VM, measured), and `poll()`
 reads a counter per group and, when it moved, copies the finished arrays out (one
-`OptionGroupValues` message). The worker (`worker_main`) spins over its batches: the
-groups of one grid share a `gpu.option_batch.BatchPricer`, so one launch reprices every
-group of the batch that has a new spot (one block per option across groups, not one
-launch per group), and up to OPTION_WORKER_SLOTS launches are in flight per batch (each
-its own buffers and stream), spaced a slot's share of a launch's latency apart, so the GPU
-works on the next spot while the previous results are still on their way. Finished
-launches are published oldest first (in request order). Every launch takes the newest
-requested spot of each group (coalescing), as in-process.
+`OptionGroupValues` message). The worker (`worker_main`) spins over its batches, each a
+`gpu.option_batch.BatchPricer`: up to OPTION_WORKER_SLOTS launches are in flight per batch
+(each its own buffers and stream), spaced a slot's share of a launch's latency apart, so
+the GPU works on the next spot while the previous results are still on their way.
+Finished launches are published oldest first (in request order). Every launch takes the
+newest requested spot of each group (coalescing), as in-process. With
+OPTION_WORKER_BATCH=1 the groups of one grid share a batch: one launch reprices every
+group that has a new spot (one block per option across groups) instead of one launch per
+group.
+
+Defaults, from the H200 replays (benchmarks/results/h200-2026-11-23-between-ticks): two
+launches in flight doubled the repricings of the 102-option SPY group (34k -> 65k-102k per
+replay) and cut its p99 latency from 418 to 143 µs; three or four gave no more. Batching
+is off: with ten groups of 1,000 options the GPU is already saturated (one round of 10,000
+options takes about 1 ms), and one launch per round made the host's gather and scatter
+serial with it, so each group was repriced less often (largest gap 396 ms of data time
+against 150-190 ms with one launch per group); it pays only where launches are small. On
+that saturated GPU more launches in flight do not pay either (3 per group: largest gap
+374 ms, p50 2.1 ms, against 192 ms and 1.1 ms with one): OPTION_WORKER_SLOTS=1 there.
 
 Neither side ever waits for the other. Results use a sequence lock (a counter that is odd
 while the slot is written; the reader retries when it read an odd value or the counter
@@ -70,10 +81,10 @@ IDLE_SPINS = 50_000
 NAP_S = 0.0002
 START_TIMEOUT_S = 600.0
 #: launches in flight per batch (OPTION_WORKER_SLOTS), and whether groups of one grid share
-#: a launch (OPTION_WORKER_BATCH=0: one launch per group, as before)
+#: a launch (OPTION_WORKER_BATCH=1; default one launch per group): see the docstring
 SLOTS_ENV, BATCH_ENV = "OPTION_WORKER_SLOTS", "OPTION_WORKER_BATCH"
 YIELD_ENV = "OPTION_WORKER_YIELD"
-DEFAULT_SLOTS = 3
+DEFAULT_SLOTS = 2
 #: on every this many requests, also look for finished results (besides poll())
 CHECK_EVERY_REQUESTS = 4
 
@@ -353,11 +364,11 @@ def _slots() -> int:
 
 
 def _batches(groups: list[Any], device: str) -> list[_Batch]:
-    """Groups with the same grid share a batch (OPTION_WORKER_BATCH=0: one per group)."""
+    """One batch per group; with OPTION_WORKER_BATCH=1 groups of the same grid share one."""
     from gpu.option_batch import BatchPricer
     from gpu.options import warm_up
 
-    together = os.environ.get(BATCH_ENV, "1") != "0"
+    together = os.environ.get(BATCH_ENV, "0") == "1"
     members: dict[Any, list[int]] = {}
     for g, grp in enumerate(groups):
         members.setdefault(grp.pricer.grid if together else g, []).append(g)

@@ -95,6 +95,7 @@ def test_cuda_worker_with_launches_in_flight_in_the_simulator(
     if not cuda_present():
         pytest.skip("no CUDA device or simulator")
     monkeypatch.setenv("OPTION_WORKER_SLOTS", "2")
+    monkeypatch.setenv("OPTION_WORKER_BATCH", "1")
     configs = {"ABC": cfg("ABC", (95.0, 105.0), expiries=(30,)),
                "DEF": cfg("DEF", (40.0,), expiries=(7, 90))}
     book = OptionBook(list(configs.values()), device="cuda", dispatch="process")
