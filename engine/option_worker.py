@@ -373,9 +373,12 @@ def _batches(groups: list[Any], device: str) -> list[_Batch]:
     for g, grp in enumerate(groups):
         members.setdefault(grp.pricer.grid if together else g, []).append(g)
     out = []
+    warmed: set[Any] = set()
     for idx in members.values():
         grid = groups[idx[0]].pricer.grid
-        warm_up(grid, device)  # JIT before the first tick, not on it
+        if grid not in warmed:  # JIT before the first tick, not on it
+            warm_up(grid, device)
+            warmed.add(grid)
         pricer = BatchPricer([groups[g].pricer.n for g in idx], grid, device, _slots())
         out.append(_Batch(idx, pricer))
     return out
