@@ -4,16 +4,22 @@ Rows (the same replay over ipc, sma-cross strategy, one process per row's engine
 - no option group;
 - the group on the CPU twin (in-process, worker thread);
 - the group on CUDA dispatched in-process ("inline"), one OptionValue per contract (before);
-- inline, one OptionGroupValues message per repricing (change a: group messages);
-- in a GPU worker process fed through shared memory, per-contract messages (change b);
-- worker process + group messages (after: both);
+- inline, one OptionGroupValues message per repricing; inline pre-bound;
+- in a GPU worker process fed through shared memory, per-contract then group messages;
+- the worker as of 2026-11-22 (one launch in flight per group, numba's event query), then
+  each change of this round on top: the driver's event query without numba's exception,
+  2, 3 and 4 launches in flight (gpu/option_batch.py);
 and the 10 x 1,000 case: ten groups of 1,000 American options on ten synthetic underlyings
-that tick about every millisecond of data time, without and with the groups. For every row:
-ticks/s, ratio to the no-group row, repricings, tick -> values latency (p50, p99; from the
-tick's arrival in the engine to the results in the engine's hands), and the largest
-data-time gap between consecutive repricings of a group (from the published messages).
+that tick about every millisecond of data time, without the groups, with the 11-22 worker,
+then the cheap query, one launch for all groups with a new spot, 2 and 3 launches in flight.
+For every row: ticks/s, ratio to the no-group row, repricings, tick -> values latency (p50,
+p99; from the tick's arrival in the engine to the results in the engine's hands), and the
+largest data-time gap between consecutive repricings of a group (from the published
+messages). Then the GP bar close: CPU twin, CUDA (pre-bound, mapped codes) and CUDA with
+numba's ordinary launch, and what `--device auto` picks.
 
-    python benchmarks/between_ticks.py [--quick] [--json PATH]
+    python benchmarks/between_ticks.py [--quick] [--only NAMES] [--skip NAMES] [--no-gp]
+        [--json PATH]
 
 Default workload: the 1.89 M SPY trades of lean_ticks_2013-10 with examples/spy_options.toml
 (102 American options). --quick: a small synthetic market and the CPU twin in place of
@@ -32,7 +38,7 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -130,6 +136,7 @@ def run_row(name: str, factory: functools.partial[Any], groups: list[OptionGroup
         if book is not None:
             s = book.summary()
             s.pop("last")
+            row["worker_repricings"] = s.get("worker_repricings")
             row.update({k: s[k] for k in ("groups", "options", "repricings", "coalesced_ticks",
                                           "latency_us_p50", "latency_us_p99",
                                           "latency_us_max")})
@@ -142,9 +149,22 @@ def run_row(name: str, factory: functools.partial[Any], groups: list[OptionGroup
     return row
 
 
+def _bar_close_us(decider: Any, feats: np.ndarray, rounds: int = 51) -> float:
+    """Median microseconds of one bar close (start, poll until ready, result)."""
+    decider._bar_close(feats)
+    samples = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        decider._bar_close(feats)
+        samples.append(time.perf_counter() - t0)
+    return float(np.median(samples) * 1e6)
+
+
 def gp_bar_close(sizes: list[tuple[int, int]], gpu: str) -> list[dict[str, Any]]:
-    """A GP strategy's bar close (start, poll, result) on each backend, and auto's choice."""
+    """A GP strategy's bar close (start, poll, result) on each backend, the CUDA one also
+    with numba's ordinary launch, and what `--device auto` picks (its own measurement)."""
     from gpu import gp_decider
+    from gpu.gp_decider import AsyncDecider
     from strategies.gp.init import ramped_half_and_half
     from strategies.gp.strategy import GPEnsemble
 
@@ -152,24 +172,61 @@ def gp_bar_close(sizes: list[tuple[int, int]], gpu: str) -> list[dict[str, Any]]
     for n_rules, n_symbols in sizes:
         pop = ramped_half_and_half(n_rules, np.random.default_rng(n_rules), 2, 6)
         rules = [pop.rule(i) for i in range(n_rules)]
-        row: dict[str, Any] = {"rules": n_rules, "symbols": n_symbols}
+        feats = np.random.default_rng(0).normal(size=(n_symbols, 31)).astype(np.float32)
+        cpu = GPEnsemble(rules, device="cpu")._decider
+        row: dict[str, Any] = {"rules": n_rules, "symbols": n_symbols,
+                               "cpu_us": _bar_close_us(cpu, feats), "cuda_us": None,
+                               "cuda_plain_us": None, "auto": "cpu"}
         if gpu == "cuda":
             gp_decider.BREAK_EVEN.pop((n_rules, n_symbols), None)
             auto = GPEnsemble(rules, device="auto")
             auto.reset([f"S{i}" for i in range(n_symbols)])
             cal = auto._decider.calibration or {}
-            row.update(cpu_us=cal.get("cpu_us"), cuda_us=cal.get("cuda_us"),
-                       auto=auto.device, codes_agree=cal.get("codes_agree"))
-        else:
-            cpu = GPEnsemble(rules, device="cpu")
-            feats = np.random.default_rng(0).normal(size=(n_symbols, 31)).astype(np.float32)
-            cpu._decider._bar_close(feats)
-            t0 = time.perf_counter()
-            for _ in range(7):
-                cpu._decider._bar_close(feats)
-            row.update(cpu_us=(time.perf_counter() - t0) / 7 * 1e6, cuda_us=None, auto="cpu")
+            fast = AsyncDecider(cpu.programs, cpu.lengths, "cuda")
+            plain = AsyncDecider(cpu.programs, cpu.lengths, "cuda", prebind=False)
+            row.update(cuda_us=_bar_close_us(fast, feats),
+                       cuda_plain_us=_bar_close_us(plain, feats), auto=auto.device,
+                       auto_cpu_us=cal.get("cpu_us"), auto_cuda_us=cal.get("cuda_us"),
+                       codes_agree=cal.get("codes_agree"))
         out.append(row)
         print(f"    GP {n_rules} rules x {n_symbols} symbols: {row}", file=sys.stderr)
+    return out
+
+
+def launch_capacity(groups: list[OptionGroupConfig], gpu: str, name: str
+                    ) -> list[dict[str, Any]]:
+    """The pricer alone, no engine: median launch -> results seen (µs) of one batch of the
+    groups, and batches per second with k launches kept in flight (the GPU's ceiling)."""
+    from engine.option_book import build_group
+    from engine.option_worker import _AllWarm
+    from gpu.option_batch import BatchPricer
+
+    grps = [build_group(c, "cpu", False, _AllWarm()) for c in groups]
+    rows = [g.pricer.params for g in grps]
+    for r in rows:
+        r[:, 0] = 0.97 * r[:, 1].mean()  # spot near the strikes
+    key = tuple(range(len(rows)))
+    rounds = 240 if gpu == "cuda" else 12  # the CPU twin of 10,000 options is slow
+    out = []
+    for k in (1, 2, 3, 4):
+        pricer = BatchPricer([len(r) for r in rows], grps[0].pricer.grid, gpu, k)
+        lat = []
+        t0 = time.perf_counter()
+        for _ in range(rounds // k):
+            starts = []
+            for slot in range(k):
+                pricer.launch(slot, rows, key)
+                starts.append(time.perf_counter_ns())
+            for slot in range(k):
+                while not pricer.done(slot):
+                    pass
+                lat.append(time.perf_counter_ns() - starts[slot])
+                pricer.results(slot)
+        wall = time.perf_counter() - t0
+        out.append({"case": name, "in_flight": k, "options": sum(len(r) for r in rows),
+                    "launch_to_seen_us_p50": float(np.median(lat) / 1e3),
+                    "batches_per_s": (rounds // k) * k / wall, "prebound": pricer.prebound})
+        print(f"    launch capacity {out[-1]}", file=sys.stderr)
     return out
 
 
@@ -182,8 +239,28 @@ def gpu_name() -> str | None:
         return None
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+class Row(NamedTuple):
+    """One replay of the table: its workload, its option groups and how they are priced."""
+
+    name: str
+    workload: str
+    factory: functools.partial[Any]
+    groups: list[OptionGroupConfig]
+    device: str = "cpu"
+    dispatch: str = "inline"
+    messages: str = "group"
+    prebind: bool = False
+    #: environment of the row's engine and worker (launch slots, batching, event query)
+    env: dict[str, str] = {}
+
+
+#: the worker before this round of changes: one launch in flight per group, numba's query
+WORKER_BEFORE = {"OPTION_WORKER_SLOTS": "1", "OPTION_WORKER_BATCH": "0",
+                 "GPU_FAST_EVENT_QUERY": "0"}
+
+
+def _args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--quick", action="store_true",
                     help="a small synthetic market, the CPU twin in place of CUDA")
     ap.add_argument("--transport", default="ipc")
@@ -191,14 +268,17 @@ def main() -> None:
     ap.add_argument("--big-ticks", type=int, default=1_000_000,
                     help="ticks of the 10 x 1,000 synthetic feed (10 symbols)")
     ap.add_argument("--skip", default="", help="row names to leave out, separated by semicolons")
+    ap.add_argument("--only", default="",
+                    help="keep only rows whose name contains one of these (semicolons)")
+    ap.add_argument("--no-gp", action="store_true", help="leave out the GP bar-close table")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs of every row (interleaved rounds; medians reported)")
     ap.add_argument("--json", type=Path, default=None)
-    args = ap.parse_args()
-    gpu = "cuda" if cuda_present() and not cuda_simulated() and not args.quick else "cpu"
-    stamp = datetime.now(UTC)
-    node = platform.node()
-    json_path = args.json or ROOT / "benchmarks" / "results" / (
-        f"between_ticks_{node}_{stamp:%Y-%m-%d}{'_quick' if args.quick else ''}.json")
+    return ap.parse_args()
 
+
+def _workloads(args: argparse.Namespace) -> tuple[Row, Row]:
+    """(the single-group workload, the 10 x 1,000 one) as rows without groups."""
     spy = data_dir() / "lean_ticks_2013-10" / "equity" / "usa" / "tick" / "spy"
     if args.quick or not spy.is_dir():
         factory: functools.partial[Any] = functools.partial(
@@ -212,79 +292,159 @@ def main() -> None:
         factory = functools.partial(open_sources, [str(spy)], kinds=("trade",))
         group = load_config(args.config).options[0]
         workload = "LEAN SPY trades, 2013-10 (5 days)"
-    big_n = 20_000 if args.quick else args.big_ticks
-    big_factory = functools.partial(SyntheticMarket, n_symbols=10, n_ticks=big_n, seed=21,
-                                    tick_rate=1000.0)
+    big_factory = functools.partial(SyntheticMarket, n_symbols=10, seed=21, tick_rate=1000.0,
+                                    n_ticks=20_000 if args.quick else args.big_ticks)
     big_groups = [
         OptionGroupConfig(underlying=f"SYN{i:03d}",
                           strikes=tuple(np.geomspace(5, 400, 50).tolist()),
                           expiries=(7, 14, 30, 60, 90, 120, 180, 270, 365, 730),
                           style="american", vol=0.25, rate=0.02, grid="seed")
         for i in range(10)]
-    g1, wl, fac = [group], workload, factory
-    plan: list[tuple[str, str, functools.partial[Any], list[OptionGroupConfig], str, str,
-                     str, bool]] = [
-        ("no group", wl, fac, [], "cpu", "inline", "group", False),
-        ("CPU group", wl, fac, g1, "cpu", "inline", "option", False),
-        (f"{gpu} inline, per-contract (before)", wl, fac, g1, gpu, "inline", "option", False),
-        (f"{gpu} inline, group msgs", wl, fac, g1, gpu, "inline", "group", False),
-        (f"{gpu} inline, per-contract, pre-bound", wl, fac, g1, gpu, "inline", "option", True),
-        (f"{gpu} process, per-contract", wl, fac, g1, gpu, "process", "option", False),
-        (f"{gpu} process, group msgs", wl, fac, g1, gpu, "process", "group", False),
-        (f"{gpu} process, group msgs, pre-bound (after)", wl, fac, g1, gpu, "process", "group",
-         True),
-        ("10x1,000: no group", "10 synthetic", big_factory, [], "cpu", "inline", "group",
-         False),
-        (f"10x1,000: {gpu} process, group msgs, pre-bound", "10 synthetic", big_factory,
-         big_groups, gpu, "process", "group", True),
+    return (Row(workload, workload, factory, [group]),
+            Row("10 synthetic", "10 synthetic", big_factory, big_groups))
+
+
+def plan(one: Row, big: Row, gpu: str) -> list[Row]:
+    """The table's rows: before and after each change, on both workloads."""
+    g1, wl, fac = one.groups, one.workload, one.factory
+    gb, bwl, bfac = big.groups, big.workload, big.factory
+    slots = {k: {**WORKER_BEFORE, "OPTION_WORKER_SLOTS": str(k), "GPU_FAST_EVENT_QUERY": "1",
+                 "OPTION_WORKER_BATCH": "1"} for k in (1, 2, 3, 4)}
+    return [
+        Row("no group", wl, fac, []),
+        Row("CPU group", wl, fac, g1, "cpu", "inline", "option"),
+        Row(f"{gpu} inline, per-contract (before)", wl, fac, g1, gpu, "inline", "option"),
+        Row(f"{gpu} inline, group msgs", wl, fac, g1, gpu, "inline", "group"),
+        Row(f"{gpu} inline, per-contract, pre-bound", wl, fac, g1, gpu, "inline", "option",
+            True),
+        Row(f"{gpu} process, per-contract", wl, fac, g1, gpu, "process", "option"),
+        Row(f"{gpu} process, group msgs", wl, fac, g1, gpu, "process", "group"),
+        Row(f"{gpu} process, group msgs, pre-bound (11-22)", wl, fac, g1, gpu, "process",
+            "group", True, WORKER_BEFORE),
+        Row(f"{gpu} process, + cheap event query", wl, fac, g1, gpu, "process", "group",
+            True, slots[1]),
+        *(Row(f"{gpu} process, + {k} launches in flight", wl, fac, g1, gpu, "process",
+              "group", True, slots[k]) for k in (2, 3, 4)),
+        Row(f"{gpu} process, 2 launches in flight, yielding worker", wl, fac, g1, gpu,
+            "process", "group", True, {**slots[2], "OPTION_WORKER_YIELD": "1"}),
+        Row("10x1,000: no group", bwl, bfac, []),
+        Row(f"10x1,000: {gpu} process (11-22)", bwl, bfac, gb, gpu, "process", "group", True,
+            WORKER_BEFORE),
+        Row(f"10x1,000: {gpu} process, + cheap event query", bwl, bfac, gb, gpu, "process",
+            "group", True, {**WORKER_BEFORE, "GPU_FAST_EVENT_QUERY": "1"}),
+        Row(f"10x1,000: {gpu} process, + one launch for all groups", bwl, bfac, gb, gpu,
+            "process", "group", True, slots[1]),
+        *(Row(f"10x1,000: {gpu} process, + {k} launches in flight", bwl, bfac, gb, gpu,
+              "process", "group", True, slots[k]) for k in (2, 3)),
+        Row(f"10x1,000: {gpu} process, 3 launches in flight per group, no batching", bwl,
+            bfac, gb, gpu, "process", "group", True, {**slots[3], "OPTION_WORKER_BATCH": "0"}),
     ]
+
+
+def _one(r: Row, args: argparse.Namespace) -> dict[str, Any]:
+    print(f"... {r.name}", file=sys.stderr, flush=True)
+    saved = {k: os.environ.get(k) for k in r.env}
+    os.environ.update(r.env)  # the worker process inherits them
+    try:
+        row = run_row(r.name, r.factory, r.groups, r.device, r.dispatch, r.messages,
+                      args.transport, r.prebind)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    row["workload"], row["env"] = r.workload, dict(r.env)
+    print(f"    {row['ticks_per_second']:,.0f} ticks/s, repricings "
+          f"{row.get('repricings', '-')}, p50 {row.get('latency_us_p50')}", file=sys.stderr)
+    return row
+
+
+def run_plan(rows: list[Row], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every kept row `--repeat` times, rounds interleaved (a slow moment of the machine
+    then hits every row alike); each row reports its run of median ticks/s, with all
+    runs' ticks/s and repricings, and its ratio to the no-group row's median run."""
     skip = {s.strip() for s in args.skip.split(";") if s.strip()}
-    rows: list[dict[str, Any]] = []
+    only = [s.strip() for s in args.only.split(";") if s.strip()]
+    kept = [r for r in rows if r.name not in skip
+            and not (only and r.groups and not any(o in r.name for o in only))]
+    runs: dict[str, list[dict[str, Any]]] = {r.name: [] for r in kept}
+    for _ in range(max(1, args.repeat)):
+        for r in kept:
+            runs[r.name].append(_one(r, args))
+    out: list[dict[str, Any]] = []
     base: dict[str, float] = {}
-    for name, wl, fac, groups, device, dispatch, messages, prebind in plan:
-        if name in skip:
-            continue
-        print(f"... {name}", file=sys.stderr, flush=True)
-        row = run_row(name, fac, groups, device, dispatch, messages, args.transport, prebind)
-        row["workload"] = wl
-        if not groups:
-            base[wl] = row["ticks_per_second"]
-        row["ratio_to_no_group"] = (row["ticks_per_second"] / base[wl]) if wl in base else None
-        rows.append(row)
-        print(f"    {row['ticks_per_second']:,.0f} ticks/s, repricings "
-              f"{row.get('repricings', '-')}, p50 {row.get('latency_us_p50')}", file=sys.stderr)
-    big_tick_gap = _tick_gaps_ms(_tick_times(big_factory))
-    gp_rows = gp_bar_close([(1, 128), (1, 1000), (50, 128), (50, 1000)], gpu)
+    for r in kept:
+        rs = sorted(runs[r.name], key=lambda x: x["ticks_per_second"])
+        row = dict(rs[(len(rs) - 1) // 2])  # the median run (the lower one of two)
+        row["ticks_per_second_runs"] = [x["ticks_per_second"] for x in runs[r.name]]
+        row["repricings_runs"] = [x.get("repricings") for x in runs[r.name]]
+        if not r.groups:
+            base[r.workload] = row["ticks_per_second"]
+        row["ratio_to_no_group"] = (row["ticks_per_second"] / base[r.workload]
+                                    if r.workload in base else None)
+        out.append(row)
+    return out
 
-    def f(x: Any, fmt: str) -> str:
-        return "–" if x is None else format(x, fmt)
 
-    print(f"\nworkload: {workload}; transport {args.transport}; machine {node} "
-          f"({os.cpu_count()} cores, GPU {gpu_name()})")
+def _f(x: Any, fmt: str) -> str:
+    return "–" if x is None else format(x, fmt)
+
+
+def print_tables(rows: list[dict[str, Any]], gp_rows: list[dict[str, Any]],
+                 big_tick_gap: dict[str, float], head: str) -> None:
+    print(f"\n{head}")
     print("| run | ticks/s | ratio | repricings | tick→values p50 µs | p99 µs | "
           "max repricing gap while ticking (data ms) |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['row']} | {r['ticks_per_second']:,.0f} | "
-              f"{f(r['ratio_to_no_group'], '.2f')} | {f(r.get('repricings'), ',')} | "
-              f"{f(r.get('latency_us_p50'), ',.0f')} | {f(r.get('latency_us_p99'), ',.0f')} | "
-              f"{f(r.get('max_repricing_gap_ms'), ',.1f')} |")
+              f"{_f(r['ratio_to_no_group'], '.2f')} | {_f(r.get('repricings'), ',')} | "
+              f"{_f(r.get('latency_us_p50'), ',.0f')} | {_f(r.get('latency_us_p99'), ',.0f')} | "
+              f"{_f(r.get('max_repricing_gap_ms'), ',.1f')} |")
     print(f"10x1,000 feed: largest gap between ticks of one underlying "
           f"{max(big_tick_gap.values()):.1f} ms of data time (the floor of the repricing gap)")
-    print("\n| GP bar close | CPU µs | CUDA µs | --device auto picks |")
-    print("|---|---:|---:|---|")
+    if not gp_rows:
+        return
+    print("\n| GP bar close | CPU µs | CUDA µs | CUDA µs, numba launch | --device auto picks |")
+    print("|---|---:|---:|---:|---|")
     for g in gp_rows:
-        print(f"| {g['rules']} rules x {g['symbols']} symbols | {f(g['cpu_us'], ',.0f')} | "
-              f"{f(g['cuda_us'], ',.0f')} | {g['auto']} |")
+        print(f"| {g['rules']} rules x {g['symbols']} symbols | {_f(g['cpu_us'], ',.0f')} | "
+              f"{_f(g['cuda_us'], ',.0f')} | {_f(g.get('cuda_plain_us'), ',.0f')} | "
+              f"{g['auto']} |")
+
+
+def main() -> None:
+    args = _args()
+    gpu = "cuda" if cuda_present() and not cuda_simulated() and not args.quick else "cpu"
+    stamp = datetime.now(UTC)
+    node = platform.node()
+    json_path = args.json or ROOT / "benchmarks" / "results" / (
+        f"between_ticks_{node}_{stamp:%Y-%m-%d}{'_quick' if args.quick else ''}.json")
+    one, big = _workloads(args)
+    rows = run_plan(plan(one, big, gpu), args)
+    big_tick_gap = _tick_gaps_ms(_tick_times(big.factory))
+    capacity = (launch_capacity(one.groups, gpu, "one group")
+                + launch_capacity(big.groups, gpu, "10 x 1,000"))
+    gp_rows = [] if args.no_gp else gp_bar_close(
+        [(1, 128), (1, 1000), (50, 128), (50, 1000)], gpu)
+    head = (f"workload: {one.workload}; transport {args.transport}; machine {node} "
+            f"({os.cpu_count()} cores, GPU {gpu_name()})")
+    print_tables(rows, gp_rows, big_tick_gap, head)
+    for c in capacity:
+        print(f"launch capacity, {c['case']}: {c['in_flight']} in flight: "
+              f"{c['batches_per_s']:,.0f} batches/s, launch -> seen p50 "
+              f"{c['launch_to_seen_us_p50']:,.0f} µs")
     meta = {"machine": node, "cpu_count": os.cpu_count(), "gpu": gpu_name(),
             "python": platform.python_version(), "date": stamp.isoformat(),
-            "transport": args.transport, "workload": workload, "quick": args.quick,
+            "transport": args.transport, "workload": one.workload, "quick": args.quick,
             "strategy": "sma-cross(10,50)", "big_tick_gap_ms": big_tick_gap,
             "note": "on the GPU the set of spots repriced depends on timing (coalescing)"}
     json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps({"meta": meta, "rows": rows, "gp_bar_close": gp_rows},
+    json_path.write_text(json.dumps({"meta": meta, "rows": rows, "launch_capacity": capacity,
+                                     "gp_bar_close": gp_rows},
                                     indent=2, default=float))
-    _plot(rows, json_path.with_suffix(".png"), f"{workload} / {node}")
+    _plot(rows, json_path.with_suffix(".png"), f"{one.workload} / {node}")
     print(f"wrote {json_path} and {json_path.with_suffix('.png')}")
 
 

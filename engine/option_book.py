@@ -390,7 +390,9 @@ class OptionBook:
             repricings = sum(g.repricings for g in gs_all)
             coalesced = sum(g.coalesced for g in gs_all)
         lat_us = np.array(lat, dtype=np.float64) / 1e3
+        extra = {} if self._worker is None else {"worker_repricings": w["worker_repricings"]}
         return {
+            **extra,
             "device": self.device,
             "dispatch": self.dispatch,
             "groups": groups,

@@ -6,10 +6,25 @@ second process owns the pricers: the engine's side (`WorkerClient`) writes the n
 the tick's timestamp and the time of the request into a shared-memory slot per group (four
 memoryview stores: about 0.6 µs of Python a tick on a 2-core VM, measured), and `poll()`
 reads a counter per group and, when it moved, copies the finished arrays out (one
-`OptionGroupValues` message). The worker (`worker_main`) spins over the
-groups: it launches the newest requested spot of every idle group, queries the events of
-busy ones, and writes finished results back. A group busy on the GPU thus takes only the
-newest spot (coalescing), as in-process.
+`OptionGroupValues` message). The worker (`worker_main`) spins over its batches, each a
+`gpu.option_batch.BatchPricer`: up to OPTION_WORKER_SLOTS launches are in flight per batch
+(each its own buffers and stream), spaced a slot's share of a launch's latency apart, so
+the GPU works on the next spot while the previous results are still on their way.
+Finished launches are published oldest first (in request order). Every launch takes the
+newest requested spot of each group (coalescing), as in-process. With
+OPTION_WORKER_BATCH=1 the groups of one grid share a batch: one launch reprices every
+group that has a new spot (one block per option across groups) instead of one launch per
+group.
+
+Defaults, from the H200 replays (benchmarks/results/h200-2026-11-23-between-ticks): two
+launches in flight doubled the repricings of the 102-option SPY group (34k -> 65k-102k per
+replay) and cut its p99 latency from 418 to 143 µs; three or four gave no more. Batching
+is off: with ten groups of 1,000 options the GPU is already saturated (one round of 10,000
+options takes about 1 ms), and one launch per round made the host's gather and scatter
+serial with it, so each group was repriced less often (largest gap 396 ms of data time
+against 150-190 ms with one launch per group); it pays only where launches are small. On
+that saturated GPU more launches in flight do not pay either (3 per group: largest gap
+374 ms, p50 2.1 ms, against 192 ms and 1.1 ms with one): OPTION_WORKER_SLOTS=1 there.
 
 Neither side ever waits for the other. Results use a sequence lock (a counter that is odd
 while the slot is written; the reader retries when it read an odd value or the counter
@@ -24,7 +39,9 @@ rewritten for request n + 2). Shared-memory layout (int64 unless noted):
       request: REQ (the number of the newest request), then two slots of (REQ_TS, REQ_T0,
                REQ_SPOT float64): request n lives in slot n % 2, written before REQ = n
       result:  RES (seqlock), RES_REQ (request number priced), RES_TS, RES_T0,
-               RES_SPOT (float64), COALESCED (requests never launched)
+               RES_SPOT (float64), COALESCED (requests never launched), PRICED
+               (repricings the worker published; the engine may read fewer, as a
+               result slot holds only the newest)
     per group g, float64[3, n_g]: price, delta, gamma of the newest finished repricing
 
 Values are the same pricer's (`OptionGroupPricer`), built by the same recipe
@@ -34,6 +51,7 @@ which spots get priced depends on timing.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import math
 import os
@@ -44,7 +62,7 @@ import traceback
 import weakref
 from multiprocessing import shared_memory
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import numpy as np
@@ -57,11 +75,16 @@ SLOT = 16  # words per group: a request line and a result line
 REQ = 0
 REQ_TS, REQ_T0, REQ_SPOT = range(1, 4)  # slot 0; slot 1 is 3 words further
 REQ_SLOT = 3
-RES, RES_REQ, RES_TS, RES_T0, RES_SPOT, COALESCED = range(8, 14)
+RES, RES_REQ, RES_TS, RES_T0, RES_SPOT, COALESCED, PRICED = range(8, 15)
 #: idle spins of the worker before it naps (a nap adds up to NAP_S to the next latency)
 IDLE_SPINS = 50_000
 NAP_S = 0.0002
 START_TIMEOUT_S = 600.0
+#: launches in flight per batch (OPTION_WORKER_SLOTS), and whether groups of one grid share
+#: a launch (OPTION_WORKER_BATCH=1; default one launch per group): see the docstring
+SLOTS_ENV, BATCH_ENV = "OPTION_WORKER_SLOTS", "OPTION_WORKER_BATCH"
+YIELD_ENV = "OPTION_WORKER_YIELD"
+DEFAULT_SLOTS = 2
 #: on every this many requests, also look for finished results (besides poll())
 CHECK_EVERY_REQUESTS = 4
 
@@ -243,6 +266,8 @@ class WorkerClient:
         return {
             "groups": self.layout.n_groups, "options": sum(self.layout.sizes),
             "repricings": self.repricings, "latencies_ns": list(self.latencies_ns),
+            "worker_repricings": sum(int(q[HEADER + SLOT * g + PRICED])
+                                     for g in range(self.layout.n_groups)),
             "coalesced": sum(int(q[HEADER + SLOT * g + COALESCED])
                              for g in range(self.layout.n_groups)),
         }
@@ -307,61 +332,159 @@ def worker_main(shm_name: str, configs: list[Any], device: str, timezone: str,
         shm.close()
 
 
-def _serve(shm: shared_memory.SharedMemory, q: Any, configs: list[Any], device: str,
-           tz: Any, parent_pid: int) -> None:
-    from engine.option_book import build_group, prepare_launch
+class _AllWarm(set[tuple[object, ...]]):
+    """The worker's groups keep only their parameter rows on the host (the batches price
+    them), so `build_group` has nothing to compile for them."""
 
-    d: Any = _buf(shm).cast("d")
-    layout = _Layout(_sizes(configs))
-    res = layout.result_views(shm.buf)
-    warmed: set[tuple[object, ...]] = set()
-    groups = [build_group(c, device, False, warmed) for c in configs]
-    launched = [0] * len(groups)  # request number launched last
-    in_flight: list[tuple[int, float, int, int] | None] = [None] * len(groups)
-    coalesced = [0] * len(groups)
-    q[READY] = 1
-    idle = 0
-    spins = 0
-    try:
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
+class _Flight(NamedTuple):
+    """A launch in flight: its slot, what it prices, and when it started."""
+
+    slot: int
+    parts: list[tuple[int, int, float, int, int]]  # (group, request, spot, ts, t0)
+    launched_ns: int
+
+
+class _Batch:
+    """Groups of one grid, priced together by one `BatchPricer` with a few slots."""
+
+    def __init__(self, members: list[int], pricer: Any) -> None:
+        self.members = members
+        self.pricer = pricer
+        self.flights: collections.deque[_Flight] = collections.deque()
+        self.last_launch_ns = 0
+        self.latency_ns = 0.0  # launch -> results seen, smoothed: paces the launches
+
+
+def _slots() -> int:
+    return max(1, int(os.environ.get(SLOTS_ENV, DEFAULT_SLOTS)))
+
+
+def _batches(groups: list[Any], device: str) -> list[_Batch]:
+    """One batch per group; with OPTION_WORKER_BATCH=1 groups of the same grid share one."""
+    from gpu.option_batch import BatchPricer
+    from gpu.options import warm_up
+
+    together = os.environ.get(BATCH_ENV, "0") == "1"
+    members: dict[Any, list[int]] = {}
+    for g, grp in enumerate(groups):
+        members.setdefault(grp.pricer.grid if together else g, []).append(g)
+    out = []
+    warmed: set[Any] = set()
+    for idx in members.values():
+        grid = groups[idx[0]].pricer.grid
+        if grid not in warmed:  # JIT before the first tick, not on it
+            warm_up(grid, device)
+            warmed.add(grid)
+        pricer = BatchPricer([groups[g].pricer.n for g in idx], grid, device, _slots())
+        out.append(_Batch(idx, pricer))
+    return out
+
+
+class _Server:
+    """The worker's loop state: the shared memory, the groups' rows, their batches."""
+
+    def __init__(self, shm: shared_memory.SharedMemory, q: Any, configs: list[Any],
+                 device: str, tz: Any) -> None:
+        from engine.option_book import build_group
+
+        self.q = q
+        self.d: Any = _buf(shm).cast("d")
+        self.tz = tz
+        self.res = _Layout(_sizes(configs)).result_views(shm.buf)
+        # each group's parameter rows live on the host; the batches price them
+        self.groups = [build_group(c, "cpu", False, _AllWarm()) for c in configs]
+        self.batches = _batches(self.groups, device)
+        self.launched = [0] * len(configs)  # request number launched last
+        self.coalesced = [0] * len(configs)
+
+    def collect(self, batch: _Batch) -> bool:
+        """Publish the batch's finished launches, oldest first (results in request order)."""
+        q, d, flights = self.q, self.d, batch.flights
+        work = False
+        while flights and batch.pricer.done(flights[0].slot):
+            flight = flights.popleft()
+            seen = time.perf_counter_ns() - flight.launched_ns
+            batch.latency_ns += (seen - batch.latency_ns) * 0.1 if batch.latency_ns else seen
+            values = batch.pricer.results(flight.slot)
+            o = 0
+            for g, req, spot, ts, t0 in flight.parts:
+                n = self.groups[g].pricer.n
+                b = HEADER + SLOT * g
+                c = q[b + RES] + 1
+                q[b + RES] = c
+                self.res[g][:] = values[o:o + n].T
+                o += n
+                q[b + RES_REQ] = req
+                q[b + RES_TS] = ts
+                q[b + RES_T0] = t0
+                d[b + RES_SPOT] = spot
+                q[b + COALESCED] = self.coalesced[g]
+                q[b + PRICED] += 1
+                q[b + RES] = c + 1
+            work = True
+        return work
+
+    def launch(self, batch: _Batch) -> bool:
+        """Launch the newest requested spot of every group of the batch that has one, in a
+        free slot; while others are in flight, only once a slot's share of a launch's
+        latency has passed since the last (evenly spaced repricings, not bursts)."""
+        slot = batch.pricer.free_slot()
+        if slot is None:
+            return False
+        now = time.perf_counter_ns()
+        if batch.flights and now - batch.last_launch_ns < batch.latency_ns / batch.pricer.slots:
+            return False
+        from engine.option_book import prepare_launch
+
+        q, d = self.q, self.d
+        parts: list[tuple[int, int, float, int, int]] = []
+        rows = []
+        key: list[Any] = []
+        for g in batch.members:
+            b = HEADER + SLOT * g
+            req = q[b]
+            if req == self.launched[g]:
+                continue
+            s = b + REQ_SLOT * (req & 1)
+            spot = d[s + REQ_SPOT]
+            ts, t0 = q[s + REQ_TS], q[s + REQ_T0]
+            if q[b] != req:
+                continue  # the engine is rewriting this slot: read the newer one next
+            self.coalesced[g] += req - self.launched[g] - 1
+            self.launched[g] = req
+            grp = self.groups[g]
+            prepare_launch(grp, spot, ts, self.tz)
+            parts.append((g, req, spot, ts, t0))
+            rows.append(grp.pricer.params)
+            key.append((g, grp.last_date))
+        if not parts:
+            return False
+        batch.pricer.launch(slot, rows, tuple(key))
+        batch.flights.append(_Flight(slot, parts, now))
+        batch.last_launch_ns = now
+        return True
+
+    def run(self, parent_pid: int) -> None:
+        q = self.q
+        idle = 0
+        spins = 0
+        # OPTION_WORKER_YIELD=1: while only waiting on the GPU, give the core away each spin
+        polite = os.environ.get(YIELD_ENV, "0") == "1"
         while not q[STOP]:
             work = False
-            for g, grp in enumerate(groups):
-                b = HEADER + SLOT * g
-                flight = in_flight[g]
-                if flight is not None:
-                    if not grp.pricer.done():
-                        work = True
-                        continue
-                    req, spot, ts, t0 = flight
-                    values = grp.pricer.results()
-                    c = q[b + RES] + 1
-                    q[b + RES] = c
-                    out = res[g]
-                    out[0] = values.price
-                    out[1] = values.delta
-                    out[2] = values.gamma
-                    q[b + RES_REQ] = req
-                    q[b + RES_TS] = ts
-                    q[b + RES_T0] = t0
-                    d[b + RES_SPOT] = spot
-                    q[b + COALESCED] = coalesced[g]
-                    q[b + RES] = c + 1
-                    in_flight[g] = None
-                    work = True
-                req = q[b]
-                if req == launched[g]:
-                    continue
-                s = b + REQ_SLOT * (req & 1)
-                spot = d[s + REQ_SPOT]
-                ts, t0 = q[s + REQ_TS], q[s + REQ_T0]
-                if q[b] != req:
-                    continue  # the engine is rewriting this slot: read the newer one next
-                coalesced[g] += req - launched[g] - 1
-                launched[g] = req
-                prepare_launch(grp, spot, ts, tz)
-                grp.pricer.launch()
-                in_flight[g] = (req, spot, ts, t0)
-                work = True
+            moved = False
+            for batch in self.batches:
+                if batch.flights:
+                    moved = self.collect(batch) or moved
+                    work = work or bool(batch.flights)
+                moved = self.launch(batch) or moved
+            work = work or moved
+            if polite and work and not moved:
+                os.sched_yield()
             spins += 1
             if spins >= 4096:  # busy or not, notice an engine that died without stopping us
                 spins = 0
@@ -375,9 +498,20 @@ def _serve(shm: shared_memory.SharedMemory, q: Any, configs: list[Any], device: 
                 time.sleep(NAP_S)
             else:
                 os.sched_yield()
+
+    def close(self) -> None:
+        self.res.clear()
+        self.d.release()
+
+
+def _serve(shm: shared_memory.SharedMemory, q: Any, configs: list[Any], device: str,
+           tz: Any, parent_pid: int) -> None:
+    server = _Server(shm, q, configs, device, tz)
+    q[READY] = 1
+    try:
+        server.run(parent_pid)
     finally:
-        res.clear()
-        d.release()
+        server.close()
 
 
 def per_option(msgs: list[OptionValue | OptionGroupValues]) -> list[OptionValue]:

@@ -1,0 +1,106 @@
+"""The option worker process with batched launches and several launches in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+
+import msgspec
+import numpy as np
+import pytest
+
+from engine.option_book import OptionBook, OptionGroupConfig
+from feeds.messages import OptionGroupValues
+from gpu.device import cuda_present
+from gpu.options import make_grid, price_options
+
+NS = 1_000_000_000
+TS0 = int(dt.datetime(2024, 3, 1, 15, 0, tzinfo=dt.UTC).timestamp()) * NS
+
+
+def cfg(underlying: str, strikes: tuple[float, ...], **kw: object) -> OptionGroupConfig:
+    base: dict[str, object] = {"underlying": underlying, "strikes": strikes,
+                               "expiries": (7, 60), "rights": ("C", "P"), "style": "american",
+                               "vol": 0.3, "rate": 0.01, "grid": "seed", "price_steps": 16,
+                               "time_steps": 3}
+    base.update(kw)
+    return msgspec.convert(base, OptionGroupConfig)
+
+
+def reference(spot: float, c: OptionGroupConfig) -> tuple[np.ndarray, np.ndarray]:
+    grid = make_grid(c.grid, price_steps=c.price_steps or None, time_steps=c.time_steps or None)
+    rows = [(e, k, r) for e in c.expiries for k in c.strikes for r in c.rights]
+    years = [e / 365 for e, _, _ in rows]  # type: ignore[operator]
+    v = price_options(spot, [k for _, k, _ in rows], years, c.vol,
+                      c.rate, [r == "C" for _, _, r in rows], c.style == "american",
+                      grid=grid, device="cpu")
+    return v.price, v.delta
+
+
+def run_walk(book: OptionBook, n: int, seed: int) -> tuple[list[OptionGroupValues],
+                                                            dict[str, list[float]]]:
+    rng = np.random.default_rng(seed)
+    got: list[OptionGroupValues] = []
+    asked: dict[str, list[float]] = {"ABC": [], "DEF": []}
+    for i in range(n):
+        sym = "ABC" if rng.random() < 0.6 else "DEF"
+        spot = float((100.0 if sym == "ABC" else 40.0) * np.exp(rng.normal(0, 0.02)))
+        asked[sym].append(spot)
+        book.on_underlying_tick(sym, spot, TS0 + i * NS)
+        if i % 7 == 0:
+            got.extend(m for m in book.poll() if isinstance(m, OptionGroupValues))
+    got.extend(m for m in asyncio.run(book.drain()) if isinstance(m, OptionGroupValues))
+    return got, asked
+
+
+def check(got: list[OptionGroupValues], asked: dict[str, list[float]],
+          configs: dict[str, OptionGroupConfig], exact: bool) -> None:
+    for sym, c in configs.items():
+        msgs = [m for m in got if m.symbol == sym]
+        assert msgs and msgs[-1].spot == asked[sym][-1]  # the newest spot is priced last
+        ts = [m.ts for m in msgs]
+        assert ts == sorted(ts) and len(set(ts)) == len(ts)  # published in request order
+        for m in msgs:
+            assert m.spot in asked[sym]
+            p, d = reference(m.spot, c)
+            if exact:
+                assert m.prices().tolist() == p.tolist() and m.deltas().tolist() == d.tolist()
+            else:  # float32 on the device
+                np.testing.assert_allclose(m.prices(), p, rtol=1e-5, atol=1e-6)
+                np.testing.assert_allclose(m.deltas(), d, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize(("slots", "batch"), [(3, "1"), (1, "0")])
+def test_cpu_worker_batches_groups_of_one_grid_bit_for_bit(
+        monkeypatch: pytest.MonkeyPatch, slots: int, batch: str) -> None:
+    monkeypatch.setenv("OPTION_WORKER_SLOTS", str(slots))
+    monkeypatch.setenv("OPTION_WORKER_BATCH", batch)
+    configs = {"ABC": cfg("ABC", (90.0, 100.0, 110.0)), "DEF": cfg("DEF", (35.0, 45.0))}
+    book = OptionBook(list(configs.values()), device="cpu", dispatch="process")
+    try:
+        got, asked = run_walk(book, 400, 5)
+        check(got, asked, configs, exact=True)
+        assert book.in_flight == 0
+        s = book.summary()
+        assert s["repricings"] == len(got) and s["ticks"] == 400
+        assert int(s["worker_repricings"]) >= len(got)  # type: ignore[call-overload]
+    finally:
+        book.close()
+
+
+def test_cuda_worker_with_launches_in_flight_in_the_simulator(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two groups of one grid in one launch, two launches in flight, on the worker's CUDA
+    path (the simulator at this size; a real GPU runs it too)."""
+    if not cuda_present():
+        pytest.skip("no CUDA device or simulator")
+    monkeypatch.setenv("OPTION_WORKER_SLOTS", "2")
+    monkeypatch.setenv("OPTION_WORKER_BATCH", "1")
+    configs = {"ABC": cfg("ABC", (95.0, 105.0), expiries=(30,)),
+               "DEF": cfg("DEF", (40.0,), expiries=(7, 90))}
+    book = OptionBook(list(configs.values()), device="cuda", dispatch="process")
+    try:
+        got, asked = run_walk(book, 40, 8)
+        check(got, asked, configs, exact=False)
+    finally:
+        book.close()

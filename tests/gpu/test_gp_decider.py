@@ -1,0 +1,35 @@
+"""The GP bar-close decider: its CUDA path (mapped codes, reused event) against the twin."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpu.device import cuda_present
+from gpu.gp_decider import AsyncDecider
+from strategies.gp.init import ramped_half_and_half
+from strategies.gp.representation import rules_programs
+
+
+def programs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    pop = ramped_half_and_half(n, np.random.default_rng(n), 2, 5)
+    return rules_programs([pop.rule(i) for i in range(n)])
+
+
+@pytest.mark.skipif(not cuda_present(), reason="no CUDA device or simulator")
+def test_cuda_decider_codes_equal_the_cpu_twin_across_sizes_and_switches() -> None:
+    progs, lengths = programs(4)
+    cpu = AsyncDecider(progs, lengths, "cpu")
+    fast = AsyncDecider(progs, lengths, "cuda")
+    plain = AsyncDecider(progs, lengths, "cuda", prebind=False)
+    rng = np.random.default_rng(3)
+    for n_symbols in (5, 5, 17, 3):  # a new size rebuilds the buffers (and the binding)
+        feats = rng.normal(size=(n_symbols, 31)).astype(np.float32)
+        want = cpu._bar_close(feats)
+        np.testing.assert_array_equal(fast._bar_close(feats), want)
+        np.testing.assert_array_equal(plain._bar_close(feats), want)
+    # the calibration switches one decider between backends: both keep working
+    fast.device = "cpu"
+    np.testing.assert_array_equal(fast._bar_close(feats), want)
+    fast.device = "cuda"
+    np.testing.assert_array_equal(fast._bar_close(feats), want)
