@@ -148,12 +148,12 @@ class Daemon:
             self.risk.restore(snap.state.get("risk", {}))
             for s in state.symbols:  # symbols journaled after the snapshot
                 if s not in self.engine.sym_index:
-                    self.engine._register(s)
+                    self.engine.register(s)
             self._bar_events_at_snapshot = self.engine.stats.bar_events
             how = "snapshot"
         else:
             self.engine.restore(state.orders, state.fills)
-            held = self.engine._signal.copy()
+            held = self.engine.decisions.signal.copy()
             if held.any():  # cold: keep positions through the indicators' warm-up
                 self.engine.strategy = WarmupGuard(strategy, held)
             how = "cold" if state.fills else "new"

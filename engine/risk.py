@@ -59,7 +59,7 @@ class RiskGate:
 
     def attach(self, engine: Any) -> None:
         self.engine = engine
-        engine.risk_check = self.check
+        engine.orders.risk_check = self.check
         engine.broker.position_cap = self.limits.max_position
 
     # ------------------------------------------------------------------ per order

@@ -257,7 +257,7 @@ def test_a_trade_far_in_the_future_does_not_stop_later_orders(bad_ts: int) -> No
     orders_before = eng.stats.orders
     asyncio.run(eng.consume(frames[401:], v))
     assert sum(v.skipped.counts.get(k, 0) for k in ("time_future", "time_out_of_range")) == 1
-    assert eng._next_boundary < T0 + 10**15
+    assert eng.clock.next_boundary < T0 + 10**15
     assert eng.stats.orders > orders_before  # later bars still trade
 
 

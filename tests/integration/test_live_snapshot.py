@@ -69,7 +69,7 @@ def _cold_restart(guard: bool) -> tuple[Engine, list[Order]]:
     held = Fill(1, TRADES[0].ts, sym, 1, 1, 50.0, TRADES[0].price, 1.0, fill_id=1)
     eng.restore([Order(1, held.ts, sym, 1, 1, 50.0, "enter")], [held])
     if guard:
-        eng.strategy = WarmupGuard(eng.strategy, eng._signal.copy())
+        eng.strategy = WarmupGuard(eng.strategy, eng.decisions.signal.copy())
     asyncio.run(_feed(eng, Validator(), [t for t in TRADES if t.symbol == sym][:3_000]))
     return eng, orders
 
@@ -88,5 +88,5 @@ def test_cold_restart_does_not_read_warm_up_as_flatten() -> None:
     # and then the strategy rules again: the guarded engine's later orders are the ones
     # of a warm SMA crossover (its position follows the signal)
     pos = eng.broker.accounts[0].position
-    sig = int(eng._signal[0])
-    assert (pos > 0) == (sig > 0) or eng._has_pending[0]
+    sig = int(eng.decisions.signal[0])
+    assert (pos > 0) == (sig > 0) or eng.orders.has_pending[0]
