@@ -50,8 +50,8 @@ _FLAT_NAMES = {"_o": ("bars", "o"), "_h": ("bars", "h"), "_l": ("bars", "l"),
                "_bar_group_ts": ("clock", "group_ts"), "_pending": ("orders", "pending"),
                "_has_pending": ("orders", "has_pending"), "_signal": ("decisions", "signal"),
                "_intended": ("decisions", "intended")}
-VALIDATOR_FIELDS = ("last_ts", "last_seq", "last_price", "_band", "clock", "session", "_fresh",
-                    "received", "session_changes")
+VALIDATOR_FIELDS = ("last_seq", "_sym", "clock", "session", "_fresh", "received",
+                    "session_changes")
 
 
 def capture(engine: Engine, validator: Validator, extra: dict[str, Any]) -> dict[str, Any]:
@@ -105,8 +105,7 @@ def restore(engine: Engine, validator: Validator, snap: dict[str, Any],
     elif snap["strategy_name"] != engine.strategy.name:
         log.warning("snapshot was taken with strategy %s, now %s: its state starts cold",
                     snap["strategy_name"], engine.strategy.name)
-    for f, v in snap["validator"].items():
-        setattr(validator, f, v)
+    _restore_validator(validator, snap["validator"])
     engine.broker.orders = list(orders)
     engine.broker.fills = list(fills)
     later_fills = [f for f in fills if f.fill_id > last_fill_id]
@@ -148,6 +147,16 @@ def _restore_pending(engine: Engine, orders: list[Order], filled: set[int]) -> N
         decisions.intended[i] = sign
         if sign != 0 and int(decisions.signal[i]) != sign:
             decisions.signal[i] = sign  # the signal that led to the position held
+
+
+def _restore_validator(validator: Validator, state: dict[str, Any]) -> None:
+    """The validator's stream state; a snapshot of separate symbol tables is translated."""
+    state = dict(state)
+    if "_band" in state:
+        validator.load_symbols(state.pop("_band"), state.pop("last_price", {}),
+                               state.pop("last_ts", {}))
+    for name, value in state.items():
+        setattr(validator, name, value)
 
 
 def _part(engine: Engine, part: str) -> Any:
