@@ -1,5 +1,6 @@
-"""Trading decisions: the strategy's signals, through the trading-phase table, to intended
-positions and the orders that reach them.
+"""Trading decisions: strategy signals -> trading-phase action -> intended position.
+
+The orders that reach each intended position go to the order desk (engine/orders.py).
 
 Per bar event the strategy gives a target signal per symbol; `phases.phase_action` (one
 exhaustive `match`) turns the previous and new signal, the phase and whether a position is

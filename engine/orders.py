@@ -1,5 +1,4 @@
-"""Orders: sizing, the pre-trade risk check, pending orders and the fill model, executed
-against the paper broker.
+"""Orders to the paper broker: sizing, the risk check, pending orders and the fill model.
 
 Under `signal-close` (or `bar-close`) an order fills at once at the price that decided it;
 under `next-tick` and `next-open` it waits, pending, for the symbol's next price (the

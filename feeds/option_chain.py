@@ -1,5 +1,6 @@
-"""Option chains from CSV: one row per contract, as in
-`shared/data/lean_goog_option_chain_2015-12-24/goog_option_chain_2015-12-24T1300ET.csv`.
+"""Option chains from CSV files, one row per contract.
+
+As in `shared/data/lean_goog_option_chain_2015-12-24/goog_option_chain_2015-12-24T1300ET.csv`.
 
 Columns (header names, any order; extra columns are ignored):
 - required: `expiry` (YYYY-MM-DD), `strike` (> 0), `right` (C/P or call/put);

@@ -1,5 +1,6 @@
-"""Validation of decoded market messages: the one path that every subscriber, the engine and
-the daemon use.
+"""Validation of received market messages: the one path of every subscriber and the engine.
+
+The daemon, the replay and the subscriber's `batch` all use `Validator.validate_many`.
 
 Undecodable frames (invalid UTF-8 included), unknown kinds, NaN/inf, non-positive or absurd
 prices, price jumps outside a band (`price_outlier`), sizes <= 0, timestamps out of range,
@@ -8,6 +9,10 @@ the allow-list or the table's maximum, sequence gaps and duplicates are counted 
 (`feeds.records.SkipCounter`), logged once per kind with a sample, and skipped (bounds in
 `ValidationLimits`). A gap is counted by the number of missing messages; the message after
 a gap is good data and kept.
+
+Speed: it is most of the engine's per-tick time. Each symbol's state (band, last price,
+last time) is one list behind one dict lookup, and a trade passes every rule in one
+combined test; only a rejected trade is examined again to name its first failed rule.
 """
 
 from __future__ import annotations
