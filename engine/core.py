@@ -270,8 +270,9 @@ class Engine:
             phase = self.phase_at(bar_ts - 1)  # the bar's last instant decides its phase
         if idx:
             bars.push(idx, self.bank)
-            for i in idx:
-                self.broker.mark(i, bars.c[i])
+            accounts, c = self.broker.accounts, bars.c
+            for i in idx:  # the broker's marks (`PaperBroker.mark`, inlined: per symbol)
+                accounts[i].last_price = c[i]
             self.stats.bars += len(idx)
         self.stats.bar_events += 1
         n = len(bars.o)

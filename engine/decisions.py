@@ -69,14 +69,20 @@ class Decisions:
         symbol that still intends a position."""
         long_only = strategy.long_only
         intended = self.intended
+        signal = self.signal
+        stop = phase is Phase.STOP
+        new_signals = signals.tolist()  # Python scalars: cheaper per item than numpy's
+        prev_signals = signal.tolist()
         for i in idx:
-            new = int(signals[i])
+            new = int(new_signals[i])
             if long_only and new < 0:
                 new = 0
-            prev = int(self.signal[i])
+            prev = prev_signals[i]
+            if new == prev and not stop:
+                continue  # NO_CHANGE is NONE in every phase but STOP (tests/engine/test_phases)
             action = phase_action(phase, intended[i] != 0, transition(prev, new),
                                   strategy.enter_on_from_zero)
-            self.signal[i] = new
+            signal[i] = new
             if action is Action.NONE:
                 continue
             if action is Action.CLEAR or action is Action.SWITCH:

@@ -49,11 +49,9 @@ def equity_point(broker: PaperBroker, bars: OpenBars, ts: int) -> EquityPoint:
     gross = 0.0
     bh = 0.0
     cash0, fee = broker.cash_per_symbol, broker.commission
-    for i, acct in enumerate(broker.accounts):
-        p = bars.c[i]
+    for acct, p, first in zip(broker.accounts, bars.c, bars.first_price, strict=True):
         if acct.position != 0.0:
             gross += abs(acct.position) * acct.last_price
-        first = bars.first_price[i]
         if first == first and p > 0.0:
             shares = max(0, math.floor((cash0 - fee) / first))
             bh += cash0 - (shares * first + fee) + shares * p if shares else cash0
