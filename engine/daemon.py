@@ -158,8 +158,8 @@ class Daemon:
                 self.engine.strategy = WarmupGuard(strategy, held)
             how = "cold" if state.fills else "new"
         # the journal's stream positions are the truth (ahead of a snapshot after kill -9)
-        v.last_seq.clear()  # (a snapshot's may hold streams of a feed session since replaced)
-        v.last_seq.update(state.last_seq)
+        # (a snapshot's may hold streams of a feed session since replaced)
+        v.last_seq = dict(state.last_seq)
         if state.session is not None:
             v.session = state.session
         if self.risk.killed and not state.kill_switch:  # reset while the daemon was down

@@ -99,6 +99,9 @@ def _symbol_state(band: float, earliest: int) -> list[Any]:
 
 
 BAND, LAST_PRICE, HIGH, LAST_TS = 0, 1, 2, 3
+#: the state of the feed's heartbeats, which carry no symbol (never written: heartbeats have
+#: no price and no time of their own)
+_NO_SYMBOL = _symbol_state(0.0, _NO_TS)
 
 
 class Validator:
@@ -114,7 +117,10 @@ class Validator:
         self.limits = limits = limits or ValidationLimits()
         self.decoder = make_decoder()
         self.skipped = SkipCounter(what="skipped")
-        self.last_seq: dict[bytes, int] = {}
+        #: each stream (topic) seen: [its last sequence number, the symbol of its last
+        #: message, that symbol's state]; the symbol saves the per-symbol lookup while a
+        #: stream carries one symbol, as a feed's streams do
+        self._topics: dict[bytes, list[Any]] = {}
         #: symbols accepted so far (checked once each), with their state (`_symbol_state`)
         self._sym: dict[str, list[Any]] = {}
         #: the stream's clock: the newest timestamp accepted on any symbol (None: no message)
@@ -139,11 +145,21 @@ class Validator:
         belong to it)."""
         if self.session is not None:
             log.warning("feed session changed %d -> %d: sequence check reset for %d streams",
-                        self.session, session, len(self.last_seq))
-            self.last_seq.clear()
+                        self.session, session, len(self._topics))
+            self._topics.clear()
             self._fresh = True
             self.session_changes += 1
         self.session = session
+
+    @property
+    def last_seq(self) -> dict[bytes, int]:
+        """The last sequence number of each stream (topic): the journal's stream positions."""
+        return {t: r[0] for t, r in self._topics.items()}
+
+    @last_seq.setter
+    def last_seq(self, positions: dict[bytes, int]) -> None:
+        """Stream positions restored (the journal's); streams not in `positions` are new."""
+        self._topics = {t: [int(s), None, None] for t, s in positions.items()}
 
     @property
     def known(self) -> set[str]:
@@ -165,6 +181,8 @@ class Validator:
                      last_ts: dict[str, int]) -> None:
         """Symbol state from separate tables (a snapshot of an earlier layout)."""
         self._sym = {}
+        for r in self._topics.values():  # their cached states were of the old table
+            r[1] = r[2] = None
         for s, b in band.items():
             st = self._sym[s] = _symbol_state(b, self._earliest)
             if s in last_price:
@@ -175,7 +193,7 @@ class Validator:
         """A symbol seen for the first time: name, allow-list and table size. Its state,
         or None (counted) when it is refused. The feed's own heartbeats carry no symbol."""
         if type(msg) is Heartbeat and sym == "":
-            return _symbol_state(0.0, self._earliest)  # not a symbol: nothing to remember
+            return _NO_SYMBOL  # the feed's own: nothing to remember
         lim = self.limits
         if len(sym) > lim.max_symbol_length or SYMBOL_CHARS.fullmatch(sym) is None:
             self.skipped.add("bad_symbol", 1, msg)
@@ -208,9 +226,7 @@ class Validator:
         out: list[Message] = []
         append = out.append
         decode = self.decoder.decode
-        last_seq = self.last_seq
-        seq_get = last_seq.get
-        sym_get = self._sym.get
+        topic_get = self._topics.get
         max_price, latest = self._max_price, self._latest
         skew = self._skew_ns
         inf = math.inf
@@ -226,13 +242,17 @@ class Validator:
                 continue
             # the sequence is checked first: a message with bad content still occupies its
             # place in the stream, so skipping it must not look like a gap
+            tr = topic_get(topic)
             seq = msg.seq
-            if seq != seq_get(topic, 0) + 1 and not self._out_of_sequence(msg, topic):
-                continue
-            last_seq[topic] = seq
-            st = sym_get(msg.symbol)
-            if st is None:
-                st = self._new_symbol(msg.symbol, msg)
+            if tr is None or seq != tr[0] + 1:
+                tr = self._out_of_sequence(msg, topic, tr)
+                if tr is None:
+                    continue
+            tr[0] = seq
+            if msg.symbol == tr[1]:
+                st = tr[2]
+            else:
+                st = self._symbol_state(msg, tr)
                 if st is None:
                     continue
             if type(msg) is Trade:  # the hot path
@@ -254,7 +274,7 @@ class Validator:
                 continue
             self.clock = None if clock == _NO_TS else clock
             if type(msg) is Heartbeat and msg.session != self.session:
-                self.new_session(msg.session)  # clears last_seq in place (alias stays valid)
+                self.new_session(msg.session)  # clears the streams (`tr` stays usable)
             if self._check_other(msg, st):
                 append(msg)
             if self.clock is not None:
@@ -279,20 +299,37 @@ class Validator:
             kind = "undecodable"
         self.skipped.add(kind, 1, payload)
 
-    def _out_of_sequence(self, msg: Message, topic: bytes) -> bool:
-        """A message whose sequence number is not its stream's next: True keeps it (a
-        heartbeat, a new session's first message, the message after a gap: the gap is
-        counted), False drops it (a duplicate, counted)."""
-        if type(msg) is Heartbeat:
-            return True  # liveness only: a heartbeat is never a gap or a duplicate
-        if self._fresh and topic not in self.last_seq:
-            return True  # first message of a stream of a new feed session: no gap
-        expected = self.last_seq.get(topic, 0) + 1
-        if msg.seq < expected:
+    def _out_of_sequence(self, msg: Message, topic: bytes,
+                         tr: list[Any] | None) -> list[Any] | None:
+        """A message of a new stream, or whose sequence number is not its stream's next.
+        Its stream's record keeps it (a stream's first message, a heartbeat, a new
+        session's first message, the message after a gap: the gap is counted); None drops
+        it (a duplicate, counted)."""
+        expected = 1 if tr is None else tr[0] + 1
+        if msg.seq == expected or type(msg) is Heartbeat:
+            pass  # in sequence; a heartbeat (liveness only) is never a gap or a duplicate
+        elif self._fresh and tr is None:
+            pass  # first message of a stream of a new feed session: no gap
+        elif msg.seq < expected:
             self.skipped.add("duplicate", 1, msg)
-            return False
-        self.skipped.add("sequence_gap", msg.seq - expected, msg)
-        return True
+            return None
+        else:
+            self.skipped.add("sequence_gap", msg.seq - expected, msg)
+        if tr is None:
+            tr = self._topics[topic] = [0, None, None]
+        return tr
+
+    def _symbol_state(self, msg: Message, tr: list[Any]) -> list[Any] | None:
+        """The state of a message's symbol when its stream's last message had another one:
+        found, or made for a symbol seen the first time (None: refused, counted)."""
+        sym = msg.symbol
+        st = self._sym.get(sym)
+        if st is None:
+            st = self._new_symbol(sym, msg)
+            if st is None or st is _NO_SYMBOL:
+                return st  # not remembered for the stream: a non-heartbeat "" is refused
+        tr[1], tr[2] = sym, st
+        return st
 
     def _trade_rejection(self, t: Trade, st: list[Any], horizon: int) -> str:
         """Why a trade failed the fast branch's test: its first failed rule, in order."""
