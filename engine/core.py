@@ -28,7 +28,7 @@ from engine.bars import BarClock, OpenBars
 from engine.broker import PaperBroker
 from engine.config import EngineConfig
 from engine.decisions import Decisions
-from engine.orders import OrderDesk, RiskCheck
+from engine.orders import OrderDesk, RiskCheck, sign
 from engine.phases import Phase, SessionSchedule
 from engine.stats import EngineStats, EquityPoint, equity_point
 from feeds.messages import Bar, Fill, Heartbeat, Message, Order, Quote, Trade
@@ -312,8 +312,7 @@ class Engine:
         intended = self.decisions.intended
         for i, s in enumerate(self.symbols):
             pos = self.orders.position_after_pending(i)
-            sign = 0 if pos == 0 else (1 if pos > 0 else -1)
-            if sign != intended[i]:
+            if sign(pos) != intended[i]:
                 bad.append(f"{s}: intended {intended[i]}, position+pending {pos}")
         return bad
 

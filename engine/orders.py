@@ -18,6 +18,7 @@ RiskCheck = Callable[[int, int, float, str, float, int], bool]
 
 
 def sign(x: float) -> int:
+    """-1, 0 or 1: the side of a position."""
     return 0 if x == 0 else (1 if x > 0 else -1)
 
 

@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.core import Engine
+from engine.orders import sign
 from engine.stats import EngineStats
 from feeds.messages import Fill, Order
 from feeds.validation import Validator
@@ -142,11 +143,10 @@ def _restore_pending(engine: Engine, orders: list[Order], filled: set[int]) -> N
         desk.pending[i] = sorted(pending.get(i, []), key=lambda o: o.order_id)
         desk.has_pending[i] = bool(desk.pending[i])
         engine.refresh_flag(i)
-        pos = desk.position_after_pending(i)
-        sign = 0 if pos == 0 else (1 if pos > 0 else -1)
-        decisions.intended[i] = sign
-        if sign != 0 and int(decisions.signal[i]) != sign:
-            decisions.signal[i] = sign  # the signal that led to the position held
+        held = sign(desk.position_after_pending(i))
+        decisions.intended[i] = held
+        if held != 0 and int(decisions.signal[i]) != held:
+            decisions.signal[i] = held  # the signal that led to the position held
 
 
 def _restore_validator(validator: Validator, state: dict[str, Any]) -> None:
