@@ -30,6 +30,7 @@ fewer instructions than the stack kernel; with local-memory stacks it should rea
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -44,6 +45,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.common import median_seconds  # noqa: E402
 from feeds.datadir import data_dir  # noqa: E402
 from gpu import gp_bitwise, gp_eval  # noqa: E402
 from gpu.device import cuda_present  # noqa: E402
@@ -71,16 +73,6 @@ def evolved_population(window: GPWindow, n: int, generations: int, device: str) 
                                      window.train.day1, device)
     cfg = EvolutionConfig(population=n, generations=generations, seed=7)
     return evolve(ev, cfg).population
-
-
-def median_seconds(fn: Any, repeats: int) -> float:
-    fn()  # warm-up (JIT, caches)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def cuda_kernel_seconds(ev: Any, programs: np.ndarray, lengths: np.ndarray,
@@ -269,7 +261,7 @@ def bench_window(w: GPWindow, n_stocks: int, days: int, pop_name: str, pop: Popu
             cuda_kernel_seconds(impl, programs, lengths, repeats), quoted,
             "kernel (CUDA events)")
         add(f"cuda-{method}-e2e", programs.shape[0],
-            median_seconds(lambda ev=ev: ev.final_cash(programs, lengths), repeats), quoted,
+            median_seconds(functools.partial(ev.final_cash, programs, lengths), repeats), quoted,
             "translate + programs up + kernel + cash down")
     return mismatches
 

@@ -14,11 +14,9 @@ benchmarks/out/indicators.json).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +28,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from benchmarks.common import log, median_seconds, write_json  # noqa: E402
 from feeds.datadir import data_dir  # noqa: E402
 from gpu import indicators  # noqa: E402
 from gpu.device import DeviceUnavailable, resolve_device  # noqa: E402
@@ -43,10 +42,6 @@ BANK_SYMBOLS = 500
 Market = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # OHLCV
 
 
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def load_sp500(path: Path) -> tuple[Market, list[str]]:
     """(days x stocks) float64 OHLCV of the tickers that have every trading day."""
     if not path.exists():
@@ -58,16 +53,6 @@ def load_sp500(path: Path) -> tuple[Market, list[str]]:
     frames = [df.pivot(index="date", columns="Name", values=f).astype(float) for f in FIELDS]
     o, h, l, c, v = (np.ascontiguousarray(f.to_numpy()) for f in frames)
     return (o, h, l, c, v), list(frames[0].columns)
-
-
-def median_seconds(run: Callable[[], Any], repeats: int) -> float:
-    run()  # warm-up (compilation, first-touch)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def time_panel_cuda(arrays: Market, repeats: int) -> dict[str, Any]:
@@ -221,9 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  cuda vs cpu: max float rel diff {a['float_max_rel_diff']:.2e}, "
               f"{a['bool_flips']} of {a['bool_values']} booleans flipped")
 
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(report, indent=2))
-    log(f"wrote {args.json}")
+    write_json(args.json, report)
     return 0
 
 

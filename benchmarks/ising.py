@@ -22,7 +22,6 @@ cuIsing: ≈ 900 per H100).
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import platform
@@ -35,6 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.common import gpu_name, write_json  # noqa: E402
 from gpu import ising as ising_mod  # noqa: E402
 from gpu.device import resolve_device  # noqa: E402
 from gpu.ising import IsingEnsemble, run_ensemble  # noqa: E402
@@ -314,10 +314,7 @@ def main() -> int:
     result: dict[str, Any] = {"device": device, "host": platform.node(),
                               "cpus": os.cpu_count(), "quick": args.quick}
     if device == "cuda":
-        from numba import cuda
-
-        name = cuda.get_current_device().name
-        result["gpu"] = name.decode() if isinstance(name, bytes) else str(name)
+        result["gpu"] = gpu_name()
         result["bandwidth_gbs"] = gpu_bandwidth(1 << 26 if args.quick else 1 << 32)
         log(f"device copy bandwidth: {result['bandwidth_gbs']:.0f} GB/s")
     log("throughput:")
@@ -364,8 +361,7 @@ def main() -> int:
             print(f"T={c['T']} L={c['L']}: |m| within 2σ: {c['m_within_2sigma']}, "
                   f"energy within 2σ: {c['e_within_2sigma']}")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2, default=str))
+        write_json(args.json, result, default=str)
     return 0
 
 

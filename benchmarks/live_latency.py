@@ -78,6 +78,44 @@ def restart_run(tmp: Path, n: int) -> dict[str, Any]:
             "seconds": time.perf_counter() - t0}
 
 
+def plot(path: Path, lat: dict[str, Any], ov: dict[str, Any]) -> None:
+    """The latency histogram and the daemon's memory under overload, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
+    labels = list(lat["buckets"])
+    a1.bar(range(len(labels)), list(lat["buckets"].values()))
+    a1.set_xticks(range(len(labels)), labels, rotation=60, fontsize=7)
+    a1.set_title(f"receive-to-publish per order (p50 {lat['p50_us']} us, "
+                 f"p99 {lat['p99_us']} us)")
+    a1.set_ylabel("orders")
+    xs = [0.2 * i for i in range(len(ov["rss_samples_mb"]))]
+    a2.plot(xs, ov["rss_samples_mb"])
+    a2.set_xlabel("seconds of overload")
+    a2.set_ylabel("daemon RSS (MB)")
+    a2.set_title(f"overload: {ov['conflated']:,} conflated, {ov['lost']} lost")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def overload_summary(o: dict[str, Any], seconds: float) -> dict[str, Any]:
+    """What the overload run's status and journal say: throughput, memory, losses."""
+    st = o["status"]
+    return {
+        "seconds": seconds, "ticks_processed": st["ticks"],
+        "messages_received": st["messages"], "conflated": st["conflated"],
+        "rss_base_mb": o["rss_base_mb"], "rss_peak_mb": o["rss_peak_mb"],
+        "rss_samples_mb": o["rss_samples"],
+        "orders_journal": o["journal_orders"], "fills_journal": o["journal_fills"],
+        "orders_seen": o["seen"]["O"], "fills_seen": o["seen"]["F"],
+        "lost": (o["journal_orders"] - o["seen"]["O"]) + (o["journal_fills"]
+                                                           - o["seen"]["F"]),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -110,18 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         if "overload" in want:
             print(f"overload: {args.overload_seconds:g} s of a lossy feed ...",
                   file=sys.stderr, flush=True)
-            o = flood(tmp, args.overload_seconds, args.overload_ticks)
-            st = o["status"]
-            res["overload"] = {
-                "seconds": args.overload_seconds, "ticks_processed": st["ticks"],
-                "messages_received": st["messages"], "conflated": st["conflated"],
-                "rss_base_mb": o["rss_base_mb"], "rss_peak_mb": o["rss_peak_mb"],
-                "rss_samples_mb": o["rss_samples"],
-                "orders_journal": o["journal_orders"], "fills_journal": o["journal_fills"],
-                "orders_seen": o["seen"]["O"], "fills_seen": o["seen"]["F"],
-                "lost": (o["journal_orders"] - o["seen"]["O"]) + (o["journal_fills"]
-                                                                   - o["seen"]["F"]),
-            }
+            res["overload"] = overload_summary(
+                flood(tmp, args.overload_seconds, args.overload_ticks), args.overload_seconds)
     print(f"{'run':<10} result")
     lat = res.get("latency", {}).get("latency")
     if lat:
@@ -139,25 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         args.json.write_text(json.dumps(res, indent=2))
     if args.plot and lat and ov:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(11, 4))
-        labels = list(lat["buckets"])
-        a1.bar(range(len(labels)), list(lat["buckets"].values()))
-        a1.set_xticks(range(len(labels)), labels, rotation=60, fontsize=7)
-        a1.set_title(f"receive-to-publish per order (p50 {lat['p50_us']} us, "
-                     f"p99 {lat['p99_us']} us)")
-        a1.set_ylabel("orders")
-        xs = [0.2 * i for i in range(len(ov["rss_samples_mb"]))]
-        a2.plot(xs, ov["rss_samples_mb"])
-        a2.set_xlabel("seconds of overload")
-        a2.set_ylabel("daemon RSS (MB)")
-        a2.set_title(f"overload: {ov['conflated']:,} conflated, {ov['lost']} lost")
-        fig.tight_layout()
-        fig.savefig(args.plot, dpi=110)
+        plot(args.plot, lat, ov)
     ok = (not r or r["identical"]) and (not ov or ov["lost"] == 0)
     return 0 if ok else 1
 

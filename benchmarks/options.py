@@ -19,7 +19,6 @@ Goals (issue): ≥ 1e7 options/s at the seed grid; ≤ 200 µs p50 for the 1,000
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -31,6 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.common import gpu_name, write_json  # noqa: E402
 from gpu import options_core as core  # noqa: E402
 from gpu.device import resolve_device  # noqa: E402
 from gpu.options import FdGrid, OptionGroupPricer, make_grid, option_params  # noqa: E402
@@ -204,11 +204,78 @@ def chain_implied_vols(backends: list[str]) -> dict[str, Any] | None:
     return out
 
 
-def _device_name() -> str:
-    from numba import cuda
+def throughput_rows(backend: str, grids: dict[str, FdGrid], repeats: int,
+                    quantlib_count: int) -> list[dict[str, Any]]:
+    """Options repriced per second by group size: CUDA, the CPU twin and QuantLib."""
+    gpu_sizes = [1, 10, 100, 1000, 10000]
+    cpu_sizes = [1, 10, 100, 1000] if backend == "cuda" else [1, 10, 100]
+    rows: list[dict[str, Any]] = []
+    for gname, grid in grids.items():
+        if backend == "cuda":
+            for n in gpu_sizes:
+                r = time_gpu(make_group(n), grid, repeats)
+                rows.append({"backend": "cuda float32", "grid": gname, "options": n, **r})
+                print(f"  cuda {gname:5s} {n:6d}: {r['options_per_second']:.3e} options/s",
+                      file=sys.stderr)
+        for n in cpu_sizes:
+            reps = max(3, repeats // (4 if gname == "fine" else 1)) if n >= 1000 else 5
+            r = time_cpu(make_group(n), grid, reps)
+            rows.append({"backend": f"cpu float64 x{os.cpu_count()}", "grid": gname,
+                         "options": n, **r})
+            print(f"  cpu  {gname:5s} {n:6d}: {r['options_per_second']:.3e} options/s",
+                  file=sys.stderr)
+        q = time_quantlib(make_group(quantlib_count), grid)
+        if q is not None:
+            rows.append({"backend": "QuantLib CN x1", "grid": gname, "options": q.pop("count"),
+                         **q})
+    return rows
 
-    name = cuda.get_current_device().name
-    return name.decode() if isinstance(name, bytes) else str(name)
+
+def gpu_results(result: dict[str, Any], rows: list[dict[str, Any]], grids: dict[str, FdGrid],
+                latency_repeats: int) -> None:
+    """Latency of a 1,000-option group, float32 against float64, and the goals."""
+    result["latency_1000_seed"] = latency_gpu(1000, grids["seed"], latency_repeats)
+    result["gpu_vs_cpu_seed"] = gpu_vs_cpu(grids["seed"])
+    result["gpu_vs_cpu_fine"] = gpu_vs_cpu(grids["fine"])
+    seed_rate = max(
+        r["options_per_second"] for r in rows
+        if r["backend"].startswith("cuda") and r["grid"] == "seed"
+    )
+    result["goals"] = {
+        "seed_options_per_second": seed_rate,
+        "seed_options_per_second_goal": 1e7,
+        "latency_p50_us": result["latency_1000_seed"]["p50_us"],
+        "latency_p50_us_goal": 200.0,
+        "seed_paper_1000_options_ms": 1.87,
+    }
+
+
+def print_report(result: dict[str, Any], backend: str) -> None:
+    """The result as tables on stdout."""
+    print(f"\noption repricing on {result.get('gpu', backend)} "
+          f"({os.cpu_count()} CPU cores); medians after warm-up")
+    print(f"{'backend':22s} {'grid':5s} {'options':>8s} {'seconds':>11s} {'options/s':>11s}")
+    for r in result["rows"]:
+        print(f"{r['backend']:22s} {r['grid']:5s} {r['options']:8d} {r['seconds']:11.3e} "
+              f"{r['options_per_second']:11.3e}")
+    if "latency_1000_seed" in result:
+        lat = result["latency_1000_seed"]
+        print(f"\nspot → 1,000-option group repriced → results on host: p50 {lat['p50_us']:.1f} µs,"
+              f" p99 {lat['p99_us']:.1f} µs (goal p50 ≤ 200 µs; seed paper 1.87 ms)")
+        for g in ("seed", "fine"):
+            d = result[f"gpu_vs_cpu_{g}"]
+            print(f"float32 GPU vs float64 CPU, {g} grid: max relative difference "
+                  f"{d['max_rel_diff_price_gt_0.01']:.2e} (prices > 0.01)")
+    iv = result.get("goog_chain_implied_vols")
+    if iv is not None:
+        for b in ("cuda", "cpu"):
+            if b in iv:
+                print(f"GOOG chain implied vols ({iv['contracts']} contracts) on {b}: "
+                      f"{iv[b]['solved']} solved in {iv[b]['iterations']} batched repricings, "
+                      f"{iv[b]['seconds']:.3f} s (first call, with compilation, "
+                      f"{iv[b]['first_call_seconds']:.3f} s)")
+        if "max_abs_iv_diff_cuda_vs_cpu" in iv:
+            print(f"  max |IV(cuda) − IV(cpu)| = {iv['max_abs_iv_diff_cuda_vs_cpu']:.2e}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,9 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     backend = resolve_device(args.device, "options benchmark")
     grids = {"seed": make_grid("seed"), "fine": make_grid("fine")}
-    gpu_sizes = [1, 10, 100, 1000, 10000]
-    cpu_sizes = [1, 10, 100, 1000] if backend == "cuda" else [1, 10, 100]
-    rows: list[dict[str, Any]] = []
+    rows = throughput_rows(backend, grids, args.repeats, args.quantlib_count)
     result: dict[str, Any] = {
         "device": backend,
         "cpu_cores": os.cpu_count(),
@@ -235,69 +300,13 @@ def main(argv: list[str] | None = None) -> int:
         "rows": rows,
     }
     if backend == "cuda":
-        result["gpu"] = _device_name()
-    for gname, grid in grids.items():
-        if backend == "cuda":
-            for n in gpu_sizes:
-                r = time_gpu(make_group(n), grid, args.repeats)
-                rows.append({"backend": "cuda float32", "grid": gname, "options": n, **r})
-                print(f"  cuda {gname:5s} {n:6d}: {r['options_per_second']:.3e} options/s",
-                      file=sys.stderr)
-        for n in cpu_sizes:
-            reps = max(3, args.repeats // (4 if gname == "fine" else 1)) if n >= 1000 else 5
-            r = time_cpu(make_group(n), grid, reps)
-            rows.append({"backend": f"cpu float64 x{os.cpu_count()}", "grid": gname,
-                         "options": n, **r})
-            print(f"  cpu  {gname:5s} {n:6d}: {r['options_per_second']:.3e} options/s",
-                  file=sys.stderr)
-        q = time_quantlib(make_group(args.quantlib_count), grid)
-        if q is not None:
-            rows.append({"backend": "QuantLib CN x1", "grid": gname, "options": q.pop("count"),
-                         **q})
-    if backend == "cuda":
-        result["latency_1000_seed"] = latency_gpu(1000, grids["seed"], args.latency_repeats)
-        result["gpu_vs_cpu_seed"] = gpu_vs_cpu(grids["seed"])
-        result["gpu_vs_cpu_fine"] = gpu_vs_cpu(grids["fine"])
-        seed_rate = max(
-            r["options_per_second"] for r in rows
-            if r["backend"].startswith("cuda") and r["grid"] == "seed"
-        )
-        result["goals"] = {
-            "seed_options_per_second": seed_rate,
-            "seed_options_per_second_goal": 1e7,
-            "latency_p50_us": result["latency_1000_seed"]["p50_us"],
-            "latency_p50_us_goal": 200.0,
-            "seed_paper_1000_options_ms": 1.87,
-        }
-
-    print(f"\noption repricing on {result.get('gpu', backend)} "
-          f"({os.cpu_count()} CPU cores); medians after warm-up")
-    print(f"{'backend':22s} {'grid':5s} {'options':>8s} {'seconds':>11s} {'options/s':>11s}")
-    for r in rows:
-        print(f"{r['backend']:22s} {r['grid']:5s} {r['options']:8d} {r['seconds']:11.3e} "
-              f"{r['options_per_second']:11.3e}")
-    if "latency_1000_seed" in result:
-        lat = result["latency_1000_seed"]
-        print(f"\nspot → 1,000-option group repriced → results on host: p50 {lat['p50_us']:.1f} µs,"
-              f" p99 {lat['p99_us']:.1f} µs (goal p50 ≤ 200 µs; seed paper 1.87 ms)")
-        for g in ("seed", "fine"):
-            d = result[f"gpu_vs_cpu_{g}"]
-            print(f"float32 GPU vs float64 CPU, {g} grid: max relative difference "
-                  f"{d['max_rel_diff_price_gt_0.01']:.2e} (prices > 0.01)")
+        result["gpu"] = gpu_name()
+        gpu_results(result, rows, grids, args.latency_repeats)
     iv = chain_implied_vols(["cuda", "cpu"] if backend == "cuda" else ["cpu"])
     if iv is not None:
         result["goog_chain_implied_vols"] = iv
-        for b in ("cuda", "cpu"):
-            if b in iv:
-                print(f"GOOG chain implied vols ({iv['contracts']} contracts) on {b}: "
-                      f"{iv[b]['solved']} solved in {iv[b]['iterations']} batched repricings, "
-                      f"{iv[b]['seconds']:.3f} s (first call, with compilation, "
-                      f"{iv[b]['first_call_seconds']:.3f} s)")
-        if "max_abs_iv_diff_cuda_vs_cpu" in iv:
-            print(f"  max |IV(cuda) − IV(cpu)| = {iv['max_abs_iv_diff_cuda_vs_cpu']:.2e}")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=1))
-    print(f"wrote {args.json}")
+    print_report(result, backend)
+    write_json(args.json, result, indent=1)
     return 0
 
 

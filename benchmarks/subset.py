@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import math
 import statistics
 import sys
@@ -31,15 +30,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from gpu.device import DeviceUnavailable, resolve_device  # noqa: E402
+from benchmarks.common import device_or_none, log, write_json  # noqa: E402
 from gpu.subset import least_correlated  # noqa: E402
 
 CASES = ((50, 5), (64, 7), (100, 5))
 QUICK_CASES = ((20, 4), (24, 5))
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 def correlation(n: int, seed: int = 1, days: int = 500) -> np.ndarray:
@@ -71,10 +66,8 @@ def main() -> int:
                     help="largest C(n, k) searched by plain itertools (default 3e6)")
     ap.add_argument("--json", type=Path, default=REPO_ROOT / "benchmarks/out/subset.json")
     args = ap.parse_args()
-    try:
-        device = resolve_device(args.device, "subset benchmark")
-    except DeviceUnavailable as e:
-        log(f"error: {e}")
+    device = device_or_none(args.device, "subset benchmark")
+    if device is None:
         return 2
     devices = ["cuda", "cpu"] if device == "cuda" else ["cpu"]
     rows: list[dict[str, Any]] = []
@@ -127,9 +120,7 @@ def main() -> int:
                               "cpu_threads": numba.get_num_threads(),
                               "goals": {"n50_k5_seconds": 0.005, "combinations_per_second": 1e9},
                               "rows": rows}
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2))
-    log(f"wrote {args.json}")
+    write_json(args.json, result)
     return 0 if all(r["all_variants_agree"] for r in rows) else 1
 
 

@@ -20,7 +20,6 @@ benchmarks/out/timeseries.json).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -35,25 +34,18 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from benchmarks.common import device_or_none, gpu_name, log, write_json  # noqa: E402
+from benchmarks.common import median_seconds as _median_seconds  # noqa: E402
 from engine.commands.timeseries import price_series  # noqa: E402
 from feeds.datadir import data_dir  # noqa: E402
 from gpu import timeseries as ts  # noqa: E402
-from gpu.device import DeviceUnavailable, resolve_device  # noqa: E402
 
 GPU_TILES = ((512, 128), (256, 128), (512, 256), (1024, 64))
 
 
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def median_seconds(run: Callable[[], Any], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    """No warm-up call: every variant here has compiled before it is timed."""
+    return _median_seconds(run, repeats, warmup=False)
 
 
 def gpu_kernel_seconds(prices: np.ndarray, n_lags: int, precision: str, tiles: tuple[int, int],
@@ -109,6 +101,94 @@ def cupy_fft_row(r: np.ndarray, max_lag: int, rho_ref: np.ndarray, repeats: int
             "wall_seconds": statistics.median(times), "rho_abs_err": err}
 
 
+def load_prices(args: argparse.Namespace) -> tuple[np.ndarray, int, str] | None:
+    """The price series, the max lag and where the prices come from (None: unusable)."""
+    if args.quick:
+        rng = np.random.default_rng(1)
+        prices = 170.0 + np.cumsum(rng.normal(size=20_000) * 0.01)
+        return prices, 64, "synthetic random walk (--quick)"
+    path = args.data or data_dir() / "lean_ticks_2013-10/equity/usa/tick/spy"
+    log(f"reading {path} ...")
+    series, _ = price_series([str(path)])
+    if len(series) != 1:
+        log(f"error: expected one symbol in {path}, found {sorted(series)}")
+        return None
+    (symbol, prices), = series.items()
+    return prices, args.max_lag, f"{symbol} trades in {path}"
+
+
+Accuracy = Callable[[ts.LagStatistics], dict[str, float]]
+
+
+def accuracy_against(reference: Any) -> Accuracy:
+    """Largest errors of a variant's statistics against the numpy reference."""
+    def accuracy(stats: ts.LagStatistics) -> dict[str, float]:
+        m, hurst, rho, rho_abs = reference
+        return {"m_rel_err": float(np.max(np.abs(stats.mean_abs_change / m[:-1] - 1))),
+                "hurst_abs_err": float(np.nanmax(np.abs(stats.hurst - hurst))),
+                "rho_abs_err": float(np.max(np.abs(stats.autocorr - rho))),
+                "rho_abs_abs_err": float(np.max(np.abs(stats.autocorr_abs - rho_abs)))}
+    return accuracy
+
+
+def gpu_rows(prices: np.ndarray, max_lag: int, repeats: int,
+             accuracy: Accuracy) -> list[dict[str, Any]]:
+    """The tiled kernels, each precision and tile shape that fits in shared memory."""
+    rows = []
+    for precision in ("float64", "float32"):
+        for tiles in GPU_TILES:
+            if 3 * (2 * tiles[0] + tiles[1]) * (8 if precision == "float64" else 4) > \
+                    ts.SHARED_BYTES_MAX:
+                continue
+            log(f"gpu {precision} tiles {tiles} ...")
+            kernel = gpu_kernel_seconds(prices, max_lag + 2, precision, tiles, repeats)
+            stats = ts.lag_statistics(prices, max_lag, "cuda", precision, tiles[0], tiles[1])
+
+            def whole_call(p: str = precision, t: tuple[int, int] = tiles) -> None:
+                ts.lag_statistics(prices, max_lag, "cuda", p, t[0], t[1])
+
+            wall = median_seconds(whole_call, repeats)
+            rows.append({"variant": f"gpu tiled {precision[-2:]} ({tiles[0]}x{tiles[1]})",
+                         "kernel_seconds": kernel, "wall_seconds": wall, **accuracy(stats)})
+    return rows
+
+
+def cpu_rows(prices: np.ndarray, max_lag: int, repeats: int, accuracy: Accuracy,
+             rho_ref: np.ndarray) -> list[dict[str, Any]]:
+    """The CPU twin, numpy per lag (the reference, timed once) and numpy's FFT."""
+    log("cpu twin ...")
+    stats = ts.lag_statistics(prices, max_lag, "cpu")  # compile or load from cache
+    rows: list[dict[str, Any]] = [{
+        "variant": "cpu twin f64", "kernel_seconds": None,
+        "wall_seconds": median_seconds(lambda: ts.lag_statistics(prices, max_lag, "cpu"),
+                                       max(1, min(repeats, 3))),
+        **accuracy(stats)}]
+    log("numpy per lag (once) ...")
+    t0 = time.perf_counter()
+    ts.lag_statistics_numpy(prices, max_lag)
+    rows.append({"variant": "numpy per lag", "kernel_seconds": None,
+                 "wall_seconds": time.perf_counter() - t0})
+    r = np.diff(prices)
+    fft = median_seconds(lambda: (ts.autocorr_fft(r, max_lag), ts.autocorr_fft(np.abs(r), max_lag)),
+                         repeats)
+    fft_err = float(np.max(np.abs(ts.autocorr_fft(r, max_lag) - rho_ref)))
+    rows.append({"variant": "numpy fft (rho only)", "kernel_seconds": None, "wall_seconds": fft,
+                 "rho_abs_err": fft_err})
+    return rows
+
+
+def print_table(rows: list[dict[str, Any]], n_prices: int, source: str, max_lag: int) -> None:
+    print(f"H and rho, {n_prices:,} prices ({source}), lags 1..{max_lag}")
+    print(f"{'variant':<28} {'kernel ms':>10} {'wall ms':>10} {'x numpy':>9} {'H err':>9} "
+          f"{'rho err':>9}")
+    for row in rows:
+        k = f"{row['kernel_seconds'] * 1e3:10.2f}" if row["kernel_seconds"] else f"{'-':>10}"
+        h = f"{row['hurst_abs_err']:9.1e}" if "hurst_abs_err" in row else f"{'-':>9}"
+        rho = f"{row['rho_abs_err']:9.1e}" if "rho_abs_err" in row else f"{'-':>9}"
+        print(f"{row['variant']:<28} {k} {row['wall_seconds'] * 1e3:10.2f} "
+              f"{row['speedup_vs_numpy']:9.1f} {h} {rho}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, help="tick data (default: the shared SPY trades)")
@@ -118,102 +198,33 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="synthetic 20k ticks, max-lag 64")
     ap.add_argument("--json", type=Path, default=REPO_ROOT / "benchmarks/out/timeseries.json")
     args = ap.parse_args()
-    try:
-        device = resolve_device(args.device, "time-series benchmark")
-    except DeviceUnavailable as e:
-        log(f"error: {e}")
+    device = device_or_none(args.device, "time-series benchmark")
+    loaded = load_prices(args) if device is not None else None
+    if device is None or loaded is None:
         return 2
-    if args.quick:
-        rng = np.random.default_rng(1)
-        prices = 170.0 + np.cumsum(rng.normal(size=20_000) * 0.01)
-        max_lag, source = 64, "synthetic random walk (--quick)"
-    else:
-        path = args.data or data_dir() / "lean_ticks_2013-10/equity/usa/tick/spy"
-        log(f"reading {path} ...")
-        series, _ = price_series([str(path)])
-        if len(series) != 1:
-            log(f"error: expected one symbol in {path}, found {sorted(series)}")
-            return 2
-        (symbol, prices), = series.items()
-        max_lag, source = args.max_lag, f"{symbol} trades in {path}"
-    n_lags = max_lag + 2
+    prices, max_lag, source = loaded
     log(f"{len(prices):,} prices, lags 1..{max_lag}, device {device}, "
         f"{numba.get_num_threads()} CPU threads")
-
-    rows: list[dict[str, Any]] = []
     reference = ts.lag_statistics_numpy(prices, max_lag)
-
-    def accuracy(stats: ts.LagStatistics) -> dict[str, float]:
-        m, hurst, rho, rho_abs = reference
-        return {"m_rel_err": float(np.max(np.abs(stats.mean_abs_change / m[:-1] - 1))),
-                "hurst_abs_err": float(np.nanmax(np.abs(stats.hurst - hurst))),
-                "rho_abs_err": float(np.max(np.abs(stats.autocorr - rho))),
-                "rho_abs_abs_err": float(np.max(np.abs(stats.autocorr_abs - rho_abs)))}
-
+    accuracy = accuracy_against(reference)
+    rows = gpu_rows(prices, max_lag, args.repeats, accuracy) if device == "cuda" else []
+    rows += cpu_rows(prices, max_lag, args.repeats, accuracy, reference[2])
     if device == "cuda":
-        for precision in ("float64", "float32"):
-            for tiles in GPU_TILES:
-                if 3 * (2 * tiles[0] + tiles[1]) * (8 if precision == "float64" else 4) > \
-                        ts.SHARED_BYTES_MAX:
-                    continue
-                log(f"gpu {precision} tiles {tiles} ...")
-                kernel = gpu_kernel_seconds(prices, n_lags, precision, tiles, args.repeats)
-                stats = ts.lag_statistics(prices, max_lag, "cuda", precision, tiles[0], tiles[1])
-
-                def whole_call(p: str = precision, t: tuple[int, int] = tiles) -> None:
-                    ts.lag_statistics(prices, max_lag, "cuda", p, t[0], t[1])
-
-                wall = median_seconds(whole_call, args.repeats)
-                rows.append({"variant": f"gpu tiled {precision[-2:]} ({tiles[0]}x{tiles[1]})",
-                             "kernel_seconds": kernel, "wall_seconds": wall,
-                             **accuracy(stats)})
-    log("cpu twin ...")
-    stats = ts.lag_statistics(prices, max_lag, "cpu")  # compile or load from cache
-    rows.append({"variant": "cpu twin f64", "kernel_seconds": None,
-                 "wall_seconds": median_seconds(lambda: ts.lag_statistics(prices, max_lag, "cpu"),
-                                                max(1, min(args.repeats, 3))),
-                 **accuracy(stats)})
-    log("numpy per lag (once) ...")
-    t0 = time.perf_counter()
-    ts.lag_statistics_numpy(prices, max_lag)
-    numpy_seconds = time.perf_counter() - t0
-    rows.append({"variant": "numpy per lag", "kernel_seconds": None,
-                 "wall_seconds": numpy_seconds})
-    r = np.diff(prices)
-    fft = median_seconds(lambda: (ts.autocorr_fft(r, max_lag), ts.autocorr_fft(np.abs(r), max_lag)),
-                         args.repeats)
-    fft_err = float(np.max(np.abs(ts.autocorr_fft(r, max_lag) - reference[2])))
-    rows.append({"variant": "numpy fft (rho only)", "kernel_seconds": None, "wall_seconds": fft,
-                 "rho_abs_err": fft_err})
-    if device == "cuda":
-        cupy_row = cupy_fft_row(r, max_lag, reference[2], args.repeats)
+        cupy_row = cupy_fft_row(np.diff(prices), max_lag, reference[2], args.repeats)
         if cupy_row:
             rows.append(cupy_row)
-
+    numpy_seconds = next(r["wall_seconds"] for r in rows if r["variant"] == "numpy per lag")
     for row in rows:
         best = row["kernel_seconds"] or row["wall_seconds"]
         row["speedup_vs_numpy"] = numpy_seconds / best
         row["wall_speedup_vs_numpy"] = numpy_seconds / row["wall_seconds"]
-    print(f"H and rho, {len(prices):,} prices ({source}), lags 1..{max_lag}")
-    print(f"{'variant':<28} {'kernel ms':>10} {'wall ms':>10} {'x numpy':>9} {'H err':>9} "
-          f"{'rho err':>9}")
-    for row in rows:
-        k = f"{row['kernel_seconds'] * 1e3:10.2f}" if row["kernel_seconds"] else f"{'-':>10}"
-        h = f"{row['hurst_abs_err']:9.1e}" if "hurst_abs_err" in row else f"{'-':>9}"
-        rho = f"{row['rho_abs_err']:9.1e}" if "rho_abs_err" in row else f"{'-':>9}"
-        print(f"{row['variant']:<28} {k} {row['wall_seconds'] * 1e3:10.2f} "
-              f"{row['speedup_vs_numpy']:9.1f} {h} {rho}")
+    print_table(rows, len(prices), source, max_lag)
     result = {"benchmark": "timeseries", "source": source, "prices": int(len(prices)),
               "max_lag": max_lag, "device": device, "cpu_threads": numba.get_num_threads(),
               "goal": ">= 100x numpy for H + rho", "rows": rows}
     if device == "cuda":
-        from numba import cuda
-
-        name = cuda.get_current_device().name
-        result["gpu"] = name.decode() if isinstance(name, bytes) else str(name)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2))
-    log(f"wrote {args.json}")
+        result["gpu"] = gpu_name()
+    write_json(args.json, result)
     return 0
 
 

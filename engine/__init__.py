@@ -1,0 +1,1 @@
+"""The trading engine: the event loop, its parts (bars, decisions, orders), replay, daemon."""

@@ -42,6 +42,21 @@ class Account:
             return self.cash
         return self.cash + self.position * self.last_price
 
+    def book(self, side: int, qty: float, fill_price: float, mark: float,
+             commission: float) -> None:
+        """A fill of `qty` at `fill_price` (the broker's own fills and journaled ones)."""
+        self.cash -= side * qty * fill_price + commission
+        self.position += side * qty
+        if abs(self.position) < 1e-12:
+            self.position = 0.0
+        self.last_price = mark
+        self.commission_paid += commission
+        self.trades += 1
+
+    def book_fill(self, f: Fill) -> None:
+        """A journaled fill (a restart rebuilding the account)."""
+        self.book(f.side, f.quantity, f.price, f.price, f.commission)
+
 
 @dataclass
 class PaperBroker:
@@ -148,13 +163,7 @@ class PaperBroker:
             reason = "insufficient_cash" if side > 0 else "insufficient_margin"
             self.refused[reason] = self.refused.get(reason, 0) + 1
             return None
-        acct.cash -= side * qty * fill_price + self.commission
-        acct.position += side * qty
-        if abs(acct.position) < 1e-12:
-            acct.position = 0.0
-        acct.last_price = price
-        acct.commission_paid += self.commission
-        acct.trades += 1
+        acct.book(side, qty, fill_price, price, self.commission)
         fill = Fill(
             seq=len(self.fills) + 1,
             ts=ts,

@@ -12,6 +12,7 @@ from typing import Literal
 
 import msgspec
 
+from engine.bounds import require_non_negative, require_positive
 from engine.errors import UserError
 from engine.live_options import LiveOptions
 from engine.option_book import OptionGroupConfig
@@ -37,14 +38,8 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     fill: Literal["auto", "signal-close", "next-open", "next-tick", "bar-close"] = "auto"
 
     def __post_init__(self) -> None:
-        for name in ("cash_per_symbol", "quantity", "short_margin"):
-            x = getattr(self, name)
-            if not (x > 0 and math.isfinite(x)):
-                raise ValueError(f"broker.{name} must be a positive number, got {x}")
-        for name in ("commission", "slippage_bps"):
-            x = getattr(self, name)
-            if not (x >= 0 and math.isfinite(x)):
-                raise ValueError(f"broker.{name} must be a number >= 0, got {x}")
+        require_positive(self, "broker", ("cash_per_symbol", "quantity", "short_margin"))
+        require_non_negative(self, "broker", ("commission", "slippage_bps"))
 
 
 class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

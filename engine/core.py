@@ -7,67 +7,41 @@ so a replay is deterministic.
 Per message the hot path does the least it can: validation (in the subscriber), a per-symbol
 bar update, and a pending-order check. Work per bar (indicators, strategy, trading-phase
 decisions, orders) happens when data time crosses a bar boundary, for all symbols at once,
-so a GPU strategy gets one batched launch per boundary.
+so a GPU strategy gets one batched launch per boundary. The engine composes the parts that
+hold each idea: `bars` (open bars and the bar clock), `decisions` (signals -> phase table ->
+intended positions), `orders` (pending orders and fills) and `stats` (counts, equity curve).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import InitVar, dataclass, field
+from datetime import UTC, date, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import numpy as np
 
+from engine.bars import BarClock, OpenBars
 from engine.broker import PaperBroker
 from engine.config import EngineConfig
-from engine.errors import StrategyError
-from engine.phases import Action, Phase, SessionSchedule, phase_action, transition
-from feeds.messages import Bar, Fill, Heartbeat, Message, Order, Quote, Side, Trade
+from engine.decisions import Decisions
+from engine.orders import OrderDesk, RiskCheck, sign
+from engine.phases import Phase, SessionSchedule
+from engine.stats import EngineStats, EquityPoint, equity_point
+from feeds.messages import Bar, Fill, Heartbeat, Message, Order, Quote, Trade
 from feeds.validation import Validator
 from gpu.indicators import IndicatorBank
-from gpu.terminals import N_TERMINALS
 from strategies.base import Strategy
+
+__all__ = ["Engine", "EngineStats", "EquityPoint"]
 
 log = logging.getLogger(__name__)
 
 NS = 1_000_000_000
 OPTION_VALUES_KEPT = 100_000
-
-
-@dataclass
-class EngineStats:
-    """What the engine has handled. `trades` and `quotes` count market-data messages by kind
-    (`market_data` both); `bars` counts closed bars, built from ticks or received."""
-
-    trades: int = 0
-    quotes: int = 0
-    bars: int = 0
-    bar_events: int = 0
-    orders: int = 0
-    fills: int = 0
-    heartbeats: int = 0
-    option_values: int = 0
-
-    @property
-    def market_data(self) -> int:
-        return self.trades + self.quotes
-
-
-@dataclass
-class EquityPoint:
-    """The account after one bar event: equity, gross exposure, and buy-and-hold's equity."""
-
-    ts: int
-    equity: float
-    #: sum over symbols of |position| x last price (dollars at risk)
-    gross: float = 0.0
-    #: equity of buying every symbol all-in at its first price and holding it
-    buy_hold: float = math.nan
 
 
 @dataclass
@@ -79,76 +53,65 @@ class Engine:
     config: EngineConfig = field(default_factory=EngineConfig)
     option_book: Any = None
     #: called with every order and fill (the live daemon journals and publishes them)
-    on_order: Callable[[Order], None] | None = None
-    on_fill: Callable[[Fill], None] | None = None
+    on_order: InitVar[Callable[[Order], None] | None] = None
+    on_fill: InitVar[Callable[[Fill], None] | None] = None
     #: pre-trade risk check (sym, side, quantity, reason, price, ts) -> allowed; the live
     #: daemon's limits (engine/risk.py). None: every order goes to the broker
-    risk_check: Callable[[int, int, float, str, float, int], bool] | None = None
+    risk_check: InitVar[RiskCheck | None] = None
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, on_order: Callable[[Order], None] | None,
+                      on_fill: Callable[[Fill], None] | None,
+                      risk_check: RiskCheck | None) -> None:
         cfg = self.config
         b = cfg.broker
-        self.schedule = SessionSchedule.parse(cfg.session, cfg.timezone)
-        self.tz = ZoneInfo(cfg.timezone)
+        n = len(self.symbols)
+        self.clock = BarClock(cfg.bar_seconds, cfg.timezone)
+        self.bars = OpenBars(n)
+        self.decisions = Decisions(SessionSchedule.parse(cfg.session, cfg.timezone), n)
         self.broker = PaperBroker(
             list(self.symbols), cash_per_symbol=b.cash_per_symbol, commission=b.commission,
             slippage_bps=b.slippage_bps, sizing=b.sizing, quantity=b.quantity,
             allow_short=not self.strategy.long_only, short_margin=b.short_margin,
         )
         self.stats = EngineStats()
+        self.orders = OrderDesk(self.broker, n, b.fill, self.stats)
+        self.orders.on_order, self.orders.on_fill = on_order, on_fill
+        self.orders.risk_check = risk_check
+        self.orders.on_entry_void = self._entry_void
         self.sym_index: dict[str, int] = {s: i for i, s in enumerate(self.symbols)}
-        n = len(self.symbols)
-        self.bar_ns = int(cfg.bar_seconds * NS)
-        if self.bar_ns <= 0:
-            raise ValueError("bar_seconds must be > 0")
-        # the open bar of each symbol (NaN open = no tick yet in this bar)
-        self._o: list[float] = [math.nan] * n
-        self._h: list[float] = [0.0] * n
-        self._l: list[float] = [0.0] * n
-        self._c: list[float] = [0.0] * n
-        self._v: list[float] = [0.0] * n
-        self._first_price: list[float] = [math.nan] * n
-        self._pending: list[list[Order]] = [[] for _ in range(n)]
-        self._has_pending = [False] * n
         # per symbol: does a tick need more than the bar update? (see _on_flagged_tick)
         self._flagged = [True] * n
-        self._signal = np.zeros(n, np.int8)
-        self._intended = [0] * n  # sign of the position once pending orders fill
-        self.bank = IndicatorBank(max(n, 16))  # spare rows for symbols first seen live
-        self._next_boundary = -1  # ns; -1 = no tick seen yet
-        self._bar_group_ts = -1  # ts of the Bar messages being collected
-        self._now = 0
-        self.equity_curve: list[EquityPoint] = []
-        self.finished = False
-        self._fill_on_close = b.fill in ("signal-close", "bar-close")
         self._underlying = [False] * n
         if self.option_book is not None:
             for s in self.option_book.underlyings:
                 if s in self.sym_index:
                     self._underlying[self.sym_index[s]] = True
+        self.bank = IndicatorBank(max(n, 16))  # spare rows for symbols first seen live
+        self._now = 0
+        self.equity_curve: list[EquityPoint] = []
+        self.finished = False
         # newest theoretical values (bounded: a replay may produce tens of millions);
         # the live daemon publishes and clears them after every batch
         self.option_values: deque[Message] = deque(maxlen=OPTION_VALUES_KEPT)
         self.strategy.reset(list(self.symbols))
 
+    @property
+    def tz(self) -> ZoneInfo:
+        return self.clock.tz
+
     # ------------------------------------------------------------------ registration
-    def _register(self, symbol: str) -> int:
+    def register(self, symbol: str) -> int:
         """A symbol first seen live gets its own account and indicator state."""
         i = self.broker.add_symbol(symbol)
         self.symbols.append(symbol)
         self.sym_index[symbol] = i
-        for lst, val in ((self._o, math.nan), (self._h, 0.0), (self._l, 0.0), (self._c, 0.0),
-                         (self._v, 0.0),
-                         (self._first_price, math.nan)):
-            lst.append(val)
-        self._pending.append([])
-        self._has_pending.append(False)
+        self.bars.add_symbol()
+        self.orders.add_symbol()
+        self.decisions.add_symbol()
         self._flagged.append(True)
-        self._intended.append(0)
         self._underlying.append(
             self.option_book is not None and symbol in self.option_book.underlyings
         )
-        self._signal = np.concatenate([self._signal, np.zeros(1, np.int8)])
         if len(self.symbols) > self.bank.n_symbols:
             self.bank = self.bank.grown(2 * self.bank.n_symbols)
         return i
@@ -162,20 +125,22 @@ class Engine:
         order to fill, an option group to reprice).
         """
         sym_index = self.sym_index
-        o, h, l, c, v = self._o, self._h, self._l, self._c, self._v
+        bars = self.bars
+        o, h, l, c, v = bars.o, bars.h, bars.l, bars.c, bars.v
         flagged = self._flagged
-        boundary = self._next_boundary
+        clock = self.clock
+        boundary = clock.next_boundary
         n_trades = 0
         for msg in msgs:
             if type(msg) is Trade:
                 ts = msg.ts
                 if ts >= boundary:
                     await self._cross_boundary(ts)
-                    boundary = self._next_boundary
+                    boundary = clock.next_boundary
                 sym = sym_index.get(msg.symbol)
                 if sym is None:
-                    sym = self._register(msg.symbol)
-                    o, h, l, c, v = self._o, self._h, self._l, self._c, self._v
+                    sym = self.register(msg.symbol)
+                    o, h, l, c, v = bars.o, bars.h, bars.l, bars.c, bars.v
                     flagged = self._flagged
                 p = msg.price
                 n_trades += 1
@@ -194,7 +159,7 @@ class Engine:
                 self.stats.trades += n_trades
                 n_trades = 0
                 await self._on_other(msg)
-                boundary = self._next_boundary
+                boundary = clock.next_boundary
         self.stats.trades += n_trades
         if msgs:
             self._now = max(self._now, msgs[-1].ts)
@@ -219,19 +184,24 @@ class Engine:
     def _on_flagged_tick(self, sym: int, msg: Trade) -> None:
         """Rare per-tick work: first trade of a symbol, pending orders, option groups."""
         p = msg.price
+        first = self.bars.first_price
+        has_pending = self.orders.has_pending
         if self._underlying[sym]:  # every tick of an underlying: keep this path short
             self.option_book.on_underlying_tick(msg.symbol, p, msg.ts)
-            if not self._has_pending[sym] and self._first_price[sym] == self._first_price[sym]:
+            if not has_pending[sym] and first[sym] == first[sym]:
                 return
-        if self._first_price[sym] != self._first_price[sym]:
-            self._first_price[sym] = p
-        if self._has_pending[sym]:
-            self._fill_pending(sym, p, msg.ts)
-        self._refresh_flag(sym)
+        if first[sym] != first[sym]:
+            first[sym] = p
+        if has_pending[sym]:
+            self.orders.fill_pending(sym, p, msg.ts)
+        self.refresh_flag(sym)
 
-    def _refresh_flag(self, sym: int) -> None:
-        self._flagged[sym] = (self._first_price[sym] != self._first_price[sym]
-                              or self._has_pending[sym] or self._underlying[sym])
+    def refresh_flag(self, sym: int) -> None:
+        """Whether a tick of `sym` needs `_on_flagged_tick` (first price, pending orders,
+        an option group's underlying)."""
+        first = self.bars.first_price[sym]
+        self._flagged[sym] = (first != first or self.orders.has_pending[sym]
+                              or self._underlying[sym])
 
     async def _on_other(self, msg: Message) -> None:
         t = type(msg)
@@ -248,37 +218,30 @@ class Engine:
 
     async def _on_bar_message(self, bar: Bar) -> None:
         """Bars from bar files: all bars with one close time form one bar event."""
-        if self._bar_group_ts >= 0 and bar.ts > self._bar_group_ts:
-            await self._close_bars(self._bar_group_ts)
-            self._new_day_check(self._bar_group_ts, bar.ts)
+        clock = self.clock
+        if clock.group_ts >= 0 and bar.ts > clock.group_ts:
+            await self._close_bars(clock.group_ts)
+            self._new_day_check(clock.group_ts, bar.ts)
         sym = self.sym_index.get(bar.symbol)
         if sym is None:
-            sym = self._register(bar.symbol)
-        self._bar_group_ts = bar.ts
+            sym = self.register(bar.symbol)
+        clock.group_ts = bar.ts
         self._now = bar.ts
-        if self._first_price[sym] != self._first_price[sym]:
-            self._first_price[sym] = bar.close
-        self._o[sym], self._h[sym], self._l[sym] = bar.open, bar.high, bar.low
-        self._c[sym], self._v[sym] = bar.close, bar.volume
-        if self._has_pending[sym]:  # next-open: orders of the last bar fill at this open
-            self._fill_pending(sym, bar.open, bar.ts)
+        self.bars.set_bar(sym, bar)
+        if self.orders.has_pending[sym]:  # next-open: orders of the last bar fill at this open
+            self.orders.fill_pending(sym, bar.open, bar.ts)
+            self.refresh_flag(sym)
 
     async def _cross_boundary(self, ts: int) -> None:
-        if self._next_boundary >= 0:
-            await self._close_bars(self._next_boundary)
-            self._new_day_check(self._next_boundary - 1, ts)
-        # bars are aligned on the exchange's local clock (a 4-hour or daily bar built from
-        # ticks starts at New York midnight, not UTC midnight)
-        offset = self._utc_offset_ns(ts)
-        self._next_boundary = ((ts + offset) // self.bar_ns + 1) * self.bar_ns - offset
+        clock = self.clock
+        if clock.next_boundary >= 0:
+            await self._close_bars(clock.next_boundary)
+            self._new_day_check(clock.next_boundary - 1, ts)
+        clock.start_bar(ts)
 
-    def _utc_offset_ns(self, ts: int) -> int:
-        off = datetime.fromtimestamp(ts // NS, UTC).astimezone(self.tz).utcoffset()
-        return int(off.total_seconds()) * NS if off is not None else 0
-
-    def local_date(self, ts: int) -> Any:
+    def local_date(self, ts: int) -> date:
         """The exchange's date at `ts` (ns since the epoch)."""
-        return datetime.fromtimestamp(ts // NS, UTC).astimezone(self.tz).date()
+        return self.clock.local_date(ts)
 
     def _new_day_check(self, last_ts: int, next_ts: int) -> None:
         """A new session day starts flat: apply the STOP that the data skipped.
@@ -291,172 +254,66 @@ class Engine:
         last price of the day (signal-close) or at the next day's first price (next-open or
         next-tick).
         """
-        if self.schedule.always_trade or self.local_date(last_ts) == self.local_date(next_ts):
+        if self.decisions.schedule.always_trade or self.clock.same_day(last_ts, next_ts):
             return
-        self._decide([], self._signal, Phase.STOP, last_ts)
+        self.decisions.clear_all(last_ts, self._place)
 
     # ------------------------------------------------------------------ per bar
     def phase_at(self, ts: int) -> Phase:
-        if self.schedule.always_trade:
-            return Phase.TRADE
-        local = datetime.fromtimestamp(ts / NS, UTC).astimezone(self.tz)
-        return self.schedule.phase_at(local.hour * 3600 + local.minute * 60 + local.second)
+        return self.decisions.phase_at(self.clock.local_seconds, ts)
 
     async def _close_bars(self, bar_ts: int, phase: Phase | None = None) -> None:
-        o = self._o
-        idx = [i for i in range(len(o)) if o[i] == o[i]]
+        """A bar boundary: indicators, marks, the strategy, decisions and the equity point."""
+        bars = self.bars
+        idx = bars.with_ticks()
         if phase is None:
             phase = self.phase_at(bar_ts - 1)  # the bar's last instant decides its phase
         if idx:
-            sel = np.asarray(idx, np.int32)
-            self.bank.update(
-                sel,
-                np.asarray([o[i] for i in idx]), np.asarray([self._h[i] for i in idx]),
-                np.asarray([self._l[i] for i in idx]), np.asarray([self._c[i] for i in idx]),
-                np.asarray([self._v[i] for i in idx]),
-            )
-            for i in idx:
-                self.broker.mark(i, self._c[i])
+            bars.push(idx, self.bank)
+            accounts, c = self.broker.accounts, bars.c
+            for i in idx:  # the broker's marks (`PaperBroker.mark`, inlined: per symbol)
+                accounts[i].last_price = c[i]
             self.stats.bars += len(idx)
         self.stats.bar_events += 1
-        closed = np.zeros(len(o), np.bool_)
+        n = len(bars.o)
+        closed = np.zeros(n, np.bool_)
         closed[idx] = True
+        decisions = self.decisions
         if phase is not Phase.STOP:
-            try:
-                signals = await self.strategy.target_signals(self.bank.values[: len(o)],
-                                                             closed)
-                signals = np.asarray(signals)
-                if signals.shape != (len(o),):
-                    raise ValueError(f"returned signals of shape {signals.shape}, "
-                                     f"expected ({len(o)},)")
-            except Exception as exc:
-                when = datetime.fromtimestamp(bar_ts // NS, UTC).astimezone(self.tz)
-                raise StrategyError(
-                    f"strategy {self.strategy.name!r} failed at the bar closing "
-                    f"{when.isoformat()}: {type(exc).__name__}: {exc}") from exc
+            signals = await decisions.target_signals(
+                self.strategy, self.bank.values[:n], closed,
+                lambda: datetime.fromtimestamp(bar_ts // NS, UTC).astimezone(self.tz))
         else:
-            signals = self._signal
-        self._decide(idx, signals, phase, bar_ts)
-        for i in idx:
-            o[i] = math.nan
-        self.equity_curve.append(self._equity_point(bar_ts))
+            signals = decisions.signal
+        decisions.decide(self.strategy, idx, signals, phase, bar_ts, self._place)
+        bars.reopen(idx)
+        self.equity_curve.append(equity_point(self.broker, bars, bar_ts))
 
-    def _equity_point(self, ts: int) -> EquityPoint:
-        b = self.broker
-        gross = 0.0
-        bh = 0.0
-        cash0, fee = b.cash_per_symbol, b.commission
-        for i, acct in enumerate(b.accounts):
-            p = self._c[i]
-            if acct.position != 0.0:
-                gross += abs(acct.position) * acct.last_price
-            first = self._first_price[i]
-            if first == first and p > 0.0:
-                shares = max(0, math.floor((cash0 - fee) / first))
-                bh += cash0 - (shares * first + fee) + shares * p if shares else cash0
-            else:
-                bh += cash0
-        return EquityPoint(ts, b.equity(), gross, bh)
+    def _place(self, sym: int, side: int, reason: str, ts: int) -> None:
+        """A decision's order, at the last trade (or bar close) seen."""
+        if self.orders.place(sym, side, reason, self.bars.c[sym], ts):
+            self._flagged[sym] = True  # the next tick fills it
 
-    def _decide(self, idx: list[int], signals: np.ndarray, phase: Phase, ts: int) -> None:
-        strategy = self.strategy
-        long_only = strategy.long_only
-        for i in idx:
-            new = int(signals[i])
-            if long_only and new < 0:
-                new = 0
-            prev = int(self._signal[i])
-            has_position = self._intended[i] != 0
-            action = phase_action(phase, has_position, transition(prev, new),
-                                  strategy.enter_on_from_zero)
-            self._signal[i] = new
-            if action is Action.NONE:
-                continue
-            # the intent is set before the order: `_order` and `_execute` set it back when
-            # nothing can be bought, so intent and the broker's position agree after a bar
-            if action is Action.CLEAR or action is Action.SWITCH:
-                side = -self._intended[i]
-                self._intended[i] = 0
-                self._order(i, side, "close", ts)
-            if action is Action.ENTER or action is Action.SWITCH:
-                side = 1 if new > 0 else -1
-                self._intended[i] = side
-                self._order(i, side, "enter", ts)
-        if phase is Phase.STOP:
-            for i in range(len(self._intended)):
-                if self._intended[i] != 0 and i not in idx:
-                    side = -self._intended[i]
-                    self._intended[i] = 0
-                    self._order(i, side, "close", ts)
-
-    def _order(self, sym: int, side: int, reason: str, ts: int) -> None:
-        if side == 0:
-            return
-        price = self._c[sym]  # the last trade (or bar close) seen
-        if reason == "close":
-            qty = abs(self.broker.accounts[sym].position)
-            for pend in self._pending[sym]:  # an entry still pending is closed too
-                if pend.reason == "enter":
-                    qty += pend.quantity
-        else:
-            qty = self.broker.entry_quantity(sym, side, price)
-        if qty <= 0 or (self.risk_check is not None
-                        and not self.risk_check(sym, side, qty, reason, price, ts)):
-            if reason == "enter":
-                self._intended[sym] = self._held_sign(sym)
-            return
-        order = self.broker.new_order(ts, sym, side, qty, reason)
-        self.stats.orders += 1
-        if self.on_order is not None:
-            self.on_order(order)
-        if self._fill_on_close:
-            self._execute(order, sym, price, ts)
-        else:
-            self._pending[sym].append(order)
-            self._has_pending[sym] = True
-            self._flagged[sym] = True
+    def _entry_void(self, sym: int) -> None:
+        """An entry came to nothing: intend what is held, so intent and position agree."""
+        self.decisions.intended[sym] = self.orders.held_sign(sym)
 
     @property
     def fill_model(self) -> str:
         """The fill model in force: signal-close, next-open (bar data) or next-tick."""
-        if self._fill_on_close:
+        if self.orders.fill_on_close:
             return "signal-close"
-        return "next-open" if self._bar_group_ts >= 0 else "next-tick"
-
-    def _fill_pending(self, sym: int, price: float, ts: int) -> None:
-        pending = self._pending[sym]
-        self._pending[sym] = []
-        self._has_pending[sym] = False
-        self._refresh_flag(sym)
-        for order in pending:
-            self._execute(order, sym, price, ts)
-
-    def _execute(self, order: Order, sym: int, price: float, ts: int) -> None:
-        fill = self.broker.execute(order, sym, price, ts)
-        if fill is None:
-            if order.reason == "enter":
-                self._intended[sym] = self._held_sign(sym)
-            return
-        self.stats.fills += 1
-        if self.on_fill is not None:
-            self.on_fill(fill)
-
-    def _held_sign(self, sym: int) -> int:
-        pos = self.broker.accounts[sym].position
-        return 0 if pos == 0 else (1 if pos > 0 else -1)
+        return "next-open" if self.clock.group_ts >= 0 else "next-tick"
 
     def intent_mismatches(self) -> list[str]:
         """Symbols whose intended position disagrees with the broker's position and the
         pending orders (empty in a consistent engine; tests check it after every bar)."""
         bad = []
+        intended = self.decisions.intended
         for i, s in enumerate(self.symbols):
-            pos = self.broker.accounts[i].position
-            pos += sum(o.side * o.quantity for o in self._pending[i] if o.reason == "enter")
-            if any(o.reason == "close" for o in self._pending[i]):
-                pos = sum(o.side * o.quantity for o in self._pending[i] if o.reason == "enter")
-            sign = 0 if pos == 0 else (1 if pos > 0 else -1)
-            if sign != self._intended[i]:
-                bad.append(f"{s}: intended {self._intended[i]}, position+pending {pos}")
+            pos = self.orders.position_after_pending(i)
+            if sign(pos) != intended[i]:
+                bad.append(f"{s}: intended {intended[i]}, position+pending {pos}")
         return bad
 
     # ------------------------------------------------------------------ end
@@ -464,26 +321,30 @@ class Engine:
         """End of data: close the last bar, then STOP liquidates whatever is held."""
         if self.finished:
             return
-        if self._bar_group_ts >= 0:
-            await self._close_bars(self._bar_group_ts)
-            end_ts = self._bar_group_ts
-        elif self._next_boundary >= 0:
-            await self._close_bars(self._next_boundary)
-            end_ts = self._next_boundary
+        clock = self.clock
+        if clock.group_ts >= 0:
+            await self._close_bars(clock.group_ts)
+            end_ts = clock.group_ts
+        elif clock.next_boundary >= 0:
+            await self._close_bars(clock.next_boundary)
+            end_ts = clock.next_boundary
         else:
             end_ts = self._now
         # STOP after the last bar: clear everything at the last known price
-        self._decide([], self._signal, Phase.STOP, end_ts)
-        for sym in range(len(self._pending)):
-            if self._has_pending[sym]:
-                self._fill_pending(sym, self._c[sym], end_ts)
-        for i, p in enumerate(self._c):
+        self.decisions.clear_all(end_ts, self._place)
+        c = self.bars.c
+        for sym in range(len(self.orders.pending)):
+            if self.orders.has_pending[sym]:
+                self.orders.fill_pending(sym, c[sym], end_ts)
+                self.refresh_flag(sym)
+        for i, p in enumerate(c):
             if p > 0.0:
                 self.broker.mark(i, p)
+        point = equity_point(self.broker, self.bars, end_ts)
         if self.equity_curve and self.equity_curve[-1].ts == end_ts:
-            self.equity_curve[-1] = self._equity_point(end_ts)
+            self.equity_curve[-1] = point
         else:
-            self.equity_curve.append(self._equity_point(end_ts))
+            self.equity_curve.append(point)
         if self.option_book is not None:
             ready = await self.option_book.drain()
             self.stats.option_values = self.option_book.values_published
@@ -492,7 +353,7 @@ class Engine:
 
     def flatten(self) -> None:
         """Close every position now, as a STOP would (the risk kill switch, an operator)."""
-        self._decide([], self._signal, Phase.STOP, self._now)
+        self.decisions.clear_all(self._now, self._place)
 
     # ------------------------------------------------------------------ restart
     def restore(self, orders: list[Order], fills: list[Fill]) -> None:
@@ -500,31 +361,20 @@ class Engine:
         for f in fills:
             sym = self.sym_index.get(f.symbol)
             if sym is None:
-                sym = self._register(f.symbol)
-            acct = self.broker.accounts[sym]
-            acct.cash -= f.side * f.quantity * f.price + f.commission
-            acct.position += f.side * f.quantity
-            acct.last_price = f.price
-            acct.commission_paid += f.commission
-            acct.trades += 1
+                sym = self.register(f.symbol)
+            self.broker.accounts[sym].book_fill(f)
             self.broker.fills.append(f)
         self.broker.orders.extend(orders)
         self.broker._order_id = max((o.order_id for o in orders), default=0)
-        for i, acct in enumerate(self.broker.accounts):
-            sign = 0 if acct.position == 0 else (1 if acct.position > 0 else -1)
-            self._intended[i] = sign
-            self._signal[i] = sign  # the signal that led to the position held
+        for i in range(len(self.broker.accounts)):
+            self.decisions.hold(i, self.orders.held_sign(i))
 
     # ------------------------------------------------------------------ views
     def first_prices(self) -> list[float]:
-        return list(self._first_price)
+        return list(self.bars.first_price)
 
     def last_prices(self) -> list[float]:
-        return [p if p > 0.0 else math.nan for p in self._c]
+        return self.bars.last_prices()
 
     def feature_row(self, symbol: str) -> np.ndarray:
         return self.bank.values[self.sym_index[symbol]].copy()
-
-
-assert N_TERMINALS == 31
-_ = Side

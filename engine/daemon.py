@@ -148,18 +148,18 @@ class Daemon:
             self.risk.restore(snap.state.get("risk", {}))
             for s in state.symbols:  # symbols journaled after the snapshot
                 if s not in self.engine.sym_index:
-                    self.engine._register(s)
+                    self.engine.register(s)
             self._bar_events_at_snapshot = self.engine.stats.bar_events
             how = "snapshot"
         else:
             self.engine.restore(state.orders, state.fills)
-            held = self.engine._signal.copy()
+            held = self.engine.decisions.signal.copy()
             if held.any():  # cold: keep positions through the indicators' warm-up
                 self.engine.strategy = WarmupGuard(strategy, held)
             how = "cold" if state.fills else "new"
         # the journal's stream positions are the truth (ahead of a snapshot after kill -9)
-        v.last_seq.clear()  # (a snapshot's may hold streams of a feed session since replaced)
-        v.last_seq.update(state.last_seq)
+        # (a snapshot's may hold streams of a feed session since replaced)
+        v.last_seq = dict(state.last_seq)
         if state.session is not None:
             v.session = state.session
         if self.risk.killed and not state.kill_switch:  # reset while the daemon was down

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import math
-
 import msgspec
+
+from engine.bounds import require_at_least_one, require_non_negative
 
 
 class LiveOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -31,13 +31,8 @@ class LiveOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     orders_hwm: int = 1_000_000
 
     def __post_init__(self) -> None:
-        for name in ("snapshot_every_bars", "max_message_bytes", "receive_hwm",
-                     "orders_hwm"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"live.{name} must be >= 1")
+        require_at_least_one(self, "live", ("snapshot_every_bars", "max_message_bytes",
+                                            "receive_hwm", "orders_hwm"))
         if self.conflate_above < 0:
             raise ValueError("live.conflate_above must be >= 0 (0 = never conflate)")
-        for name in ("heartbeat_timeout_seconds", "status_every_seconds"):
-            x = getattr(self, name)
-            if not (x >= 0 and math.isfinite(x)):
-                raise ValueError(f"live.{name} must be a number >= 0")
+        require_non_negative(self, "live", ("heartbeat_timeout_seconds", "status_every_seconds"))

@@ -1,5 +1,7 @@
-"""Output paths checked before the work: an unwritable `--out` or `--json` is refused at
-once with one line, not after minutes of computing."""
+"""Output paths checked before the work, so an unwritable one fails at once.
+
+An unwritable `--out` or `--json` is refused with one line, not after minutes of computing.
+"""
 
 from __future__ import annotations
 

@@ -175,7 +175,7 @@ def build_report(result: ReplayResult, strategy_name: str) -> dict[str, Any]:
             "first_price": f if traded else None,
             "last_price": last if traded else None,
         }
-    bar_data = eng._bar_group_ts >= 0
+    bar_data = eng.clock.group_ts >= 0
     ts = np.asarray([p.ts for p in eng.equity_curve], np.int64)
     rets = daily_returns(ts, curve, initial, eng.tz)
     gross = np.asarray([p.gross for p in eng.equity_curve], np.float64)

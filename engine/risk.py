@@ -24,6 +24,7 @@ from typing import Any
 
 import msgspec
 
+from engine.bounds import require_non_negative
 from feeds.messages import RiskRejection
 
 NS = 1_000_000_000
@@ -36,11 +37,9 @@ class RiskLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     max_daily_loss: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("max_position", "max_gross_notional", "max_orders_per_second",
-                     "max_daily_loss"):
-            x = getattr(self, name)
-            if not (x >= 0 and math.isfinite(x)):
-                raise ValueError(f"risk.{name} must be a number >= 0 (0 = no limit), got {x}")
+        require_non_negative(self, "risk", ("max_position", "max_gross_notional",
+                                            "max_orders_per_second", "max_daily_loss"),
+                             note=" (0 = no limit)")
 
 
 class RiskGate:
@@ -59,7 +58,7 @@ class RiskGate:
 
     def attach(self, engine: Any) -> None:
         self.engine = engine
-        engine.risk_check = self.check
+        engine.orders.risk_check = self.check
         engine.broker.position_cap = self.limits.max_position
 
     # ------------------------------------------------------------------ per order

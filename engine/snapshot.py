@@ -17,6 +17,7 @@ while the indicators warm up.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import pickle
 from typing import Any
@@ -25,17 +26,33 @@ import numpy as np
 import numpy.typing as npt
 
 from engine.core import Engine
+from engine.orders import sign
+from engine.stats import EngineStats
 from feeds.messages import Fill, Order
 from feeds.validation import Validator
 from strategies.base import Features, Signals, Strategy
 
 log = logging.getLogger(__name__)
 
-ENGINE_FIELDS = ("_o", "_h", "_l", "_c", "_v", "_first_price", "_pending", "_has_pending",
-                 "_flagged", "_signal", "_intended", "_next_boundary", "_bar_group_ts", "_now",
-                 "stats", "bank")
-VALIDATOR_FIELDS = ("last_ts", "last_seq", "last_price", "_band", "clock", "session", "_fresh",
-                    "received", "session_changes")
+#: the engine's state, by the part that owns it ("" = the engine itself); the stats are
+#: restored field by field into the engine's own object, which the order desk shares
+ENGINE_FIELDS: dict[str, tuple[str, ...]] = {
+    "bars": ("o", "h", "l", "c", "v", "first_price"),
+    "clock": ("next_boundary", "group_ts"),
+    "orders": ("pending", "has_pending"),
+    "decisions": ("signal", "intended"),
+    "stats": tuple(f.name for f in dataclasses.fields(EngineStats)),
+    "": ("_flagged", "_now", "bank"),
+}
+#: snapshots written before the engine was split into parts: flat attribute -> (part, field)
+_FLAT_NAMES = {"_o": ("bars", "o"), "_h": ("bars", "h"), "_l": ("bars", "l"),
+               "_c": ("bars", "c"), "_v": ("bars", "v"), "_first_price": ("bars", "first_price"),
+               "_next_boundary": ("clock", "next_boundary"),
+               "_bar_group_ts": ("clock", "group_ts"), "_pending": ("orders", "pending"),
+               "_has_pending": ("orders", "has_pending"), "_signal": ("decisions", "signal"),
+               "_intended": ("decisions", "intended")}
+VALIDATOR_FIELDS = ("last_seq", "_sym", "clock", "session", "_fresh", "received",
+                    "session_changes")
 
 
 def capture(engine: Engine, validator: Validator, extra: dict[str, Any]) -> dict[str, Any]:
@@ -52,7 +69,8 @@ def capture(engine: Engine, validator: Validator, extra: dict[str, Any]) -> dict
     b = engine.broker
     return {
         "symbols": list(engine.symbols),
-        "engine": copy.deepcopy({f: getattr(engine, f) for f in ENGINE_FIELDS}),
+        "engine": copy.deepcopy({part: {f: getattr(_part(engine, part), f) for f in fields}
+                                 for part, fields in ENGINE_FIELDS.items()}),
         "accounts": [(a.cash, a.position, a.last_price, a.commission_paid, a.trades)
                      for a in b.accounts],
         "order_id": b._order_id,
@@ -69,8 +87,10 @@ def restore(engine: Engine, validator: Validator, snap: dict[str, Any],
             last_order_id: int) -> None:
     """Put a snapshot's state into a fresh engine built on the snapshot's symbols, then
     apply the journal's later orders and fills (`kill -9` after the snapshot)."""
-    for f, v in snap["engine"].items():
-        setattr(engine, f, v)
+    for part, fields in _engine_state(snap["engine"]).items():
+        obj = _part(engine, part)
+        for name, value in fields.items():
+            setattr(obj, name, value)
     engine.sym_index = {s: i for i, s in enumerate(engine.symbols)}
     for i, (cash, pos, last, paid, trades) in enumerate(snap["accounts"]):
         a = engine.broker.accounts[i]
@@ -86,8 +106,7 @@ def restore(engine: Engine, validator: Validator, snap: dict[str, Any],
     elif snap["strategy_name"] != engine.strategy.name:
         log.warning("snapshot was taken with strategy %s, now %s: its state starts cold",
                     snap["strategy_name"], engine.strategy.name)
-    for f, v in snap["validator"].items():
-        setattr(validator, f, v)
+    _restore_validator(validator, snap["validator"])
     engine.broker.orders = list(orders)
     engine.broker.fills = list(fills)
     later_fills = [f for f in fills if f.fill_id > last_fill_id]
@@ -100,38 +119,62 @@ def restore(engine: Engine, validator: Validator, snap: dict[str, Any],
     for f in later_fills:
         sym = engine.sym_index.get(f.symbol)
         if sym is None:
-            sym = engine._register(f.symbol)
-        a = engine.broker.accounts[sym]
-        a.cash -= f.side * f.quantity * f.price + f.commission
-        a.position += f.side * f.quantity
-        if abs(a.position) < 1e-12:
-            a.position = 0.0
-        a.last_price = f.price
-        a.commission_paid += f.commission
-        a.trades += 1
+            sym = engine.register(f.symbol)
+        engine.broker.accounts[sym].book_fill(f)
     engine.broker._order_id = max(engine.broker._order_id,
                                   max((o.order_id for o in orders), default=0))
-    # pending = orders without a fill, whether the snapshot or a later batch placed them
+    _restore_pending(engine, [*(p for lst in engine.orders.pending for p in lst),
+                              *later_orders], filled)
+
+
+def _restore_pending(engine: Engine, orders: list[Order], filled: set[int]) -> None:
+    """Pending = orders without a fill, whether the snapshot or a later batch placed them;
+    each symbol then intends the position its account and pending orders lead to."""
     pending: dict[int, list[Order]] = {}
-    for o in [*(p for lst in engine._pending for p in lst), *later_orders]:
+    for o in orders:
         if o.order_id not in filled:
             # a symbol first seen after the snapshot has an order but no index yet
             sym = engine.sym_index.get(o.symbol)
             if sym is None:
-                sym = engine._register(o.symbol)
+                sym = engine.register(o.symbol)
             pending.setdefault(sym, []).append(o)
+    desk, decisions = engine.orders, engine.decisions
     for i in range(len(engine.symbols)):
-        engine._pending[i] = sorted(pending.get(i, []), key=lambda o: o.order_id)
-        engine._has_pending[i] = bool(engine._pending[i])
-        engine._refresh_flag(i)
-        pos = engine.broker.accounts[i].position
-        pos += sum(o.side * o.quantity for o in engine._pending[i] if o.reason == "enter")
-        if any(o.reason == "close" for o in engine._pending[i]):
-            pos = sum(o.side * o.quantity for o in engine._pending[i] if o.reason == "enter")
-        sign = 0 if pos == 0 else (1 if pos > 0 else -1)
-        engine._intended[i] = sign
-        if sign != 0 and int(engine._signal[i]) != sign:
-            engine._signal[i] = sign  # the signal that led to the position held
+        desk.pending[i] = sorted(pending.get(i, []), key=lambda o: o.order_id)
+        desk.has_pending[i] = bool(desk.pending[i])
+        engine.refresh_flag(i)
+        held = sign(desk.position_after_pending(i))
+        decisions.intended[i] = held
+        if held != 0 and int(decisions.signal[i]) != held:
+            decisions.signal[i] = held  # the signal that led to the position held
+
+
+def _restore_validator(validator: Validator, state: dict[str, Any]) -> None:
+    """The validator's stream state; a snapshot of separate symbol tables is translated."""
+    state = dict(state)
+    if "_band" in state:
+        validator.load_symbols(state.pop("_band"), state.pop("last_price", {}),
+                               state.pop("last_ts", {}))
+    for name, value in state.items():
+        setattr(validator, name, value)
+
+
+def _part(engine: Engine, part: str) -> Any:
+    return getattr(engine, part) if part else engine
+
+
+def _engine_state(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The snapshot's engine state by part; a snapshot of the flat engine is translated."""
+    if not any(k.startswith("_") and k in _FLAT_NAMES for k in state):
+        return state
+    out: dict[str, dict[str, Any]] = {}
+    for k, v in state.items():
+        if k == "stats":
+            out["stats"] = dataclasses.asdict(v)
+        else:
+            part, f = _FLAT_NAMES.get(k, ("", k))
+            out.setdefault(part, {})[f] = v
+    return out
 
 
 class WarmupGuard:

@@ -1,0 +1,1 @@
+"""Market data: file readers and sources, wire messages, transport and validation."""

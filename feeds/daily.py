@@ -307,37 +307,67 @@ def load_daily(
     path = Path(path)
     skipped = skipped if skipped is not None else SkipCounter(str(path))
     repaired = SkipCounter(str(path), what="repaired")
+    dates, o, h, l, c, v, names = _parse_file(path, skipped)
+    keep = _rows_wanted(dates, c, names, symbols, start, end, skipped, str(path), missing_ok)
+    dates, o, h, l, c, v, names = (a[keep] for a in (dates, o, h, l, c, v, names))
+    o, h, l, v = _repair_ohlcv(dates, names, o.copy(), h.copy(), l.copy(), c, v.copy(),
+                               repaired)
+    symbols_out, inverse = np.unique(names, return_inverse=True)
+    sym = inverse.astype(np.int32).reshape(-1)
+    order = np.lexsort((dates, sym))
+    dates, sym, o, h, l, c, v = (a[order] for a in (dates, sym, o, h, l, c, v))
+    dup = np.zeros(len(dates), dtype=bool)
+    if len(dates) > 1:
+        dup[1:] = (sym[1:] == sym[:-1]) & (dates[1:] == dates[:-1])
+    if dup.any():
+        skipped.add("duplicate_date", int(dup.sum()), _sample(dates, symbols_out[sym], dup))
+        dates, sym, o, h, l, c, v = (a[~dup] for a in (dates, sym, o, h, l, c, v))
+    return DailyTable(
+        dates=dates, sym=sym, open=o, high=h, low=l, close=c, volume=v,
+        symbols=[str(s) for s in symbols_out.tolist()],
+        path=str(path), skipped=skipped, repaired=repaired,
+    )
+
+
+def _parse_file(path: Path, skipped: SkipCounter) -> tuple[np.ndarray, ...]:
+    """Every row's date, OHLCV and name (the fast parser, or the row-by-row one that counts
+    malformed rows when the fast one cannot read the file)."""
     text = _read_text(path)
     header, _, body = text.partition("\n")
     if not header.strip():
         raise ValueError(f"{path}: empty file, expected a header date,open,high,low,close,...")
     positions = _column_positions(header, path)
     try:
-        cols = (
-            _parse_fast(body, positions) if body.strip() else _parse_slow(body, positions, skipped)
-        )
+        return (_parse_fast(body, positions) if body.strip()
+                else _parse_slow(body, positions, skipped))
     except ValueError:
-        cols = _parse_slow(body, positions, skipped)
-    dates, o, h, l, c, v, names = cols
-    del text, body
+        return _parse_slow(body, positions, skipped)
 
+
+def _rows_wanted(dates: np.ndarray, c: np.ndarray, names: np.ndarray,
+                 symbols: Sequence[str] | None, start: TimeLike, end: TimeLike,
+                 skipped: SkipCounter, where: str, missing_ok: bool) -> np.ndarray:
+    """Rows with a name, of the wanted symbols, inside the window and with a valid close
+    (the rest counted by why)."""
     keep = np.char.str_len(names) > 0
     skipped.add("missing_symbol", int((~keep).sum()), _sample(dates, names, ~keep))
-
     all_symbols = np.unique(names[keep]).tolist()
     if symbols is not None:
-        wanted = _check_symbols(symbols, all_symbols, str(path), missing_ok)
+        wanted = _check_symbols(symbols, all_symbols, where, missing_ok)
         keep &= np.isin(names, wanted)
     keep &= _window_mask(dates, start, end)
-
     bad_close = keep & ~(np.isfinite(c) & (c > 0))
     skipped.add("bad_close", int(bad_close.sum()), _sample(dates, names, bad_close))
-    keep &= ~bad_close
+    return keep & ~bad_close
 
-    dates, o, h, l, c, v, names = (a[keep] for a in (dates, o, h, l, c, v, names))
-    o, h, l, v = o.copy(), h.copy(), l.copy(), v.copy()
 
-    # Repair missing open/high/low from what the row still has (close is valid here).
+def _repair_ohlcv(dates: np.ndarray, names: np.ndarray, o: np.ndarray, h: np.ndarray,
+                  l: np.ndarray, c: np.ndarray, v: np.ndarray,
+                  repaired: SkipCounter) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                  np.ndarray]:
+    """Open, high, low and volume repaired (counted): missing open/high/low from what the
+    row still has (the close is valid here), an inconsistent high/low widened to the row's
+    extremes, a bad volume set to 0."""
     for a in (o, h, l):
         a[~(np.isfinite(a) & (a > 0))] = np.nan
     missing = np.isnan(o) | np.isnan(h) | np.isnan(l)
@@ -351,35 +381,10 @@ def load_daily(
     widest_low = np.fmin(np.fmin(l, h), np.minimum(o, c))
     h = np.where(fix, widest_high, h)
     l = np.where(fix, widest_low, l)
-
     bad_volume = ~(np.isfinite(v) & (v >= 0))
     repaired.add("bad_volume", int(bad_volume.sum()), _sample(dates, names, bad_volume))
     v[bad_volume] = 0.0
-
-    symbols_out, inverse = np.unique(names, return_inverse=True)
-    sym = inverse.astype(np.int32).reshape(-1)
-    order = np.lexsort((dates, sym))
-    dates, sym, o, h, l, c, v = (a[order] for a in (dates, sym, o, h, l, c, v))
-    dup = np.zeros(len(dates), dtype=bool)
-    if len(dates) > 1:
-        dup[1:] = (sym[1:] == sym[:-1]) & (dates[1:] == dates[:-1])
-    if dup.any():
-        skipped.add("duplicate_date", int(dup.sum()), _sample(dates, symbols_out[sym], dup))
-        dates, sym, o, h, l, c, v = (a[~dup] for a in (dates, sym, o, h, l, c, v))
-
-    return DailyTable(
-        dates=dates,
-        sym=sym,
-        open=o,
-        high=h,
-        low=l,
-        close=c,
-        volume=v,
-        symbols=[str(s) for s in symbols_out.tolist()],
-        path=str(path),
-        skipped=skipped,
-        repaired=repaired,
-    )
+    return o, h, l, v
 
 
 def _sample(dates: np.ndarray, names: np.ndarray, mask: np.ndarray) -> str | None:

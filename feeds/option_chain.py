@@ -1,5 +1,6 @@
-"""Option chains from CSV: one row per contract, as in
-`shared/data/lean_goog_option_chain_2015-12-24/goog_option_chain_2015-12-24T1300ET.csv`.
+"""Option chains from CSV files, one row per contract.
+
+As in `shared/data/lean_goog_option_chain_2015-12-24/goog_option_chain_2015-12-24T1300ET.csv`.
 
 Columns (header names, any order; extra columns are ignored):
 - required: `expiry` (YYYY-MM-DD), `strike` (> 0), `right` (C/P or call/put);
@@ -19,6 +20,7 @@ import csv
 import datetime as dt
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 import numpy.typing as npt
@@ -89,79 +91,29 @@ def read_chain(path: str | Path) -> OptionChain:
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"option chain {p} does not exist")
+    rows: list[_Contract] = []
+    skipped: dict[str, int] = {}
+    snapshot: dt.datetime | None = None
     with p.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        header = [h.strip() for h in (reader.fieldnames or [])]
-        missing = [c for c in REQUIRED if c not in header]
-        if missing:
-            raise ValueError(f"{p}: missing column(s) {', '.join(missing)} (header: {header})")
-        reader.fieldnames = header
-        underlying: list[str] = []
-        symbols: list[str] = []
-        expiry: list[dt.date] = []
-        strike: list[float] = []
-        is_call: list[bool] = []
-        is_american: list[bool] = []
-        bid: list[float] = []
-        ask: list[float] = []
-        iv: list[float] = []
-        spot: list[float] = []
-        skipped: dict[str, int] = {}
-        snapshot: dt.datetime | None = None
-
-        def skip(reason: str) -> None:
-            skipped[reason] = skipped.get(reason, 0) + 1
-
-        for row in reader:
-            try:
-                exp = dt.date.fromisoformat((row.get("expiry") or "").strip())
-            except ValueError:
-                skip("bad_expiry")
+        for row in _rows(fh, p):
+            got = _contract(row)
+            if isinstance(got, str):
+                skipped[got] = skipped.get(got, 0) + 1
                 continue
-            k = _float(row.get("strike"))
-            if not (k > 0 and np.isfinite(k)):
-                skip("bad_strike")
-                continue
-            right = (row.get("right") or "").strip().upper()
-            if right in ("C", "CALL"):
-                call = True
-            elif right in ("P", "PUT"):
-                call = False
-            else:
-                skip("bad_right")
-                continue
-            style = (row.get("style") or "european").strip().lower()
-            if style not in ("european", "american"):
-                skip("bad_style")
-                continue
+            rows.append(got)
             if snapshot is None and (row.get("snapshot_time") or "").strip():
                 try:
                     snapshot = dt.datetime.fromisoformat(row["snapshot_time"].strip())
                 except ValueError:
-                    skip("bad_snapshot_time")
-            s = _float(row.get("spot"))
-            if not s > 0:
-                ub, ua = _float(row.get("underlying_bid")), _float(row.get("underlying_ask"))
-                s = 0.5 * (ub + ua) if ub > 0 and ua >= ub else _float(row.get("underlying_last"))
-            name = (row.get("underlying") or "").strip()
-            r = "C" if call else "P"
-            underlying.append(name)
-            symbols.append(option_symbol(name, exp, r, k))
-            expiry.append(exp)
-            strike.append(k)
-            is_call.append(call)
-            is_american.append(style == "american")
-            bid.append(_float(row.get("bid")))
-            ask.append(_float(row.get("ask")))
-            vol = _float(row.get("iv"))
-            iv.append(vol if vol > 0 else np.nan)
-            spot.append(s if s > 0 else np.nan)
-    if not strike:
+                    skipped["bad_snapshot_time"] = skipped.get("bad_snapshot_time", 0) + 1
+    if not rows:
         detail = f" (skipped: {skipped})" if skipped else ""
         raise ValueError(f"{p}: no usable option rows{detail}")
+    underlying, symbols, expiry, strike, is_call, is_american, bid, ask, iv, spot = zip(
+        *rows, strict=True)
     return OptionChain(
-        underlying=underlying,
-        symbol=symbols,
+        underlying=list(underlying),
+        symbol=list(symbols),
         expiry=np.array(expiry, dtype="datetime64[D]"),
         strike=np.array(strike),
         is_call=np.array(is_call, dtype=bool),
@@ -173,3 +125,49 @@ def read_chain(path: str | Path) -> OptionChain:
         snapshot_time=snapshot,
         skipped=skipped,
     )
+
+
+#: one contract's row: underlying, symbol, expiry, strike, is_call, is_american, bid, ask,
+#: iv, spot
+_Contract = tuple[str, str, dt.date, float, bool, bool, float, float, float, float]
+
+
+def _rows(fh: TextIO, p: Path) -> csv.DictReader[str]:
+    """The file's rows by stripped header name; the required columns must be there."""
+    reader = csv.DictReader(fh)
+    header = [h.strip() for h in (reader.fieldnames or [])]
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise ValueError(f"{p}: missing column(s) {', '.join(missing)} (header: {header})")
+    reader.fieldnames = header
+    return reader
+
+
+def _contract(row: dict[str, str]) -> _Contract | str:
+    """One row's contract, or why the row is skipped (bad expiry, strike, right or style)."""
+    try:
+        exp = dt.date.fromisoformat((row.get("expiry") or "").strip())
+    except ValueError:
+        return "bad_expiry"
+    k = _float(row.get("strike"))
+    if not (k > 0 and np.isfinite(k)):
+        return "bad_strike"
+    right = (row.get("right") or "").strip().upper()
+    if right in ("C", "CALL"):
+        call = True
+    elif right in ("P", "PUT"):
+        call = False
+    else:
+        return "bad_right"
+    style = (row.get("style") or "european").strip().lower()
+    if style not in ("european", "american"):
+        return "bad_style"
+    s = _float(row.get("spot"))
+    if not s > 0:
+        ub, ua = _float(row.get("underlying_bid")), _float(row.get("underlying_ask"))
+        s = 0.5 * (ub + ua) if ub > 0 and ua >= ub else _float(row.get("underlying_last"))
+    name = (row.get("underlying") or "").strip()
+    vol = _float(row.get("iv"))
+    return (name, option_symbol(name, exp, "C" if call else "P", k), exp, k, call,
+            style == "american", _float(row.get("bid")), _float(row.get("ask")),
+            vol if vol > 0 else np.nan, s if s > 0 else np.nan)

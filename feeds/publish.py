@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import numpy as np
 import zmq
 
 from feeds.messages import Heartbeat, encode
@@ -42,25 +43,10 @@ def publish_source(
     heartbeat says end of stream only when `count` did not stop the stream first.
     """
     encoder = ChunkEncoder(list(source.symbols), bar_duration_ns)
-    topics = encoder.topics
-    send = publisher.socket.send
-    more = int(zmq.SNDMORE)
+    stream = _Stream(publisher, encoder.topics, session, rate, heartbeat_s)
     end = None if count is None else skip + count
-    sent = 0
     index = 0  # position in the whole stream of the chunk's first message
-    beats = 0
-    t0 = time.perf_counter()
-    last_beat = t0
-    last_ts = 0
-    opened = False
     complete = True
-
-    def heartbeat(ts: int, final: bool = False) -> None:
-        nonlocal beats
-        beats += 1
-        send(b"H.", more)
-        send(encode(Heartbeat(beats, ts, "", final, session)))
-
     for chunk in source.chunks():
         n = chunk.shape[0]
         if n == 0:
@@ -69,17 +55,50 @@ def publish_source(
         lo = max(skip - index, 0)
         hi = n if end is None else min(end - index, n)
         index += n
-        if lo >= hi:
-            if end is not None and index >= end:
-                complete = False
-                break
-            continue
-        if not opened:  # the session opens before the first message
-            heartbeat(int(chunk["ts"][lo]))
-            opened = True
+        if lo < hi:
+            stream.send_chunk(chunk, payloads, offsets, lo, hi)
+            if progress is not None:
+                progress(stream.sent)
+        if end is not None and index >= end:
+            complete = False  # stopped by `count`: the stream goes on elsewhere
+            break
+    stream.heartbeat(stream.last_ts, final=complete)
+    publisher.sent += stream.sent + stream.beats
+    return stream.sent
+
+
+class _Stream:
+    """The sending side of one `publish_source`: frames, heartbeats and pacing."""
+
+    def __init__(self, publisher: Publisher, topics: list[list[bytes]], session: int,
+                 rate: float, heartbeat_s: float) -> None:
+        self.send = publisher.socket.send
+        self.topics = topics
+        self.session = session
+        self.rate = rate
+        self.heartbeat_s = heartbeat_s
+        self.sent = 0
+        self.beats = 0
+        self.last_ts = 0
+        self.opened = False
+        self.t0 = self.last_beat = time.perf_counter()
+
+    def heartbeat(self, ts: int, final: bool = False) -> None:
+        self.beats += 1
+        self.send(b"H.", int(zmq.SNDMORE))
+        self.send(encode(Heartbeat(self.beats, ts, "", final, self.session)))
+
+    def send_chunk(self, chunk: np.ndarray, payloads: bytes, offsets: np.ndarray, lo: int,
+                   hi: int) -> None:
+        """Messages [lo, hi) of an encoded chunk: two sends of ready frames each."""
+        if not self.opened:  # the session opens before the first message
+            self.heartbeat(int(chunk["ts"][lo]))
+            self.opened = True
             # pacing starts now: the first chunk's encoding (compiling the encoder) must
             # not make the stream burst to catch up
-            t0 = last_beat = time.perf_counter()
+            self.t0 = self.last_beat = time.perf_counter()
+        send, topics, more = self.send, self.topics, int(zmq.SNDMORE)
+        sent = self.sent
         bounds = offsets.tolist()[lo:hi + 1]
         for kind, sym, a, b in zip(chunk["kind"][lo:hi].tolist(), chunk["sym"][lo:hi].tolist(),
                                    bounds, bounds[1:], strict=False):
@@ -87,21 +106,17 @@ def publish_source(
             send(payloads[a:b])
             sent += 1
             if sent % 64 == 0:
-                now = time.perf_counter()
-                if heartbeat_s > 0 and now - last_beat >= heartbeat_s:
-                    heartbeat(last_ts)
-                    last_beat = now
-                if rate > 0:
-                    ahead = sent / rate - (now - t0)
-                    if ahead > 0:
-                        time.sleep(ahead)
-        last_ts = int(chunk["ts"][hi - 1])
-        if progress is not None:
-            progress(sent)
-        if end is not None and index >= end:
-            complete = False  # stopped by `count`: the stream goes on elsewhere
-            break
-    heartbeat(last_ts, final=complete)
-    publisher.sent += sent + beats
-    return sent
+                self._pace(sent)
+        self.sent = sent
+        self.last_ts = int(chunk["ts"][hi - 1])
 
+    def _pace(self, sent: int) -> None:
+        """Every 64 messages: a heartbeat when one is due, and a sleep when ahead of `rate`."""
+        now = time.perf_counter()
+        if self.heartbeat_s > 0 and now - self.last_beat >= self.heartbeat_s:
+            self.heartbeat(self.last_ts)
+            self.last_beat = now
+        if self.rate > 0:
+            ahead = sent / self.rate - (now - self.t0)
+            if ahead > 0:
+                time.sleep(ahead)

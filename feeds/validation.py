@@ -1,5 +1,6 @@
-"""Validation of decoded market messages: the one path that every subscriber, the engine and
-the daemon use.
+"""Validation of received market messages: the one path of every subscriber and the engine.
+
+The daemon, the replay and the subscriber's `batch` all use `Validator.validate_many`.
 
 Undecodable frames (invalid UTF-8 included), unknown kinds, NaN/inf, non-positive or absurd
 prices, price jumps outside a band (`price_outlier`), sizes <= 0, timestamps out of range,
@@ -8,6 +9,10 @@ the allow-list or the table's maximum, sequence gaps and duplicates are counted 
 (`feeds.records.SkipCounter`), logged once per kind with a sample, and skipped (bounds in
 `ValidationLimits`). A gap is counted by the number of missing messages; the message after
 a gap is good data and kept.
+
+Speed: it is most of the engine's per-tick time. Each symbol's state (band, last price,
+last time) is one list behind one dict lookup, and a trade passes every rule in one
+combined test; only a rejected trade is examined again to name its first failed rule.
 """
 
 from __future__ import annotations
@@ -81,6 +86,24 @@ class ValidationLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
             raise ValueError("validation.max_symbols and max_symbol_length must be >= 1")
 
 
+#: the clock before any message
+_NO_TS = -(1 << 63)
+
+
+def _symbol_state(band: float, earliest: int) -> list[Any]:
+    """One symbol's state, one list so the hot path pays one dict lookup per tick:
+    [band, last accepted price (0.0: none), last price x band (inf: none), the earliest
+    time its next message may have: its last time, `earliest` before any]. A new symbol's
+    band admits every price."""
+    return [band, 0.0, math.inf, earliest]
+
+
+BAND, LAST_PRICE, HIGH, LAST_TS = 0, 1, 2, 3
+#: the state of the feed's heartbeats, which carry no symbol (never written: heartbeats have
+#: no price and no time of their own)
+_NO_SYMBOL = _symbol_state(0.0, _NO_TS)
+
+
 class Validator:
     """Decodes and checks frames; returns good messages, counts and skips the rest.
 
@@ -94,12 +117,12 @@ class Validator:
         self.limits = limits = limits or ValidationLimits()
         self.decoder = make_decoder()
         self.skipped = SkipCounter(what="skipped")
-        self.last_ts: dict[str, int] = {}
-        self.last_seq: dict[bytes, int] = {}
-        #: the last accepted price of each symbol (trade, bar close or quote mid)
-        self.last_price: dict[str, float] = {}
-        #: symbols accepted so far, with their price band (checked once each)
-        self._band: dict[str, float] = {}
+        #: each stream (topic) seen: [its last sequence number, the symbol of its last
+        #: message, that symbol's state]; the symbol saves the per-symbol lookup while a
+        #: stream carries one symbol, as a feed's streams do
+        self._topics: dict[bytes, list[Any]] = {}
+        #: symbols accepted so far (checked once each), with their state (`_symbol_state`)
+        self._sym: dict[str, list[Any]] = {}
         #: the stream's clock: the newest timestamp accepted on any symbol (None: no message)
         self.clock: int | None = None
         self.received = 0
@@ -122,31 +145,68 @@ class Validator:
         belong to it)."""
         if self.session is not None:
             log.warning("feed session changed %d -> %d: sequence check reset for %d streams",
-                        self.session, session, len(self.last_seq))
-            self.last_seq.clear()
+                        self.session, session, len(self._topics))
+            self._topics.clear()
             self._fresh = True
             self.session_changes += 1
         self.session = session
 
     @property
+    def last_seq(self) -> dict[bytes, int]:
+        """The last sequence number of each stream (topic): the journal's stream positions."""
+        return {t: r[0] for t, r in self._topics.items()}
+
+    @last_seq.setter
+    def last_seq(self, positions: dict[bytes, int]) -> None:
+        """Stream positions restored (the journal's); streams not in `positions` are new."""
+        self._topics = {t: [int(s), None, None] for t, s in positions.items()}
+
+    @property
     def known(self) -> set[str]:
         """Symbols accepted so far."""
-        return set(self._band)
+        return set(self._sym)
 
-    def _symbol_ok(self, sym: str, msg: Message) -> bool:
-        """A symbol seen for the first time: name, allow-list and table size."""
+    @property
+    def last_price(self) -> dict[str, float]:
+        """The last accepted price of each symbol (trade, bar close or quote mid)."""
+        return {s: st[LAST_PRICE] for s, st in self._sym.items() if st[LAST_PRICE] > 0.0}
+
+    @property
+    def last_ts(self) -> dict[str, int]:
+        """The time of each symbol's last accepted message (heartbeats aside; a symbol whose
+        last time is the `earliest` bound itself is not told from one without any)."""
+        return {s: st[LAST_TS] for s, st in self._sym.items() if st[LAST_TS] != self._earliest}
+
+    def load_symbols(self, band: dict[str, float], last_price: dict[str, float],
+                     last_ts: dict[str, int]) -> None:
+        """Symbol state from separate tables (a snapshot of an earlier layout)."""
+        self._sym = {}
+        for r in self._topics.values():  # their cached states were of the old table
+            r[1] = r[2] = None
+        for s, b in band.items():
+            st = self._sym[s] = _symbol_state(b, self._earliest)
+            if s in last_price:
+                st[LAST_PRICE], st[HIGH] = last_price[s], last_price[s] * b
+            st[LAST_TS] = last_ts.get(s, self._earliest)
+
+    def _new_symbol(self, sym: str, msg: Message) -> list[Any] | None:
+        """A symbol seen for the first time: name, allow-list and table size. Its state,
+        or None (counted) when it is refused. The feed's own heartbeats carry no symbol."""
+        if type(msg) is Heartbeat and sym == "":
+            return _NO_SYMBOL  # the feed's own: nothing to remember
         lim = self.limits
         if len(sym) > lim.max_symbol_length or SYMBOL_CHARS.fullmatch(sym) is None:
             self.skipped.add("bad_symbol", 1, msg)
-            return False
+            return None
         if self._allowed and sym not in self._allowed:
             self.skipped.add("symbol_not_allowed", 1, msg)
-            return False
-        if len(self._band) >= lim.max_symbols:
+            return None
+        if len(self._sym) >= lim.max_symbols:
             self.skipped.add("symbol_limit", 1, msg)
-            return False
-        self._band[sym] = lim.price_band_by_symbol.get(sym, lim.price_band)
-        return True
+            return None
+        band = lim.price_band_by_symbol.get(sym, lim.price_band)
+        st = self._sym[sym] = _symbol_state(band, self._earliest)
+        return st
 
     def validate(self, frames: list[bytes] | tuple[bytes, ...]) -> Message | None:
         """The message of one frame pair if it passes every check, else None (counted)."""
@@ -158,154 +218,183 @@ class Validator:
         other frame is counted under one kind and skipped. Nothing a peer sends raises.
 
         The one implementation of the checks (`validate` is this for one frame). Written
-        for the common case, a trade in sequence, in time and in its band: locals, a few
-        comparisons and dict lookups per tick (it is the engine's hot path); other kinds and
-        every rejection leave the fast branch.
+        for the common case, a trade in sequence, in time and in its band: locals, one
+        test of every rule at once, two dict lookups on the topic and one on the symbol
+        per tick (it is the engine's hot path); other kinds and every rejection leave the
+        fast branch, and a rejection finds its reason in `_trade_rejection`.
         """
         out: list[Message] = []
         append = out.append
-        skip = self.skipped.add
         decode = self.decoder.decode
-        last_seq = self.last_seq
-        seq_get = last_seq.get
-        band_get = self._band.get
-        last_price = self.last_price
-        price_get = last_price.get
-        last_ts = self.last_ts
-        ts_get = last_ts.get
-        max_price, earliest, latest = self._max_price, self._earliest, self._latest
+        topic_get = self._topics.get
+        max_price, latest = self._max_price, self._latest
         skew = self._skew_ns
         inf = math.inf
-        clock = self.clock
+        clock = _NO_TS if self.clock is None else self.clock
+        # a message may not run ahead of the clock by more than the skew (no clock: none)
+        horizon = latest if self.clock is None else clock + skew
         for frames in batch:
-            if len(frames) != 2:
-                skip("bad_framing", 1, frames)
-                continue
-            topic, payload = frames
             try:
+                topic, payload = frames  # a frame pair, else bad framing
                 msg = decode(payload)
-            except msgspec.ValidationError as exc:
-                # msgspec reports an unknown tag as an invalid value at the tag's position
-                kind = "unknown_kind" if str(exc).endswith("at `$[0]`") else "wrong_schema"
-                skip(kind, 1, payload)
-                continue
-            except Exception:  # noqa: BLE001 - MsgspecError, invalid UTF-8, anything else
-                # a peer's bytes must never stop the engine: whatever the decoder raises on
-                # (invalid UTF-8 in a string raises UnicodeDecodeError) is undecodable
-                skip("undecodable", 1, payload)
+            except Exception as exc:  # noqa: BLE001 - a peer's bytes never stop the engine
+                self._undecodable(exc, frames)
                 continue
             # the sequence is checked first: a message with bad content still occupies its
             # place in the stream, so skipping it must not look like a gap
+            tr = topic_get(topic)
             seq = msg.seq
-            expected = seq_get(topic, 0) + 1
-            if seq != expected:
-                if type(msg) is Heartbeat:
-                    pass  # liveness only: a heartbeat is never a gap or a duplicate
-                elif self._fresh and topic not in last_seq:
-                    pass  # first message of a stream of a new feed session: no gap
-                elif seq < expected:
-                    skip("duplicate", 1, msg)
+            if tr is None or seq != tr[0] + 1:
+                tr = self._out_of_sequence(msg, topic, tr)
+                if tr is None:
                     continue
-                else:
-                    skip("sequence_gap", seq - expected, msg)
-            last_seq[topic] = seq
-            sym = msg.symbol
-            band = band_get(sym)
-            if band is None:
-                if type(msg) is Heartbeat and sym == "":
-                    band = 0.0
-                elif not self._symbol_ok(sym, msg):
+            tr[0] = seq
+            if msg.symbol == tr[1]:
+                st = tr[2]
+            else:
+                st = self._symbol_state(msg, tr)
+                if st is None:
                     continue
-                else:
-                    band = self._band[sym]
             if type(msg) is Trade:  # the hot path
                 p = msg.price
-                if not (0.0 < p <= max_price):  # NaN fails the comparison too
-                    skip("bad_price", 1, msg)
-                    continue
-                if not (0.0 < msg.size < inf):
-                    skip("bad_size", 1, msg)
-                    continue
-                last = price_get(sym)
-                if last is not None and not (last <= p * band and p <= last * band):
-                    skip("price_outlier", 1, msg)
-                    continue
                 ts = msg.ts
-                if not earliest <= ts < latest:
-                    skip("time_out_of_range", 1, msg)
-                    continue
-                if clock is not None and ts > clock + skew:
-                    skip("time_future", 1, msg)
-                    continue
-                prev = ts_get(sym)
-                if prev is not None and ts < prev:
-                    skip("time_backwards", 1, msg)
-                    continue
-                last_ts[sym] = ts
-                if clock is None or ts > clock:
-                    clock = ts
-                last_price[sym] = p
-                append(msg)
+                band = st[0]
+                if (0.0 < p <= max_price and 0.0 < msg.size < inf  # NaN fails too
+                        and st[1] <= p * band and p <= st[2]
+                        and st[3] <= ts < latest and ts <= horizon):  # st[3] >= earliest
+                    st[1] = p
+                    st[2] = p * band
+                    st[3] = ts
+                    if ts > clock:
+                        clock = ts
+                        horizon = ts + skew
+                    append(msg)
+                else:
+                    self.skipped.add(self._trade_rejection(msg, st, horizon), 1, msg)
                 continue
-            self.clock = clock
+            self.clock = None if clock == _NO_TS else clock
             if type(msg) is Heartbeat and msg.session != self.session:
-                self.new_session(msg.session)  # clears last_seq in place (alias stays valid)
-            if self._check_other(msg, sym, band):
+                self.new_session(msg.session)  # clears the streams (`tr` stays usable)
+            if self._check_other(msg, st):
                 append(msg)
-            clock = self.clock
-        self.clock = clock
+            if self.clock is not None:
+                clock = self.clock
+                horizon = clock + skew
+        self.clock = None if clock == _NO_TS else clock
         self.received += len(batch)
         return out
 
-    def _check_other(self, msg: Message, sym: str, band: float) -> bool:
+    def _undecodable(self, exc: Exception, frames: Any) -> None:
+        """Count frames that are not a pair, or a payload the decoder refused, by why."""
+        try:
+            _topic, payload = frames
+        except Exception:  # noqa: BLE001 - not two frames (or not even a sequence)
+            self.skipped.add("bad_framing", 1, frames)
+            return
+        if isinstance(exc, msgspec.ValidationError):
+            # msgspec reports an unknown tag as an invalid value at the tag's position
+            kind = "unknown_kind" if str(exc).endswith("at `$[0]`") else "wrong_schema"
+        else:
+            # MsgspecError, invalid UTF-8 in a string (UnicodeDecodeError), anything else
+            kind = "undecodable"
+        self.skipped.add(kind, 1, payload)
+
+    def _out_of_sequence(self, msg: Message, topic: bytes,
+                         tr: list[Any] | None) -> list[Any] | None:
+        """A message of a new stream, or whose sequence number is not its stream's next.
+        Its stream's record keeps it (a stream's first message, a heartbeat, a new
+        session's first message, the message after a gap: the gap is counted); None drops
+        it (a duplicate, counted)."""
+        expected = 1 if tr is None else tr[0] + 1
+        if msg.seq == expected or type(msg) is Heartbeat:
+            pass  # in sequence; a heartbeat (liveness only) is never a gap or a duplicate
+        elif self._fresh and tr is None:
+            pass  # first message of a stream of a new feed session: no gap
+        elif msg.seq < expected:
+            self.skipped.add("duplicate", 1, msg)
+            return None
+        else:
+            self.skipped.add("sequence_gap", msg.seq - expected, msg)
+        if tr is None:
+            tr = self._topics[topic] = [0, None, None]
+        return tr
+
+    def _symbol_state(self, msg: Message, tr: list[Any]) -> list[Any] | None:
+        """The state of a message's symbol when its stream's last message had another one:
+        found, or made for a symbol seen the first time (None: refused, counted)."""
+        sym = msg.symbol
+        st = self._sym.get(sym)
+        if st is None:
+            st = self._new_symbol(sym, msg)
+            if st is None or st is _NO_SYMBOL:
+                return st  # not remembered for the stream: a non-heartbeat "" is refused
+        tr[1], tr[2] = sym, st
+        return st
+
+    def _trade_rejection(self, t: Trade, st: list[Any], horizon: int) -> str:
+        """Why a trade failed the fast branch's test: its first failed rule, in order."""
+        p = t.price
+        if not (0.0 < p <= self._max_price):
+            return "bad_price"
+        if not (0.0 < t.size < math.inf):
+            return "bad_size"
+        if not (st[LAST_PRICE] <= p * st[BAND] and p <= st[HIGH]):
+            return "price_outlier"
+        if not self._earliest <= t.ts < self._latest:
+            return "time_out_of_range"
+        if t.ts > horizon:
+            return "time_future"
+        return "time_backwards"
+
+    def _check_other(self, msg: Message, st: list[Any]) -> bool:
         """Quotes, bars and the rest (not market-data hot path): content, band, time."""
         t = type(msg)
-        mx = self._max_price
-        ref = 0.0  # orders, fills, heartbeats, option values: no market price
-        if t is Quote:
-            q: Quote = msg  # type: ignore[assignment]
-            if not (0.0 <= q.bid <= mx and 0.0 <= q.ask <= mx and (q.bid > 0.0 or q.ask > 0.0)):
-                self.skipped.add("bad_price", 1, msg)
-                return False
-            if not (0.0 <= q.bid_size < math.inf and 0.0 <= q.ask_size < math.inf):
-                self.skipped.add("bad_size", 1, msg)
-                return False
-            ref = (q.bid + q.ask) / 2.0 if q.bid > 0.0 and q.ask > 0.0 else max(q.bid, q.ask)
-        elif t is Bar:
-            b: Bar = msg  # type: ignore[assignment]
-            if not (b.low > 0.0 and b.high >= b.low and b.high <= mx
-                    and b.low <= b.open <= b.high and b.low <= b.close <= b.high):
-                self.skipped.add("bad_price", 1, msg)
-                return False
-            if not 0.0 <= b.volume < math.inf:
-                self.skipped.add("bad_size", 1, msg)
-                return False
-            ref = b.close
-            last = self.last_price.get(sym)
-            if last is not None and not (last <= b.low * band and b.high <= last * band):
-                self.skipped.add("price_outlier", 1, msg)
-                return False
-        if ref > 0.0:
-            last = self.last_price.get(sym)
-            if last is not None and not (last <= ref * band and ref <= last * band):
-                self.skipped.add("price_outlier", 1, msg)
-                return False
+        why, ref = self._content(msg, st)
+        if not why and ref > 0.0 and not (st[LAST_PRICE] <= ref * st[BAND]
+                                          and ref <= st[HIGH]):
+            why = "price_outlier"
         ts = msg.ts
-        if not self._earliest <= ts < self._latest:
-            self.skipped.add("time_out_of_range", 1, msg)
-            return False
         clock = self.clock
-        if clock is not None and ts > clock + self._skew_ns:
-            self.skipped.add("time_future", 1, msg)
+        if why:
+            pass
+        elif not self._earliest <= ts < self._latest:
+            why = "time_out_of_range"
+        elif clock is not None and ts > clock + self._skew_ns:
+            why = "time_future"
+        elif t is not Heartbeat and ts < st[LAST_TS]:
+            why = "time_backwards"
+        if why:
+            self.skipped.add(why, 1, msg)
             return False
         if t is not Heartbeat:
-            prev = self.last_ts.get(sym)
-            if prev is not None and ts < prev:
-                self.skipped.add("time_backwards", 1, msg)
-                return False
-            self.last_ts[sym] = ts
+            st[LAST_TS] = ts
         if clock is None or ts > clock:
             self.clock = ts
         if ref > 0.0:
-            self.last_price[sym] = ref
+            st[LAST_PRICE], st[HIGH] = ref, ref * st[BAND]
         return True
+
+    def _content(self, msg: Message, st: list[Any]) -> tuple[str, float]:
+        """A quote's or bar's prices and sizes: (why refused or "", its reference price:
+        quote mid or bar close, 0.0 for kinds without a market price)."""
+        mx = self._max_price
+        if type(msg) is Quote:
+            q: Quote = msg
+            if not (0.0 <= q.bid <= mx and 0.0 <= q.ask <= mx and (q.bid > 0.0 or q.ask > 0.0)):
+                return "bad_price", 0.0
+            if not (0.0 <= q.bid_size < math.inf and 0.0 <= q.ask_size < math.inf):
+                return "bad_size", 0.0
+            return "", ((q.bid + q.ask) / 2.0 if q.bid > 0.0 and q.ask > 0.0
+                        else max(q.bid, q.ask))
+        if type(msg) is Bar:
+            b: Bar = msg
+            if not (b.low > 0.0 and b.high >= b.low and b.high <= mx
+                    and b.low <= b.open <= b.high and b.low <= b.close <= b.high):
+                return "bad_price", 0.0
+            if not 0.0 <= b.volume < math.inf:
+                return "bad_size", 0.0
+            last = st[LAST_PRICE]
+            if last > 0.0 and not (last <= b.low * st[BAND] and b.high <= st[HIGH]):
+                return "price_outlier", 0.0
+            return "", b.close
+        return "", 0.0  # orders, fills, heartbeats, option values: no market price

@@ -122,6 +122,25 @@ def rss_mb(pid: int) -> float:
     raise AssertionError("no VmRSS")
 
 
+def collect(endpoint: str, prefix: bytes, kind: type, got: list[Any],
+            stop: threading.Event) -> None:
+    """Read the daemon's messages of one kind (topic `prefix`) into `got` until `stop`."""
+    from feeds.messages import make_decoder
+
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.SUB)
+    s.setsockopt(zmq.SUBSCRIBE, prefix)
+    s.connect(endpoint)
+    dec = make_decoder()
+    while not stop.is_set():
+        if s.poll(50):
+            m = dec.decode(s.recv_multipart()[1])
+            assert isinstance(m, kind)
+            got.append(m)
+    s.close(0)
+    ctx.term()
+
+
 def read_orders(endpoint: str, counts: dict[str, int], stop: threading.Event) -> None:
     ctx = zmq.Context()
     s = ctx.socket(zmq.SUB)

@@ -165,40 +165,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for n, (L, _, _) in enumerate(lattices):
         groups.setdefault(_kernel_for(args.dim, L, args.kernel), []).append(n)
 
-    m_series: dict[int, np.ndarray] = {}
-    e_series: dict[int, np.ndarray] = {}
-    flips = 0.0
-    seconds = 0.0
-    for kernel, members in groups.items():
-        ens = IsingEnsemble(
-            args.dim, [lattices[n][0] for n in members], [temps[lattices[n][1]] for n in members],
-            field=args.field, seed=args.seed, streams=members, kernel=kernel, device=device,
-        )
-        m, e, secs = run_ensemble(
-            ens, args.sweeps, therm, progress=Progress(f"ising {kernel} {device}")
-        )
-        for col, n in enumerate(members):
-            m_series[n], e_series[n] = m[:, col], e[:, col]
-        flips += float(ens.n_spins.sum()) * (args.sweeps + therm)
-        seconds += secs
-
-    results = []
-    per_bin = args.sweeps // N_BINS
-    for L in args.size:
-        for ti, T in enumerate(temps):
-            ns = [n for n, (LL, tt, _) in enumerate(lattices) if LL == L and tt == ti]
-            # replicas are independent chains: whole bins of each, so no bin straddles two
-            m = np.concatenate([m_series[n][: per_bin * N_BINS] for n in ns])
-            e = np.concatenate([e_series[n][: per_bin * N_BINS] for n in ns])
-            obs = lattice_observables(m, e, N_BINS * len(ns))
-            # τ_int of each replica's own chain, averaged (a concatenation has seams)
-            for key, f in (
-                ("tau_energy", lambda n: e_series[n]),
-                ("tau_magnetization", lambda n: np.abs(m_series[n])),
-                ("tau_m2", lambda n: m_series[n] ** 2),
-            ):
-                obs[key] = float(np.mean([integrated_autocorrelation_time(f(n)) for n in ns]))
-            results.append({"L": L, "T": T, **obs})
+    m_series, e_series, flips, seconds = _simulate(args, temps, therm, device, lattices,
+                                                   groups)
+    results = _observables(args.size, temps, args.sweeps, lattices, m_series, e_series)
 
     tc = tc_err = None
     crossings: list[dict[str, Any]] = []
@@ -233,6 +202,57 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.out is not None:
         out["plots"] = [str(p) for p in plot_ising(out, args.out)]
     return out
+
+
+Lattice = tuple[int, int, int]  # (size, temperature index, replica)
+
+
+def _simulate(args: argparse.Namespace, temps: list[float], therm: int, device: str,
+              lattices: list[Lattice], groups: dict[str, list[int]],
+              ) -> tuple[dict[int, np.ndarray], dict[int, np.ndarray], float, float]:
+    """Run every kernel's ensemble: each lattice's magnetization and energy series, the
+    spin flips done and the seconds they took."""
+    m_series: dict[int, np.ndarray] = {}
+    e_series: dict[int, np.ndarray] = {}
+    flips = 0.0
+    seconds = 0.0
+    for kernel, members in groups.items():
+        ens = IsingEnsemble(
+            args.dim, [lattices[n][0] for n in members], [temps[lattices[n][1]] for n in members],
+            field=args.field, seed=args.seed, streams=members, kernel=kernel, device=device,
+        )
+        m, e, secs = run_ensemble(
+            ens, args.sweeps, therm, progress=Progress(f"ising {kernel} {device}")
+        )
+        for col, n in enumerate(members):
+            m_series[n], e_series[n] = m[:, col], e[:, col]
+        flips += float(ens.n_spins.sum()) * (args.sweeps + therm)
+        seconds += secs
+    return m_series, e_series, flips, seconds
+
+
+def _observables(sizes: list[int], temps: list[float], sweeps: int, lattices: list[Lattice],
+                 m_series: dict[int, np.ndarray],
+                 e_series: dict[int, np.ndarray]) -> list[dict[str, Any]]:
+    """Binned observables per (size, temperature) over its replicas."""
+    results = []
+    per_bin = sweeps // N_BINS
+    for L in sizes:
+        for ti, T in enumerate(temps):
+            ns = [n for n, (LL, tt, _) in enumerate(lattices) if LL == L and tt == ti]
+            # replicas are independent chains: whole bins of each, so no bin straddles two
+            m = np.concatenate([m_series[n][: per_bin * N_BINS] for n in ns])
+            e = np.concatenate([e_series[n][: per_bin * N_BINS] for n in ns])
+            obs = lattice_observables(m, e, N_BINS * len(ns))
+            # τ_int of each replica's own chain, averaged (a concatenation has seams)
+            for key, f in (
+                ("tau_energy", lambda n: e_series[n]),
+                ("tau_magnetization", lambda n: np.abs(m_series[n])),
+                ("tau_m2", lambda n: m_series[n] ** 2),
+            ):
+                obs[key] = float(np.mean([integrated_autocorrelation_time(f(n)) for n in ns]))
+            results.append({"L": L, "T": T, **obs})
+    return results
 
 
 def _print_summary(out: dict[str, Any]) -> None:

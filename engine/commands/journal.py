@@ -1,5 +1,7 @@
-"""`journal`: read a live daemon's journal (orders, fills, positions, cash, risk events,
-stream positions) without SQL, and reset its risk kill switch."""
+"""`journal`: read a live daemon's journal without SQL, and reset its risk kill switch.
+
+Orders, fills, positions, cash, risk events and stream positions.
+"""
 
 from __future__ import annotations
 

@@ -143,21 +143,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.window:
         apply_window(args)
     cfg = load_config(args.config)
-    overrides: dict[str, Any] = {}
-    if args.transport:
-        overrides["transport"] = args.transport
-    if args.bar_seconds is not None:
-        overrides["bar_seconds"] = args.bar_seconds
-    if args.session is not None:
-        overrides["session"] = args.session
+    overrides = _given(args, ("transport", "bar_seconds", "session"))
     overrides["device"] = args.device
-    broker_over: dict[str, Any] = {}
-    if args.fill:
-        broker_over["fill"] = args.fill
-    if args.commission is not None:
-        broker_over["commission"] = args.commission
-    if args.slippage_bps is not None:
-        broker_over["slippage_bps"] = args.slippage_bps
+    broker_over = _given(args, ("fill", "commission", "slippage_bps"))
     try:
         if broker_over:
             overrides["broker"] = msgspec.structs.replace(cfg.broker, **broker_over)
@@ -192,6 +180,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             raise UserError(f"--out {args.out}: cannot write: {exc}") from None
     print(summary(report))
     return report
+
+
+def _given(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]:
+    """The options of `names` given on the command line (the config's values stand for
+    the rest)."""
+    return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
 
 _CONFIG_OPTION = {"bar_seconds": "--bar-seconds", "session": "--session",

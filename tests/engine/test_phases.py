@@ -53,6 +53,17 @@ def test_every_combination(key: tuple[Phase, bool, Transition]) -> None:
         assert phase_action(*key) is want
 
 
+def test_an_unchanged_signal_does_nothing_outside_stop() -> None:
+    """`Decisions.decide` skips the table for an unchanged signal outside STOP: this is the
+    table's own answer there, whatever the holding and policy."""
+    for phase, has, policy in itertools.product(Phase, (False, True), (False, True)):
+        got = phase_action(phase, has, Transition.NO_CHANGE, policy)
+        if phase is Phase.STOP:
+            assert got is (Action.CLEAR if has else Action.NONE)
+        else:
+            assert got is Action.NONE
+
+
 def test_enter_on_from_zero_policy_only_changes_flat_trade_from_zero() -> None:
     for key, want in EXPECTED.items():
         if key == (Phase.TRADE, False, Transition.FROM_ZERO):

@@ -14,16 +14,15 @@ from pathlib import Path
 
 import msgspec
 import pytest
-import zmq
 
 from engine.config import BrokerConfig, EngineConfig
 from engine.core import Engine
 from engine.risk import RiskGate, RiskLimits
-from feeds.messages import Fill, Order, RiskRejection, make_decoder
+from feeds.messages import Fill, Order, RiskRejection
 from feeds.synthetic import SyntheticMarket
 from strategies.sma_cross import SmaCross
 from tests.helpers import trade_messages
-from tests.live_procs import ROOT, endpoints, run_feed, start_daemon, stop_daemon
+from tests.live_procs import ROOT, collect, endpoints, run_feed, start_daemon, stop_daemon
 
 NS = 1_000_000_000
 
@@ -137,21 +136,8 @@ def test_daemon_journals_and_publishes_rejections(tmp_path: Path) -> None:
     got: list[RiskRejection] = []
     stop = threading.Event()
 
-    def read() -> None:
-        ctx = zmq.Context()
-        s = ctx.socket(zmq.SUB)
-        s.setsockopt(zmq.SUBSCRIBE, b"R.")
-        s.connect(out)
-        dec = make_decoder()
-        while not stop.is_set():
-            if s.poll(50):
-                m = dec.decode(s.recv_multipart()[1])
-                assert isinstance(m, RiskRejection)
-                got.append(m)
-        s.close(0)
-        ctx.term()
-
-    th = threading.Thread(target=read, daemon=True)
+    th = threading.Thread(target=collect, args=(out, b"R.", RiskRejection, got, stop),
+                          daemon=True)
     th.start()
     j = tmp_path / "j.db"
     d = start_daemon(j, ticks, out, tmp_path / "s.json", "--config", str(cfg))

@@ -240,7 +240,7 @@ def test_bars_and_dates_use_the_exchange_clock() -> None:
         ts = _ny_ns(day, hh, mm)
         asyncio.run(eng.process([Trade(1, ts, "A", 10.0, 1.0)]))
         want_ns = _ny_ns(day, 0, 0) + (want[0] * 3600 + want[1] * 60) * NS
-        assert eng._next_boundary == want_ns, (bar_h, hh)
+        assert eng.clock.next_boundary == want_ns, (bar_h, hh)
     late = _ny_ns(day, 23, 30)  # 04:30 UTC the next day
     assert _tick_date(late, NY) == day
     assert Engine(["A"], SmaCross(), EngineConfig()).local_date(late) == day

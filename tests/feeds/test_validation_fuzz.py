@@ -257,7 +257,7 @@ def test_a_trade_far_in_the_future_does_not_stop_later_orders(bad_ts: int) -> No
     orders_before = eng.stats.orders
     asyncio.run(eng.consume(frames[401:], v))
     assert sum(v.skipped.counts.get(k, 0) for k in ("time_future", "time_out_of_range")) == 1
-    assert eng._next_boundary < T0 + 10**15
+    assert eng.clock.next_boundary < T0 + 10**15
     assert eng.stats.orders > orders_before  # later bars still trade
 
 
@@ -331,3 +331,24 @@ def test_batches_judge_like_single_frames() -> None:
     assert [encode(m) for m in batched] == [encode(m) for m in singles]  # NaN-safe
     assert many.skipped.counts == one.skipped.counts
     assert (many.clock, many.received, many.last_price) == (one.clock, one.received, one.last_price)
+
+
+def test_a_stream_carrying_several_symbols_checks_each_symbol() -> None:
+    """The validator remembers each stream's last symbol (one lookup per tick): a stream
+    whose symbol changes must still be judged by each symbol's own band, time and name."""
+    frames = [(b"T.A", encode(m)) for m in (
+        Trade(1, T0, "AAA", 10.0, 1.0),
+        Trade(2, T0 + 1, "BBB", 1000.0, 1.0),   # another symbol's first price: in band
+        Trade(3, T0 + 2, "AAA", 10.5, 1.0),     # AAA's band, not BBB's
+        Trade(4, T0 + 3, "BBB", 10.0, 1.0),     # an outlier for BBB
+        Trade(5, T0 + 1, "AAA", 10.0, 1.0),     # AAA's time went backwards
+        Trade(6, T0 + 4, "", 10.0, 1.0),        # no symbol on a trade
+    )]
+    frames.insert(2, (b"H.", encode(Heartbeat(1, T0 + 1, "", False, 1))))
+    frames.append((b"H.", encode(Trade(2, T0 + 5, "", 10.0, 1.0))))  # after a heartbeat
+    v = Validator()
+    got = v.validate_many(frames)
+    assert [(m.symbol, m.seq) for m in got] == [("AAA", 1), ("BBB", 2), ("", 1), ("AAA", 3)]
+    assert v.skipped.counts == {"price_outlier": 1, "time_backwards": 1, "bad_symbol": 2}
+    assert v.last_price == {"AAA": 10.5, "BBB": 1000.0}
+    assert v.last_seq == {b"T.A": 6, b"H.": 2}

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import zmq
 
-from feeds.messages import Fill, make_decoder
+from feeds.messages import Fill
 from tests.live_procs import (
+    collect,
     endpoints,
     fills,
     orders,
@@ -67,22 +67,6 @@ def test_sigterm_and_resume_equals_uninterrupted_run(tmp_path: Path) -> None:
     assert st["equity"] == pytest.approx(ref_status["equity"], rel=0, abs=1e-6)
 
 
-def _collect_fills(endpoint: str, seen: list[Fill], stop: threading.Event) -> None:
-    ctx = zmq.Context()
-    s = ctx.socket(zmq.SUB)
-    s.setsockopt(zmq.SUBSCRIBE, b"F.")
-    s.connect(endpoint)
-    dec = make_decoder()
-    while not stop.is_set():
-        if s.poll(50):
-            _t, payload = s.recv_multipart()
-            m = dec.decode(payload)
-            assert isinstance(m, Fill)
-            seen.append(m)
-    s.close(0)
-    ctx.term()
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [11, 12])
 def test_kill_9_loses_and_doubles_nothing(tmp_path: Path, seed: int) -> None:
@@ -91,7 +75,7 @@ def test_kill_9_loses_and_doubles_nothing(tmp_path: Path, seed: int) -> None:
     ticks, out = endpoints()
     seen: list[Fill] = []
     stop = threading.Event()
-    reader = threading.Thread(target=_collect_fills, args=(out, seen, stop), daemon=True)
+    reader = threading.Thread(target=collect, args=(out, b"F.", Fill, seen, stop), daemon=True)
     reader.start()
     cfg = tmp_path / "engine.toml"
     cfg.write_text("[live]\nsnapshot_every_bars = 3\nconflate_above = 0\n")

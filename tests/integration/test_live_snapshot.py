@@ -69,7 +69,7 @@ def _cold_restart(guard: bool) -> tuple[Engine, list[Order]]:
     held = Fill(1, TRADES[0].ts, sym, 1, 1, 50.0, TRADES[0].price, 1.0, fill_id=1)
     eng.restore([Order(1, held.ts, sym, 1, 1, 50.0, "enter")], [held])
     if guard:
-        eng.strategy = WarmupGuard(eng.strategy, eng._signal.copy())
+        eng.strategy = WarmupGuard(eng.strategy, eng.decisions.signal.copy())
     asyncio.run(_feed(eng, Validator(), [t for t in TRADES if t.symbol == sym][:3_000]))
     return eng, orders
 
@@ -88,5 +88,49 @@ def test_cold_restart_does_not_read_warm_up_as_flatten() -> None:
     # and then the strategy rules again: the guarded engine's later orders are the ones
     # of a warm SMA crossover (its position follows the signal)
     pos = eng.broker.accounts[0].position
-    sig = int(eng._signal[0])
-    assert (pos > 0) == (sig > 0) or eng._has_pending[0]
+    sig = int(eng.decisions.signal[0])
+    assert (pos > 0) == (sig > 0) or eng.orders.has_pending[0]
+
+
+def _flat_layout(state: dict) -> dict:
+    """A snapshot as the engine wrote it before it was split into parts: one flat table of
+    engine attributes, and the validator's symbol tables apart."""
+    from engine.snapshot import _FLAT_NAMES
+
+    eng = state["engine"]
+    flat = {name: eng[part][f] for name, (part, f) in _FLAT_NAMES.items()}
+    stats = Engine([], SmaCross(5, 10)).stats
+    for f, val in eng["stats"].items():
+        setattr(stats, f, val)
+    flat.update(eng[""], stats=stats)
+    val = dict(state["validator"])
+    sym = val.pop("_sym")
+    earliest = Validator()._earliest
+    val["_band"] = {s: st[0] for s, st in sym.items()}
+    val["last_price"] = {s: st[1] for s, st in sym.items() if st[1] > 0.0}
+    val["last_ts"] = {s: st[3] for s, st in sym.items() if st[3] != earliest}
+    return {**state, "engine": flat, "validator": val}
+
+
+def test_a_snapshot_of_the_flat_engine_layout_restores_the_same_trading() -> None:
+    """A journal written before the engine's split restores into the split engine."""
+    ref_orders: list[Order] = []
+    ref = _engine([], ref_orders, [])
+    asyncio.run(_feed(ref, Validator(), TRADES))
+    orders: list[Order] = []
+    fills: list[Fill] = []
+    first = _engine([], orders, fills)
+    v1 = Validator()
+    asyncio.run(_feed(first, v1, TRADES[:5_555]))
+    state = _flat_layout(pickle.loads(pickle.dumps(capture(first, v1, {}))))
+    assert "_o" in state["engine"] and "_band" in state["validator"]
+    second = _engine(list(state["symbols"]), orders, fills)
+    v2 = Validator()
+    journal_fills = [Fill(f.seq, f.ts, f.symbol, f.order_id, f.side, f.quantity, f.price,
+                          f.commission, fill_id=i + 1) for i, f in enumerate(fills)]
+    restore(second, v2, state, list(orders), journal_fills, len(fills), len(orders))
+    assert v2.last_price == v1.last_price and v2.last_ts == v1.last_ts
+    assert second.stats == first.stats
+    asyncio.run(_feed(second, v2, TRADES[5_555:]))
+    assert orders == ref_orders
+    assert second.broker.equity() == ref.broker.equity()

@@ -148,11 +148,16 @@ async def drive(strategy: GPEnsemble, window: GPWindow, days: range,
     return got
 
 
+async def each_rule(rules: list[GPRule], window: GPWindow) -> list[list[np.ndarray]]:
+    """Each rule's signals on every day of the window, as one CPU `GPStrategy` each."""
+    days = range(window.panel.shape[0])
+    return [await drive(GPStrategy(rule, device="cpu"), window, days) for rule in rules]
+
+
 async def test_gp_strategy_signals_equal_reference(window: GPWindow) -> None:
     rules = some_rules(5, 3)
     days = range(window.panel.shape[0])
-    for rule in rules[:3]:
-        got = await drive(GPStrategy(rule, device="cpu"), window, days)
+    for rule, got in zip(rules[:3], await each_rule(rules[:3], window), strict=True):
         want = expected_signals([rule], window, days)
         assert all(np.array_equal(g, w) for g, w in zip(got, want, strict=True))
     got = await drive(GPEnsemble(rules[:5], device="cpu"), window, days)
@@ -210,8 +215,7 @@ def engine_like_money(signals: list[np.ndarray], close: np.ndarray) -> np.ndarra
 async def test_signals_through_engine_rules_give_the_evaluator_money(window: GPWindow) -> None:
     rules = some_rules(8, 5)
     days = range(window.panel.shape[0])
-    for rule in rules[:4]:
-        signals = await drive(GPStrategy(rule, device="cpu"), window, days)
+    for rule, signals in zip(rules[:4], await each_rule(rules[:4], window), strict=True):
         want = engine_like_money(signals, window.close)
         assert np.array_equal(simulate_money(rule, window.panel, window.close), want)
         assert np.array_equal(simulate_money(rule, window.panel, window.close),

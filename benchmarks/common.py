@@ -1,0 +1,60 @@
+"""Helpers every benchmark script shares: progress lines, timing medians, the device
+choice, the GPU's name and the JSON result file.
+
+Scripts run as `python benchmarks/NAME.py`: each puts the repository root on `sys.path`
+first, then imports `benchmarks.common` like the project's packages.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpu.device import DeviceUnavailable, resolve_device
+
+
+def log(message: str) -> None:
+    """A progress line on stderr (stdout holds the result table)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def median_seconds(run: Callable[[], Any], repeats: int, warmup: bool = True) -> float:
+    """Median wall time of `repeats` calls of `run`, after one untimed call (compilation,
+    caches, first touch) unless `warmup` is False."""
+    if warmup:
+        run()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def device_or_none(choice: str, what: str) -> str | None:
+    """The device `choice` resolves to, or None (the reason logged) when it is absent."""
+    try:
+        return resolve_device(choice, what)
+    except DeviceUnavailable as e:
+        log(f"error: {e}")
+        return None
+
+
+def gpu_name() -> str:
+    """The current CUDA device's name."""
+    from numba import cuda
+
+    name = cuda.get_current_device().name
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def write_json(path: Path, result: Any, **dumps: Any) -> None:
+    """Write the result file (its folder created), and say where."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=dumps.pop("indent", 2), **dumps))
+    log(f"wrote {path}")

@@ -1,0 +1,60 @@
+"""The engine's record of a run: counts of what it handled, and the equity curve.
+
+An `EquityPoint` is taken after every bar event: equity, gross exposure and the equity of
+buying every symbol all-in at its first price and holding it (the report's benchmark).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from engine.bars import OpenBars
+from engine.broker import PaperBroker
+
+
+@dataclass
+class EngineStats:
+    """What the engine has handled. `trades` and `quotes` count market-data messages by kind
+    (`market_data` both); `bars` counts closed bars, built from ticks or received."""
+
+    trades: int = 0
+    quotes: int = 0
+    bars: int = 0
+    bar_events: int = 0
+    orders: int = 0
+    fills: int = 0
+    heartbeats: int = 0
+    option_values: int = 0
+
+    @property
+    def market_data(self) -> int:
+        return self.trades + self.quotes
+
+
+@dataclass
+class EquityPoint:
+    """The account after one bar event: equity, gross exposure, and buy-and-hold's equity."""
+
+    ts: int
+    equity: float
+    #: sum over symbols of |position| x last price (dollars at risk)
+    gross: float = 0.0
+    #: equity of buying every symbol all-in at its first price and holding it
+    buy_hold: float = math.nan
+
+
+def equity_point(broker: PaperBroker, bars: OpenBars, ts: int) -> EquityPoint:
+    """The account now, marked at each symbol's last price."""
+    gross = 0.0
+    bh = 0.0
+    cash0, fee = broker.cash_per_symbol, broker.commission
+    for acct, p, first in zip(broker.accounts, bars.c, bars.first_price, strict=True):
+        if acct.position != 0.0:
+            gross += abs(acct.position) * acct.last_price
+        if first == first and p > 0.0:
+            shares = max(0, math.floor((cash0 - fee) / first))
+            bh += cash0 - (shares * first + fee) + shares * p if shares else cash0
+        else:
+            bh += cash0
+    return EquityPoint(ts, broker.equity(), gross, bh)
