@@ -211,9 +211,9 @@ _simulate_cpu = _twin.cpu.simulate_bits
 
 
 # --------------------------------------------------------------------------- translation
-@numba.njit(cache=True)
+@numba.njit(cache=True, parallel=True)
 def _translate(programs: Any, lengths: Any, out: Any, out_lengths: Any) -> None:
-    for i in range(programs.shape[0]):
+    for i in prange(programs.shape[0]):
         pc = 0
         n = 0
         while pc < lengths[i]:
@@ -352,7 +352,6 @@ class BitwiseEvaluator(WindowEvaluator):
         self._h_out: Any = None
         self._d_out: Any = None
         self._cash: F64 | None = None
-        self._scratch: F64 | None = None
         t0 = time.perf_counter()
         if self.device == "cpu":
             self._masks: Any = np.empty(shape, np.uint64)
@@ -370,26 +369,32 @@ class BitwiseEvaluator(WindowEvaluator):
         self.final_cash(warm, np.full(1, 2, np.int32))
 
     def population_fitness(self, programs: np.ndarray, lengths: np.ndarray) -> F64:
-        """Fitness from the cash left in the evaluator's own buffer: no copy of the cash and
-        no fresh temporaries per generation (25,000 x 128 doubles each)."""
-        n = np.asarray(programs).shape[0]
-        if self._cash is None or self._scratch is None or self._cash.shape[0] < n:
-            self._cash = np.empty((n, self.n_stocks), np.float64)
-            self._scratch = np.empty((n, self.n_stocks), np.float64)
-        cash = self.final_cash(programs, lengths, out=self._cash[:n])
-        return fitness_from_cash(cash, self.bh_cash, self._scratch[:n])
+        """Fitness straight from the cash where the evaluation left it (the pinned host
+        buffer on CUDA, the evaluator's own array on the CPU): no copy of 25,000 x 128
+        doubles and no fresh temporaries per generation."""
+        return fitness_from_cash(self._evaluate(programs, lengths), self.bh_cash)
 
     def final_cash(self, programs: np.ndarray, lengths: np.ndarray,
                    out: np.ndarray | None = None) -> F64:
+        cash = self._evaluate(programs, lengths)
+        if out is None:
+            return cash.copy()
+        out[...] = cash
+        return out
+
+    def _evaluate(self, programs: np.ndarray, lengths: np.ndarray) -> F64:
+        """Final cash (n, n_stocks) in a buffer the evaluator reuses (valid until its next
+        call); sets last_seconds and the operation counts."""
         programs, lengths = _check_programs(programs, lengths)
         n = programs.shape[0]
         t0 = time.perf_counter()
-        if out is None:
-            out = np.empty((n, self.n_stocks), np.float64)
         if n == 0:
-            return out
+            return np.empty((0, self.n_stocks), np.float64)
         code, code_lengths = to_mask_programs(programs, lengths)
+        if self._cash is None or self._cash.shape[0] < n:
+            self._cash = np.empty((n, self.n_stocks), np.float64)
         if self.device == "cpu":
+            out = self._cash[:n]
             _final_cash_bits_cpu(code, code_lengths, self._masks, self._close, self.day0,
                                  self.day1, out)
         else:
@@ -403,8 +408,8 @@ class BitwiseEvaluator(WindowEvaluator):
             _final_cash_kernel[_blocks(n * self.n_stocks), THREADS_PER_BLOCK](
                 cuda.to_device(code), cuda.to_device(code_lengths), self._masks, self._close,
                 self.day0, self.day1, d_out)
-            d_out.copy_to_host(self._h_out[:n])
-            out[...] = self._h_out[:n]
+            out = self._h_out[:n]
+            d_out.copy_to_host(out)
         self.last_seconds = time.perf_counter() - t0
         instructions = int(code_lengths.astype(np.int64).sum())
         self.last_counts = BitwiseCounts(
@@ -413,5 +418,4 @@ class BitwiseEvaluator(WindowEvaluator):
             node_equivalent=gp_ops(lengths, self.n_stocks, self.n_days),
         )
         self.last_ops = self.last_counts.credited
-        return out
-
+        return np.asarray(out)
