@@ -67,23 +67,36 @@ def _wrap(totals: dict[str, list[float]], name: str, fn: Callable[..., Any]) -> 
     return timed
 
 
+#: (owner, attribute, original) of every wrapped function, for `restore`
+_WRAPPED: list[tuple[Any, str, Any]] = []
+
+
 def instrument(totals: dict[str, list[float]]) -> None:
     for mod_name, attr in SECTIONS:
-        mod = importlib.import_module(mod_name)
-        owner: Any = mod
+        owner: Any = importlib.import_module(mod_name)
         parts = attr.split(".")
         for p in parts[:-1]:
             owner = getattr(owner, p, None)
-        fn = getattr(owner, parts[-1], None) if owner is not None else None
-        if fn is None:
+        if owner is None or parts[-1] not in vars(owner):
             continue
-        if isinstance(fn, type):  # a class: time its construction
-            fn.__init__ = _wrap(totals, attr, fn.__init__)
-        elif isinstance(owner, type) and isinstance(owner.__dict__.get(parts[-1]),
-                                                    staticmethod):
-            setattr(owner, parts[-1], staticmethod(_wrap(totals, attr, fn)))
+        original = vars(owner)[parts[-1]]
+        if isinstance(original, type):  # a class: time its construction
+            owner, name, fn = original, "__init__", vars(original)["__init__"]
+            _WRAPPED.append((owner, name, fn))
+            setattr(owner, name, _wrap(totals, attr, fn))
+            continue
+        _WRAPPED.append((owner, parts[-1], original))
+        if isinstance(original, staticmethod):
+            setattr(owner, parts[-1], staticmethod(_wrap(totals, attr, original.__func__)))
         else:
-            setattr(owner, parts[-1], _wrap(totals, attr, fn))
+            setattr(owner, parts[-1], _wrap(totals, attr, original))
+
+
+def restore() -> None:
+    """Undo `instrument`, so the next run is timed afresh."""
+    while _WRAPPED:
+        owner, name, original = _WRAPPED.pop()
+        setattr(owner, name, original)
 
 
 def main() -> int:
@@ -107,7 +120,7 @@ def main() -> int:
            "--population", str(args.population), "--generations", str(args.generations),
            "--seed", "1", "--device", args.device, "--out", str(out_dir / "best.json"),
            "--json", str(out_dir / "run.json"), "--quiet"]
-    runs = []
+    runs: list[dict[str, Any]] = []
     for _ in range(args.runs):
         totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
         instrument(totals)
@@ -137,7 +150,7 @@ def main() -> int:
                      "best_fitness": rep["best"]["fitness"],
                      "sections": {k: {"seconds": v[0], "calls": v[1]}
                                   for k, v in sorted(totals.items(), key=lambda kv: -kv[1][0])}})
-        _uninstrument()
+        restore()
     result = {"imports_seconds": t_imports, "command": cmd, "runs": runs}
     print(f"imports (from this script's first line): {t_imports:.3f} s")
     for i, r in enumerate(runs):
@@ -149,35 +162,6 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))
     return 0
-
-
-_ORIGINALS: dict[tuple[str, str], Any] = {}
-
-
-def _uninstrument() -> None:
-    """Undo `instrument` (unwrap one level), so the next run is timed afresh."""
-    for mod_name, attr in SECTIONS:
-        mod = importlib.import_module(mod_name)
-        owner: Any = mod
-        parts = attr.split(".")
-        for p in parts[:-1]:
-            owner = getattr(owner, p, None)
-        if owner is None:
-            continue
-        fn = getattr(owner, parts[-1], None)
-        if fn is None:
-            continue
-        target = fn.__init__ if isinstance(fn, type) else fn
-        inner = getattr(target, "__wrapped__", None)
-        if inner is None:
-            continue
-        if isinstance(fn, type):
-            fn.__init__ = inner
-        elif isinstance(owner, type) and isinstance(owner.__dict__.get(parts[-1]),
-                                                    staticmethod):
-            setattr(owner, parts[-1], staticmethod(inner))
-        else:
-            setattr(owner, parts[-1], inner)
 
 
 if __name__ == "__main__":

@@ -182,6 +182,18 @@ class Population:
         return cls(np.zeros((n, 2, max_nodes), np.int16), np.zeros((n, 2, max_nodes), np.int16),
                    np.zeros((n, 2), np.int16))
 
+    @classmethod
+    def uninitialised(cls, n: int, max_nodes: int = DEFAULT_MAX_NODES) -> Population:
+        """Arrays not zeroed, for a writer that fills every slot (breeding does): a fresh
+        zeroed 13 MB population each generation costs the evolution page faults and a pass."""
+        return cls(np.empty((n, 2, max_nodes), np.int16), np.empty((n, 2, max_nodes), np.int16),
+                   np.empty((n, 2), np.int16))
+
+    def rows(self, start: int, stop: int | None = None) -> Population:
+        """Individuals start..stop as views (writes go to this population)."""
+        return Population(self.ops[start:stop], self.sizes[start:stop],
+                          self.lengths[start:stop])
+
     def __len__(self) -> int:
         return int(self.ops.shape[0])
 

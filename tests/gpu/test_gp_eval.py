@@ -197,3 +197,17 @@ def test_cuda_equals_cpu_large_population(shared_data) -> None:
     assert np.array_equal(gpu, cpu)
     bh = gp_eval.buy_hold_cash(w.close)
     assert np.array_equal(gp_eval.fitness_from_cash(gpu, bh), gp_eval.fitness_from_cash(cpu, bh))
+
+
+@pytest.mark.parametrize("n_stocks", [1, 7, 8, 9, 31, 127, 128, 129, 136, 257, 1000, 4099])
+def test_fitness_from_cash_equals_numpy_mean_bit_for_bit(n_stocks: int) -> None:
+    # the parallel pass replays numpy's pairwise summation: blocks of 8 accumulators up to
+    # 128 values, halves above; every length class of that recursion is here
+    rng = np.random.default_rng(n_stocks)
+    cash = rng.uniform(0.0, 4 * CASH0, (70, n_stocks))
+    cash[3] = CASH0  # an exact zero excess row
+    bh = rng.uniform(0.5 * CASH0, 2 * CASH0, n_stocks)
+    want = np.mean(gp_eval.roi(cash) - gp_eval.roi(bh)[None, :], axis=1)
+    got = gp_eval.fitness_from_cash(cash, bh)
+    assert got.dtype == np.float64 and got.shape == (70,)
+    assert np.array_equal(got, want)
