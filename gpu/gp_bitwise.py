@@ -45,7 +45,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import cuda, prange
 
-from gpu import gp_core
+from gpu import gp_core, gp_eval
 from gpu.device import resolve_device
 from gpu.gp_core import CASH0, CODE_BUY, CODE_SELL, OP_AND, OP_GT, OP_NOT, STACK_SIZE
 from gpu.gp_eval import WindowEvaluator, _check_programs, fitness_from_cash, gp_ops
@@ -72,9 +72,7 @@ STACK_WORDS = STACK_SIZE + 1
 ZERO = np.uint64(0)
 ONE = np.uint64(1)
 ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
-LOW32, LOW16, LOW8 = np.uint64(0xFFFFFFFF), np.uint64(0xFFFF), np.uint64(0xFF)
-LOW4, LOW2 = np.uint64(0xF), np.uint64(0x3)
-SH32, SH16, SH8, SH4, SH2 = (np.uint64(n) for n in (32, 16, 8, 4, 2))
+SH32 = np.uint64(32)
 
 # The money rules are gp_core's. As plain Python (the reference path of the CUDA simulator)
 # these names are gp_core's plain functions; compile_twin binds each backend's compiled ones.
@@ -138,23 +136,15 @@ def eval_word(code: Any, length: int, masks: Any, w: int, stock: int, stack: Any
 
 
 def ctz64(m: Any) -> int:
-    """Index of the lowest set bit of a non-zero uint64."""
+    """Index of the lowest set bit of a non-zero uint64 (binary search: halves of 32, 16,
+    8, 4, 2 bits, then the last bit)."""
     n = 0
-    if (m & LOW32) == ZERO:
-        n += 32
-        m = m >> SH32
-    if (m & LOW16) == ZERO:
-        n += 16
-        m = m >> SH16
-    if (m & LOW8) == ZERO:
-        n += 8
-        m = m >> SH8
-    if (m & LOW4) == ZERO:
-        n += 4
-        m = m >> SH4
-    if (m & LOW2) == ZERO:
-        n += 2
-        m = m >> SH2
+    width = SH32
+    for _ in range(5):
+        if (m & ((ONE << width) - ONE)) == ZERO:
+            n += int(width)
+            m = m >> width
+        width = width >> ONE
     if (m & ONE) == ZERO:
         n += 1
     return n
@@ -204,8 +194,9 @@ _twin = compile_twin(
     cpu_constants={"STEP_MONEY": gp_core.CPU.step_money, "LIQUIDATE": gp_core.CPU.liquidate},
     cuda_constants={"STEP_MONEY": _cuda_money.step_money, "LIQUIDATE": _cuda_money.liquidate},
 )
-# The drivers inline gp_core's money rules: flush their cache entries when gp_core changes.
-flush_stale_caches(__file__, [gp_core.__file__])
+# The drivers inline gp_core's money rules and gp_eval's thread mapping: flush their cache
+# entries when either changes.
+flush_stale_caches(__file__, [gp_core.__file__, gp_eval.__file__])
 _mask_word_cpu = _twin.cpu.mask_word
 _simulate_cpu = _twin.cpu.simulate_bits
 
@@ -294,14 +285,10 @@ def _masks_kernel(panel: Any, day0: int, day1: int, out: Any) -> None:
 @cuda.jit(cache=cuda_kernel_cache())
 def _final_cash_kernel(code: Any, lengths: Any, masks: Any, close: Any, day0: int, day1: int,
                        out: Any) -> None:
-    t = cuda.grid(1)  # type: ignore[call-arg,var-annotated]
-    n_stocks = close.shape[1]
-    i = t // n_stocks
-    if i >= code.shape[0]:
-        return
-    s = t - i * n_stocks
-    stack = cuda.local.array(STACK_WORDS, numba.uint64)
-    out[i, s] = _simulate_dev(code[i], lengths[i], masks, close, s, day0, day1, stack)
+    i, s = gp_eval.program_and_stock(code.shape[0], close.shape[1])
+    if i >= 0:
+        stack = cuda.local.array(STACK_WORDS, numba.uint64)
+        out[i, s] = _simulate_dev(code[i], lengths[i], masks, close, s, day0, day1, stack)
 
 
 def _blocks(n_threads: int) -> int:

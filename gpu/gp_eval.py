@@ -96,27 +96,31 @@ _simulate_dev = _cuda_core.simulate
 _decide_dev = _cuda_core.decision_code
 
 
+@cuda.jit(device=True)
+def program_and_stock(n_programs: int, n_stocks: int) -> tuple[int, int]:
+    """(program, stock) of this thread, one thread per pair with the stocks of a program in
+    consecutive threads; program -1 for the threads past the last pair."""
+    t = cuda.grid(1)  # type: ignore[call-arg,var-annotated]
+    i = t // n_stocks
+    if i >= n_programs:
+        return -1, 0
+    return i, t - i * n_stocks
+
+
 @cuda.jit(cache=cuda_kernel_cache())
 def _final_cash_kernel(programs: Any, lengths: Any, panel: Any, close: Any, day0: int, day1: int,
                        out: Any) -> None:
-    t = cuda.grid(1)  # type: ignore[call-arg,var-annotated]
-    n_stocks = close.shape[1]
-    i = t // n_stocks
-    if i >= programs.shape[0]:
-        return
-    s = t - i * n_stocks
-    out[i, s] = _simulate_dev(programs[i], lengths[i], panel, close, s, day0, day1)
+    i, s = program_and_stock(programs.shape[0], close.shape[1])
+    if i >= 0:
+        out[i, s] = _simulate_dev(programs[i], lengths[i], panel, close, s, day0, day1)
 
 
 @cuda.jit(cache=cuda_kernel_cache())
 def _codes_kernel(programs: Any, lengths: Any, panel: Any, day0: int, day1: int,
                   out: Any) -> None:
-    t = cuda.grid(1)  # type: ignore[call-arg,var-annotated]
-    n_stocks = panel.shape[2]
-    i = t // n_stocks
-    if i >= programs.shape[0]:
+    i, s = program_and_stock(programs.shape[0], panel.shape[2])
+    if i < 0:
         return
-    s = t - i * n_stocks
     for d in range(day0, day1):
         out[i, d - day0, s] = _decide_dev(programs[i], lengths[i], panel[d], s)
 

@@ -60,13 +60,9 @@ class EvolutionConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     hall_of_fame: int = 10
 
     def __post_init__(self) -> None:
-        problems = []
-        if self.population < 2:
-            problems.append(f"population must be >= 2 (got {self.population})")
-        if self.generations < 1:
-            problems.append(f"generations must be >= 1 (got {self.generations})")
-        if self.tournament < 1:
-            problems.append(f"tournament must be >= 1 (got {self.tournament})")
+        problems = [f"{name} must be >= {low} (got {getattr(self, name)})"
+                    for name, low in (("population", 2), ("generations", 1), ("tournament", 1))
+                    if getattr(self, name) < low]
         if not 0 <= self.elite < self.population:
             problems.append(f"elite must be in [0, population) (got {self.elite})")
         for name in ("p_crossover", "p_subtree_mutation", "p_point_mutation", "p_point_node"):
@@ -80,12 +76,9 @@ class EvolutionConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
             problems.append("need 1 <= init_min_depth <= init_max_depth <= max_depth "
                             f"(got {self.init_min_depth}, {self.init_max_depth}, "
                             f"{self.max_depth})")
-        if self.mutation_depth < 0:
-            problems.append(f"mutation_depth must be >= 0 (got {self.mutation_depth})")
-        if self.hall_of_fame < 1:
-            problems.append(f"hall_of_fame must be >= 1 (got {self.hall_of_fame})")
-        if self.seed < 0:
-            problems.append(f"seed must be >= 0 (got {self.seed})")
+        problems += [f"{name} must be >= {low} (got {getattr(self, name)})"
+                     for name, low in (("mutation_depth", 0), ("hall_of_fame", 1), ("seed", 0))
+                     if getattr(self, name) < low]
         if problems:
             raise ValueError("; ".join(problems))
 

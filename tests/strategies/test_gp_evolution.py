@@ -9,15 +9,8 @@ import pytest
 
 from gpu import gp_eval
 from gpu.device import cuda_present, cuda_simulated
-from strategies.gp import reference
-from strategies.gp.evolution import (
-    EvolutionConfig,
-    EvolutionResult,
-    HallOfFame,
-    evolve,
-    top_order,
-    tournament,
-)
+from strategies.gp import evolution, reference
+from strategies.gp.evolution import EvolutionConfig, EvolutionResult, evolve, tournament
 from strategies.gp.init import ramped_half_and_half
 from strategies.gp.representation import Population, rules_programs
 from strategies.gp.window import GPWindow, load_window
@@ -121,7 +114,7 @@ def test_top_order_is_the_head_of_a_stable_descending_sort(k: int) -> None:
     rng = np.random.default_rng(k)
     values = rng.integers(-5, 6, 300).astype(np.float64)  # many ties across the k-th
     values[[3, 70]] = -np.inf
-    assert np.array_equal(top_order(values, k),
+    assert np.array_equal(evolution.top_order(values, k),
                           np.argsort(-values, kind="stable")[:min(k, values.size)])
 
 
@@ -152,7 +145,7 @@ def test_hall_of_fame_looks_past_its_candidates_when_they_repeat() -> None:
     fitness[:60] = 5.0
     fitness[100] = np.nan
     second = (copies, rng.normal(size=len(copies)))
-    hall = HallOfFame(3)
+    hall = evolution.HallOfFame(3)
     hall.update(copies, fitness, 0)
     hall.update(*second, 1)
     want = reference_hall(3, [(copies, fitness), second])
