@@ -18,6 +18,7 @@ import numpy as np
 from engine.errors import UserError
 from engine.plot_worker import PlotWorker
 from feeds.datadir import data_dir
+from gpu import warm_start
 from gpu.device import DeviceUnavailable
 from gpu.gp_eval import PopulationEvaluator, buy_hold_cash, roi
 from strategies.gp.evolution import EvolutionConfig, EvolutionResult, GenerationStats, evolve
@@ -286,6 +287,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     config = _config(args)
     symbols = _check_options(args)
+    # the CUDA context is made while the window loads; numba's BLAS probe is skipped
+    warm_start.start_context(args.device)
+    warm_start.skip_blas_probe()
     on_islands = args.islands is not None or bool(args.scheduler)
     # the PNG's process starts now: matplotlib's import overlaps the evolution
     with PlotWorker(background=None if not on_islands else False) as plots:
