@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -313,6 +314,20 @@ def build_masks(panel: np.ndarray, day0: int, day1: int, device: str = "cpu") ->
 
 
 @dataclass
+class _Pipeline:
+    """Buffers of `BitwiseEvaluator.parts_fitness`: one stream, pinned host rows (linear
+    programs, their lengths, the cash) and their device twins."""
+
+    stream: Any
+    code: Any
+    lengths: Any
+    out: Any
+    d_code: Any
+    d_lengths: Any
+    d_out: Any
+
+
+@dataclass
 class BitwiseCounts:
     """Operation counts of one evaluation (see the module docstring)."""
 
@@ -339,6 +354,7 @@ class BitwiseEvaluator(WindowEvaluator):
         self._h_out: Any = None
         self._d_out: Any = None
         self._cash: F64 | None = None
+        self._pipe: _Pipeline | None = None
         t0 = time.perf_counter()
         if self.device == "cpu":
             self._masks: Any = np.empty(shape, np.uint64)
@@ -360,6 +376,76 @@ class BitwiseEvaluator(WindowEvaluator):
         buffer on CUDA, the evaluator's own array on the CPU): no copy of 25,000 x 128
         doubles and no fresh temporaries per generation."""
         return fitness_from_cash(self._evaluate(programs, lengths), self.bh_cash)
+
+    def parts_fitness(self, parts: Iterable[tuple[np.ndarray, np.ndarray]], total: int
+                      ) -> F64:
+        """See WindowEvaluator.parts_fitness. On CUDA each part goes up through pinned
+        buffers on one stream, its kernel and its cash copy queued behind, before the next
+        part is asked for: the host never waits for the GPU until the last part is queued.
+        `last_seconds` runs from the first part's launch to the end of the last copy (the
+        GPU's busy span, breeding of the later parts included)."""
+        if self.device == "cpu":
+            return super().parts_fitness(parts, total)
+        buf: _Pipeline | None = None
+        row = instructions = node_ops = 0
+        t_first: float | None = None
+        for programs, lengths in parts:
+            programs, lengths = _check_programs(programs, lengths)
+            n = programs.shape[0]
+            if n == 0:
+                continue
+            if buf is None:  # sized at the first part (no kernel of this call queued yet)
+                buf = self._pipeline_buffers(total, programs.shape[1])
+            if row + n > total or programs.shape[1] > buf.code.shape[1]:
+                raise ValueError(f"parts exceed the {total} programs of width "
+                                 f"{buf.code.shape[1]} announced")
+            code, code_lengths = to_mask_programs(programs, lengths)
+            rows = slice(row, row + n)
+            buf.code[rows, : code.shape[1]] = code
+            buf.lengths[rows] = code_lengths
+            if t_first is None:
+                t_first = time.perf_counter()
+            buf.d_code[rows].copy_to_device(buf.code[rows], stream=buf.stream)
+            buf.d_lengths[rows].copy_to_device(buf.lengths[rows], stream=buf.stream)
+            _final_cash_kernel[_blocks(n * self.n_stocks), THREADS_PER_BLOCK, buf.stream](
+                buf.d_code[rows], buf.d_lengths[rows], self._masks, self._close, self.day0,
+                self.day1, buf.d_out[rows])
+            buf.d_out[rows].copy_to_host(buf.out[rows], stream=buf.stream)
+            row += n
+            instructions += int(code_lengths.astype(np.int64).sum())
+            node_ops += gp_ops(lengths, self.n_stocks, self.n_days)
+        if row != total:
+            raise ValueError(f"parts hold {row} programs, {total} announced")
+        if buf is None:
+            return np.empty(0, np.float64)
+        buf.stream.synchronize()
+        self.last_seconds = time.perf_counter() - t_first if t_first is not None else 0.0
+        self._count(instructions, node_ops)
+        return fitness_from_cash(buf.out[:total], self.bh_cash)
+
+    def _pipeline_buffers(self, total: int, width: int) -> _Pipeline:
+        """Pinned host and device buffers for `total` programs of `width` op codes, kept for
+        later generations (the previous call's copies have all finished)."""
+        pipe = self._pipe
+        if pipe is None or pipe.code.shape[0] < total or pipe.code.shape[1] < width:
+            rows = max(total, 1)
+            code = cuda.pinned_array((rows, width), np.int16)
+            code[:] = 0
+            pipe = self._pipe = _Pipeline(
+                stream=cuda.stream(), code=code,
+                lengths=cuda.pinned_array(rows, np.int32),
+                out=cuda.pinned_array((rows, self.n_stocks), np.float64),
+                d_code=cuda.to_device(code), d_lengths=cuda.device_array(rows, np.int32),
+                d_out=cuda.device_array((rows, self.n_stocks), np.float64))
+        return pipe
+
+    def _count(self, instructions: int, node_ops: int) -> None:
+        self.last_counts = BitwiseCounts(
+            credited=instructions * self.n_stocks * self.n_days,
+            executed=instructions * self.n_stocks * n_words(self.n_days),
+            node_equivalent=node_ops,
+        )
+        self.last_ops = self.last_counts.credited
 
     def final_cash(self, programs: np.ndarray, lengths: np.ndarray,
                    out: np.ndarray | None = None) -> F64:
@@ -398,11 +484,6 @@ class BitwiseEvaluator(WindowEvaluator):
             out = self._h_out[:n]
             d_out.copy_to_host(out)
         self.last_seconds = time.perf_counter() - t0
-        instructions = int(code_lengths.astype(np.int64).sum())
-        self.last_counts = BitwiseCounts(
-            credited=instructions * self.n_stocks * self.n_days,
-            executed=instructions * self.n_stocks * n_words(self.n_days),
-            node_equivalent=gp_ops(lengths, self.n_stocks, self.n_days),
-        )
-        self.last_ops = self.last_counts.credited
+        self._count(int(code_lengths.astype(np.int64).sum()),
+                    gp_ops(lengths, self.n_stocks, self.n_days))
         return np.asarray(out)

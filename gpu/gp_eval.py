@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import numba
@@ -396,6 +397,24 @@ class WindowEvaluator:
         """Fitness (n,) alone: what an evolution needs each generation (no cash kept)."""
         return self.fitness(programs, lengths)[0]
 
+    def parts_fitness(self, parts: Iterable[tuple[np.ndarray, np.ndarray]], total: int
+                      ) -> F64:
+        """Fitness (total,) of programs that come in parts, (programs, lengths) each, made by
+        the caller when the next is asked for (an evolution breeds them part by part).
+
+        Here the parts are evaluated one after another; the bitwise CUDA evaluator launches
+        each part's kernel before asking for the next, so the caller's breeding overlaps the
+        GPU. `last_seconds` and `last_ops` cover all parts."""
+        fits, seconds, ops = [], 0.0, 0
+        for programs, lengths in parts:
+            fits.append(self.population_fitness(programs, lengths))
+            seconds, ops = seconds + self.last_seconds, ops + self.last_ops
+        self.last_seconds, self.last_ops = seconds, ops
+        out = np.concatenate(fits) if fits else np.empty(0, np.float64)
+        if out.size != total:
+            raise ValueError(f"parts hold {out.size} programs, {total} announced")
+        return out
+
 
 class PopulationEvaluator(WindowEvaluator):
     """Evaluates many populations over one fixed window; on CUDA the panel stays resident.
@@ -436,6 +455,15 @@ class PopulationEvaluator(WindowEvaluator):
         if self._bits is None:
             return super().population_fitness(programs, lengths)
         fit: F64 = self._bits.population_fitness(programs, lengths)
+        self.last_seconds = self._bits.last_seconds
+        self.last_ops = self._bits.last_ops
+        return fit
+
+    def parts_fitness(self, parts: Iterable[tuple[np.ndarray, np.ndarray]], total: int
+                      ) -> F64:
+        if self._bits is None:
+            return super().parts_fitness(parts, total)
+        fit: F64 = self._bits.parts_fitness(parts, total)
         self.last_seconds = self._bits.last_seconds
         self.last_ops = self._bits.last_ops
         return fit

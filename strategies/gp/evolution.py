@@ -18,7 +18,7 @@ on every evaluator device (gpu.gp_eval), so the same seed gives the same run on 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import msgspec
@@ -36,6 +36,7 @@ from strategies.gp.representation import (
     GPRule,
     Population,
 )
+from strategies.gp.rng import child_seeds
 
 F64 = npt.NDArray[np.float64]
 
@@ -257,27 +258,53 @@ def start_state(config: EvolutionConfig, rng: np.random.Generator | None = None
                           hall=HallOfFame(config.hall_of_fame))
 
 
-def _next_generation(state: EvolutionState) -> tuple[Population, Population, F64]:
-    """(next population, its children still to evaluate, the elites' carried fitness):
-    the `elite` fittest first, unchanged, then children of tournament winners bred straight
-    behind them (no concatenation)."""
+#: an evolution hands its children to the evaluator in this many parts (each at least
+#: MIN_PART), so that breeding part k + 1 overlaps the GPU's evaluation of part k
+PARTS = 4
+MIN_PART = 2048
+
+Parts = Iterator[tuple[npt.NDArray[np.int16], npt.NDArray[np.int32]]]
+
+
+def _spans(n: int) -> list[tuple[int, int]]:
+    k = max(1, min(PARTS, n // MIN_PART))
+    edges = [n * j // k for j in range(k + 1)]
+    return list(zip(edges[:-1], edges[1:], strict=True))
+
+
+def _compiled_parts(todo: Population) -> Parts:
+    for a, b in _spans(len(todo)):
+        yield todo.rows(a, b).compile()
+
+
+def _next_generation(state: EvolutionState) -> tuple[Population, F64, Parts, int]:
+    """(next population, the elites' carried fitness, its children as compiled parts, their
+    number): the `elite` fittest first, unchanged, then children of tournament winners bred
+    straight behind them, part by part as the evaluator asks (see `parts_fitness`). Every
+    random number is drawn here, before any part is bred, so the parts change nothing."""
     config = state.config
     select = _selectable(state.fitness)
     elite = top_order(select, config.elite)
     n_children = config.population - config.elite
     recipients = tournament(state.rng, select, n_children, config.tournament)
     donors = tournament(state.rng, select, n_children, config.tournament)
+    seeds = child_seeds(state.rng, n_children)
     parents = state.population
     pop = Population.uninitialised(config.population, parents.max_nodes)
     pop.ops[:config.elite] = parents.ops[elite]
     pop.sizes[:config.elite] = parents.sizes[elite]
     pop.lengths[:config.elite] = parents.lengths[elite]
-    todo = breed(parents, recipients, donors, state.rng,
-                 p_crossover=config.p_crossover, p_subtree=config.p_subtree_mutation,
-                 p_point=config.p_point_mutation, p_node=config.p_point_node,
-                 max_depth=config.max_depth, mutation_depth=config.mutation_depth,
-                 out=pop.rows(config.elite))
-    return pop, todo, state.fitness[elite]
+
+    def parts() -> Parts:
+        for a, b in _spans(n_children):
+            part = breed(parents, recipients[a:b], donors[a:b], state.rng,
+                         p_crossover=config.p_crossover, p_subtree=config.p_subtree_mutation,
+                         p_point=config.p_point_mutation, p_node=config.p_point_node,
+                         max_depth=config.max_depth, mutation_depth=config.mutation_depth,
+                         out=pop.rows(config.elite + a, config.elite + b), seeds=seeds[a:b])
+            yield part.compile()
+
+    return pop, state.fitness[elite], parts(), n_children
 
 
 def advance(evaluator: PopulationEvaluator, state: EvolutionState, until: int,
@@ -293,13 +320,12 @@ def advance(evaluator: PopulationEvaluator, state: EvolutionState, until: int,
     while state.generation < until:
         t_gen = time.perf_counter()
         g = state.generation
-        if g == 0:
-            pop = todo = state.population  # individuals still to evaluate: all
-            carried = np.empty(0, np.float64)
+        if g == 0:  # the initial population: every individual still to evaluate
+            pop, carried = state.population, np.empty(0, np.float64)
+            parts, n_todo = _compiled_parts(pop), len(pop)
         else:
-            pop, todo, carried = _next_generation(state)
-        programs, lengths = todo.compile()
-        new_fit = evaluator.population_fitness(programs, lengths)
+            pop, carried, parts, n_todo = _next_generation(state)
+        new_fit = evaluator.parts_fitness(parts, n_todo)
         fitness = np.concatenate([carried, new_fit])
         state.population, state.fitness, state.generation = pop, fitness, g + 1
         state.hall.update(pop, fitness, g)
@@ -308,7 +334,7 @@ def advance(evaluator: PopulationEvaluator, state: EvolutionState, until: int,
         stats = GenerationStats(
             generation=g, best=float(finite.max()) if finite.size else float("nan"),
             mean=float(finite.mean()) if finite.size else float("nan"),
-            mean_size=float(sizes.mean()), evaluated=len(todo),
+            mean_size=float(sizes.mean()), evaluated=n_todo,
             eval_seconds=evaluator.last_seconds, seconds=time.perf_counter() - t_gen,
             gp_ops=evaluator.last_ops)
         history.append(stats)

@@ -128,3 +128,25 @@ def test_population_fitness_equals_fitness_of_the_cash_on_every_call(window: GPW
         assert np.array_equal(got, want)
         assert np.array_equal(gp_eval.fitness_from_cash(cash, bits.bh_cash),
                               np.mean(gp_eval.roi(cash) - gp_eval.roi(bits.bh_cash), axis=1))
+
+
+@needs_cuda
+def test_parts_fitness_equals_the_whole_population_at_once(window: GPWindow) -> None:
+    # the pipelined path: parts through pinned buffers on one stream, buffers reused
+    n = 9 if cuda_simulated() else 5000
+    programs, lengths = bred_population(n, 31, 6).compile()
+    ev = gp_bitwise.BitwiseEvaluator(window.panel, window.close, window.train.day0,
+                                     window.train.day1, "cuda")
+    whole = ev.population_fitness(programs, lengths)
+    cpu = gp_bitwise.BitwiseEvaluator(window.panel, window.close, window.train.day0,
+                                      window.train.day1, "cpu")
+    assert np.array_equal(whole, cpu.population_fitness(programs, lengths))
+    for cuts in ([0, n], [0, 2, 3, n - 1, n], [0, 1, n]):
+        spans = list(zip(cuts[:-1], cuts[1:], strict=False))
+        assert np.array_equal(ev.parts_fitness(
+            ((programs[a:b], lengths[a:b]) for a, b in spans), n), whole)
+        assert ev.last_ops > 0 and ev.last_seconds > 0
+        assert np.array_equal(cpu.parts_fitness(
+            ((programs[a:b], lengths[a:b]) for a, b in spans), n), whole)
+    with pytest.raises(ValueError, match="announced"):
+        ev.parts_fitness(iter([(programs, lengths)]), n + 1)
