@@ -18,7 +18,8 @@ on a real GPU), and flushed at import whenever gp_core.py is newer than their ca
 since they inline the core.
 
 The evaluators return final cash per (program, stock) in float64; fitness is reduced on the
-host by `fitness_from_cash`, the same numpy code for both backends, so identical cash gives
+host by `fitness_from_cash`, the same code for both backends (numpy's mean, replayed in one
+parallel numba pass), so identical cash gives
 identical fitness bit for bit.
 """
 

@@ -10,6 +10,10 @@ One generation:
 
 `generations` counts evaluated populations including the random initial one.
 
+The children are bred and handed to the evaluator in parts (`PARTS`), so that on CUDA the
+breeding of one part overlaps the GPU's evaluation of the one before; every random number of
+a generation is drawn before its first part, so the parts change nothing in the run.
+
 Reproducibility: every random draw comes from `np.random.Generator(PCG64(seed))` on the host
 (tournaments, and one stream seed per child for the numba operators). Fitness is identical
 on every evaluator device (gpu.gp_eval), so the same seed gives the same run on CPU and CUDA.
