@@ -19,8 +19,7 @@ since they inline the core.
 
 The evaluators return final cash per (program, stock) in float64; fitness is reduced on the
 host by `fitness_from_cash`, the same code for both backends (numpy's mean, replayed in one
-parallel numba pass), so identical cash gives
-identical fitness bit for bit.
+parallel numba pass), so identical cash gives identical fitness bit for bit.
 """
 
 from __future__ import annotations
@@ -452,29 +451,26 @@ class PopulationEvaluator(WindowEvaluator):
         warm = np.full((1, 2), N_FLOAT, np.int16)
         self.final_cash(warm, np.full(1, 2, np.int32))
 
+    def _from_bits(self, result: F64) -> F64:
+        """A result of the bitwise evaluator, with its timing and operation count taken over."""
+        self.last_seconds = self._bits.last_seconds
+        self.last_ops = self._bits.last_ops
+        return result
+
     def population_fitness(self, programs: np.ndarray, lengths: np.ndarray) -> F64:
         if self._bits is None:
             return super().population_fitness(programs, lengths)
-        fit: F64 = self._bits.population_fitness(programs, lengths)
-        self.last_seconds = self._bits.last_seconds
-        self.last_ops = self._bits.last_ops
-        return fit
+        return self._from_bits(self._bits.population_fitness(programs, lengths))
 
     def parts_fitness(self, parts: Iterable[tuple[np.ndarray, np.ndarray]], total: int
                       ) -> F64:
         if self._bits is None:
             return super().parts_fitness(parts, total)
-        fit: F64 = self._bits.parts_fitness(parts, total)
-        self.last_seconds = self._bits.last_seconds
-        self.last_ops = self._bits.last_ops
-        return fit
+        return self._from_bits(self._bits.parts_fitness(parts, total))
 
     def final_cash(self, programs: np.ndarray, lengths: np.ndarray) -> F64:
         if self._bits is not None:
-            out: F64 = self._bits.final_cash(programs, lengths)
-            self.last_seconds = self._bits.last_seconds
-            self.last_ops = self._bits.last_ops
-            return out
+            return self._from_bits(self._bits.final_cash(programs, lengths))
         programs, lengths = _check_programs(programs, lengths)
         n = programs.shape[0]
         t0 = time.perf_counter()
