@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +46,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import cuda, prange
 
-from gpu import gp_core
+from gpu import gp_core, gp_eval
 from gpu.device import resolve_device
 from gpu.gp_core import CASH0, CODE_BUY, CODE_SELL, OP_AND, OP_GT, OP_NOT, STACK_SIZE
 from gpu.gp_eval import WindowEvaluator, _check_programs, fitness_from_cash, gp_ops
@@ -72,9 +73,7 @@ STACK_WORDS = STACK_SIZE + 1
 ZERO = np.uint64(0)
 ONE = np.uint64(1)
 ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
-LOW32, LOW16, LOW8 = np.uint64(0xFFFFFFFF), np.uint64(0xFFFF), np.uint64(0xFF)
-LOW4, LOW2 = np.uint64(0xF), np.uint64(0x3)
-SH32, SH16, SH8, SH4, SH2 = (np.uint64(n) for n in (32, 16, 8, 4, 2))
+SH32 = np.uint64(32)
 
 # The money rules are gp_core's. As plain Python (the reference path of the CUDA simulator)
 # these names are gp_core's plain functions; compile_twin binds each backend's compiled ones.
@@ -138,23 +137,15 @@ def eval_word(code: Any, length: int, masks: Any, w: int, stock: int, stack: Any
 
 
 def ctz64(m: Any) -> int:
-    """Index of the lowest set bit of a non-zero uint64."""
+    """Index of the lowest set bit of a non-zero uint64 (binary search: halves of 32, 16,
+    8, 4, 2 bits, then the last bit)."""
     n = 0
-    if (m & LOW32) == ZERO:
-        n += 32
-        m = m >> SH32
-    if (m & LOW16) == ZERO:
-        n += 16
-        m = m >> SH16
-    if (m & LOW8) == ZERO:
-        n += 8
-        m = m >> SH8
-    if (m & LOW4) == ZERO:
-        n += 4
-        m = m >> SH4
-    if (m & LOW2) == ZERO:
-        n += 2
-        m = m >> SH2
+    width = SH32
+    for _ in range(5):
+        if (m & ((ONE << width) - ONE)) == ZERO:
+            n += int(width)
+            m = m >> width
+        width = width >> ONE
     if (m & ONE) == ZERO:
         n += 1
     return n
@@ -204,16 +195,17 @@ _twin = compile_twin(
     cpu_constants={"STEP_MONEY": gp_core.CPU.step_money, "LIQUIDATE": gp_core.CPU.liquidate},
     cuda_constants={"STEP_MONEY": _cuda_money.step_money, "LIQUIDATE": _cuda_money.liquidate},
 )
-# The drivers inline gp_core's money rules: flush their cache entries when gp_core changes.
-flush_stale_caches(__file__, [gp_core.__file__])
+# The drivers inline gp_core's money rules and gp_eval's thread mapping: flush their cache
+# entries when either changes.
+flush_stale_caches(__file__, [gp_core.__file__, gp_eval.__file__])
 _mask_word_cpu = _twin.cpu.mask_word
 _simulate_cpu = _twin.cpu.simulate_bits
 
 
 # --------------------------------------------------------------------------- translation
-@numba.njit(cache=True)
+@numba.njit(cache=True, parallel=True)
 def _translate(programs: Any, lengths: Any, out: Any, out_lengths: Any) -> None:
-    for i in range(programs.shape[0]):
+    for i in prange(programs.shape[0]):
         pc = 0
         n = 0
         while pc < lengths[i]:
@@ -294,14 +286,10 @@ def _masks_kernel(panel: Any, day0: int, day1: int, out: Any) -> None:
 @cuda.jit(cache=cuda_kernel_cache())
 def _final_cash_kernel(code: Any, lengths: Any, masks: Any, close: Any, day0: int, day1: int,
                        out: Any) -> None:
-    t = cuda.grid(1)  # type: ignore[call-arg,var-annotated]
-    n_stocks = close.shape[1]
-    i = t // n_stocks
-    if i >= code.shape[0]:
-        return
-    s = t - i * n_stocks
-    stack = cuda.local.array(STACK_WORDS, numba.uint64)
-    out[i, s] = _simulate_dev(code[i], lengths[i], masks, close, s, day0, day1, stack)
+    i, s = gp_eval.program_and_stock(code.shape[0], close.shape[1])
+    if i >= 0:
+        stack = cuda.local.array(STACK_WORDS, numba.uint64)
+        out[i, s] = _simulate_dev(code[i], lengths[i], masks, close, s, day0, day1, stack)
 
 
 def _blocks(n_threads: int) -> int:
@@ -323,6 +311,20 @@ def build_masks(panel: np.ndarray, day0: int, day1: int, device: str = "cpu") ->
     d_out = cuda.device_array(shape, np.uint64)
     _masks_kernel[_blocks(d_out.size), THREADS_PER_BLOCK](cuda.to_device(panel), day0, day1, d_out)
     return np.asarray(d_out.copy_to_host())
+
+
+@dataclass
+class _Pipeline:
+    """Buffers of `BitwiseEvaluator.parts_fitness`: one stream, pinned host rows (linear
+    programs, their lengths, the cash) and their device twins."""
+
+    stream: Any
+    code: Any
+    lengths: Any
+    out: Any
+    d_code: Any
+    d_lengths: Any
+    d_out: Any
 
 
 @dataclass
@@ -352,7 +354,7 @@ class BitwiseEvaluator(WindowEvaluator):
         self._h_out: Any = None
         self._d_out: Any = None
         self._cash: F64 | None = None
-        self._scratch: F64 | None = None
+        self._pipe: _Pipeline | None = None
         t0 = time.perf_counter()
         if self.device == "cpu":
             self._masks: Any = np.empty(shape, np.uint64)
@@ -370,26 +372,102 @@ class BitwiseEvaluator(WindowEvaluator):
         self.final_cash(warm, np.full(1, 2, np.int32))
 
     def population_fitness(self, programs: np.ndarray, lengths: np.ndarray) -> F64:
-        """Fitness from the cash left in the evaluator's own buffer: no copy of the cash and
-        no fresh temporaries per generation (25,000 x 128 doubles each)."""
-        n = np.asarray(programs).shape[0]
-        if self._cash is None or self._scratch is None or self._cash.shape[0] < n:
-            self._cash = np.empty((n, self.n_stocks), np.float64)
-            self._scratch = np.empty((n, self.n_stocks), np.float64)
-        cash = self.final_cash(programs, lengths, out=self._cash[:n])
-        return fitness_from_cash(cash, self.bh_cash, self._scratch[:n])
+        """Fitness straight from the cash where the evaluation left it (the pinned host
+        buffer on CUDA, the evaluator's own array on the CPU): no copy of 25,000 x 128
+        doubles and no fresh temporaries per generation."""
+        return fitness_from_cash(self._evaluate(programs, lengths), self.bh_cash)
+
+    def parts_fitness(self, parts: Iterable[tuple[np.ndarray, np.ndarray]], total: int
+                      ) -> F64:
+        """See WindowEvaluator.parts_fitness. On CUDA each part goes up through pinned
+        buffers on one stream, its kernel and its cash copy queued behind, before the next
+        part is asked for: the host never waits for the GPU until the last part is queued.
+        `last_seconds` runs from the first part's launch to the end of the last copy (the
+        GPU's busy span, breeding of the later parts included)."""
+        if self.device == "cpu":
+            return super().parts_fitness(parts, total)
+        buf: _Pipeline | None = None
+        row = instructions = node_ops = 0
+        t_first: float | None = None
+        for programs, lengths in parts:
+            programs, lengths = _check_programs(programs, lengths)
+            n = programs.shape[0]
+            if n == 0:
+                continue
+            if buf is None:  # sized at the first part (no kernel of this call queued yet)
+                buf = self._pipeline_buffers(total, programs.shape[1])
+            if row + n > total or programs.shape[1] > buf.code.shape[1]:
+                raise ValueError(f"parts exceed the {total} programs of width "
+                                 f"{buf.code.shape[1]} announced")
+            code, code_lengths = to_mask_programs(programs, lengths)
+            rows = slice(row, row + n)
+            buf.code[rows, : code.shape[1]] = code
+            buf.lengths[rows] = code_lengths
+            if t_first is None:
+                t_first = time.perf_counter()
+            buf.d_code[rows].copy_to_device(buf.code[rows], stream=buf.stream)
+            buf.d_lengths[rows].copy_to_device(buf.lengths[rows], stream=buf.stream)
+            _final_cash_kernel[_blocks(n * self.n_stocks), THREADS_PER_BLOCK, buf.stream](
+                buf.d_code[rows], buf.d_lengths[rows], self._masks, self._close, self.day0,
+                self.day1, buf.d_out[rows])
+            buf.d_out[rows].copy_to_host(buf.out[rows], stream=buf.stream)
+            row += n
+            instructions += int(code_lengths.astype(np.int64).sum())
+            node_ops += gp_ops(lengths, self.n_stocks, self.n_days)
+        if row != total:
+            raise ValueError(f"parts hold {row} programs, {total} announced")
+        if buf is None:
+            return np.empty(0, np.float64)
+        buf.stream.synchronize()
+        self.last_seconds = time.perf_counter() - t_first if t_first is not None else 0.0
+        self._count(instructions, node_ops)
+        return fitness_from_cash(buf.out[:total], self.bh_cash)
+
+    def _pipeline_buffers(self, total: int, width: int) -> _Pipeline:
+        """Pinned host and device buffers for `total` programs of `width` op codes, kept for
+        later generations (the previous call's copies have all finished)."""
+        pipe = self._pipe
+        if pipe is None or pipe.code.shape[0] < total or pipe.code.shape[1] < width:
+            rows = max(total, 1)
+            code = cuda.pinned_array((rows, width), np.int16)
+            code[:] = 0
+            pipe = self._pipe = _Pipeline(
+                stream=cuda.stream(), code=code,
+                lengths=cuda.pinned_array(rows, np.int32),
+                out=cuda.pinned_array((rows, self.n_stocks), np.float64),
+                d_code=cuda.to_device(code), d_lengths=cuda.device_array(rows, np.int32),
+                d_out=cuda.device_array((rows, self.n_stocks), np.float64))
+        return pipe
+
+    def _count(self, instructions: int, node_ops: int) -> None:
+        self.last_counts = BitwiseCounts(
+            credited=instructions * self.n_stocks * self.n_days,
+            executed=instructions * self.n_stocks * n_words(self.n_days),
+            node_equivalent=node_ops,
+        )
+        self.last_ops = self.last_counts.credited
 
     def final_cash(self, programs: np.ndarray, lengths: np.ndarray,
                    out: np.ndarray | None = None) -> F64:
+        cash = self._evaluate(programs, lengths)
+        if out is None:
+            return cash.copy()
+        out[...] = cash
+        return out
+
+    def _evaluate(self, programs: np.ndarray, lengths: np.ndarray) -> F64:
+        """Final cash (n, n_stocks) in a buffer the evaluator reuses (valid until its next
+        call); sets last_seconds and the operation counts."""
         programs, lengths = _check_programs(programs, lengths)
         n = programs.shape[0]
         t0 = time.perf_counter()
-        if out is None:
-            out = np.empty((n, self.n_stocks), np.float64)
         if n == 0:
-            return out
+            return np.empty((0, self.n_stocks), np.float64)
         code, code_lengths = to_mask_programs(programs, lengths)
+        if self._cash is None or self._cash.shape[0] < n:
+            self._cash = np.empty((n, self.n_stocks), np.float64)
         if self.device == "cpu":
+            out = self._cash[:n]
             _final_cash_bits_cpu(code, code_lengths, self._masks, self._close, self.day0,
                                  self.day1, out)
         else:
@@ -403,15 +481,9 @@ class BitwiseEvaluator(WindowEvaluator):
             _final_cash_kernel[_blocks(n * self.n_stocks), THREADS_PER_BLOCK](
                 cuda.to_device(code), cuda.to_device(code_lengths), self._masks, self._close,
                 self.day0, self.day1, d_out)
-            d_out.copy_to_host(self._h_out[:n])
-            out[...] = self._h_out[:n]
+            out = self._h_out[:n]
+            d_out.copy_to_host(out)
         self.last_seconds = time.perf_counter() - t0
-        instructions = int(code_lengths.astype(np.int64).sum())
-        self.last_counts = BitwiseCounts(
-            credited=instructions * self.n_stocks * self.n_days,
-            executed=instructions * self.n_stocks * n_words(self.n_days),
-            node_equivalent=gp_ops(lengths, self.n_stocks, self.n_days),
-        )
-        self.last_ops = self.last_counts.credited
-        return out
-
+        self._count(int(code_lengths.astype(np.int64).sum()),
+                    gp_ops(lengths, self.n_stocks, self.n_days))
+        return np.asarray(out)

@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 
 from engine.errors import UserError
-from engine.plots import plot_fitness, plot_islands
+from engine.plot_worker import PlotWorker
 from feeds.datadir import data_dir
+from gpu import warm_start
 from gpu.device import DeviceUnavailable
 from gpu.gp_eval import PopulationEvaluator, buy_hold_cash, roi
 from strategies.gp.evolution import EvolutionConfig, EvolutionResult, GenerationStats, evolve
@@ -153,20 +154,23 @@ def write_hall_of_fame_returns(path: Path, window: GPWindow, result: EvolutionRe
     write_returns(path, column_names(len(rules)), returns, dates)
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def _check_options(args: argparse.Namespace) -> list[str] | None:
+    """Refuse inconsistent options before any work; the --symbols list (None: --stocks)."""
     from engine.outputs import check_writable_file
 
-    t0 = time.perf_counter()
-    config = _config(args)
     island_only = {"--migrate-every": args.migrate_every, "--migrants": args.migrants,
                    "--workers": args.workers}
     given = [k for k, v in island_only.items() if v is not None]
     if given and args.islands is None and not args.scheduler:
         raise UserError(f"{', '.join(given)} only apply to an island run: add --islands N")
     check_writable_file(args.out, "--out")
-    symbols = [s.strip() for s in args.symbols.split(",") if s.strip()] if args.symbols else None
     if args.test_days < 0 or args.test_days == 1:
         raise UserError("--test-days must be 0 or at least 2")
+    return [s.strip() for s in args.symbols.split(",") if s.strip()] if args.symbols else None
+
+
+def _load(args: argparse.Namespace, symbols: list[str] | None
+          ) -> tuple[GPWindow, PopulationEvaluator]:
     try:
         window = load_window(args.data, None if symbols else args.stocks, args.train_days,
                              args.test_days, start=args.start, symbols=symbols)
@@ -174,46 +178,40 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                          window.train.day1, args.device)
     except (ValueError, OSError, DeviceUnavailable) as e:
         raise UserError(str(e)) from None
-    device = train_eval.device
-    print(f"evolving {config.population} individuals x {config.generations} generations on "
-          f"{window.n_stocks} stocks x {window.train.days} training days "
-          f"({window.describe(window.train)['first_date']} .. "
-          f"{window.describe(window.train)['last_date']}), device {device}", file=sys.stderr)
+    return window, train_eval
 
-    def progress(s: GenerationStats) -> None:
-        if not args.quiet:
-            print(progress_line(s, config.generations, device), file=sys.stderr, flush=True)
 
-    islands = None
-    if args.islands is not None or args.scheduler:
-        from strategies.gp import islands as isl
+def _on_islands(args: argparse.Namespace, config: EvolutionConfig, window: GPWindow) -> Any:
+    """The island model on Dask (strategies.gp.islands): its IslandsResult."""
+    from strategies.gp import islands as isl
 
-        plan = isl.IslandPlan(1 if args.islands is None else args.islands,
-                              5 if args.migrate_every is None else args.migrate_every,
-                              50 if args.migrants is None else args.migrants)
-        try:
-            plan.check(config.population)
-            data = isl.PanelData.training(window)
-            islands = isl.evolve_on_dask(data, config, plan, args.scheduler, args.workers,
-                                         args.device, args.quiet)
-        except (ValueError, OSError, DeviceUnavailable) as e:
-            raise UserError(str(e)) from None
-        result = islands.evolution_result()
-    else:
-        result = evolve(train_eval, config, progress)
-    best = result.best
-    train = evaluate_period(window, window.train, result, device)
-    test = evaluate_period(window, window.test, result, device) if window.test.days else None
+    plan = isl.IslandPlan(1 if args.islands is None else args.islands,
+                          5 if args.migrate_every is None else args.migrate_every,
+                          50 if args.migrants is None else args.migrants)
+    try:
+        plan.check(config.population)
+        data = isl.PanelData.training(window)
+        return isl.evolve_on_dask(data, config, plan, args.scheduler, args.workers,
+                                  args.device, args.quiet)
+    except (ValueError, OSError, DeviceUnavailable) as e:
+        raise UserError(str(e)) from None
 
-    def record(rep: dict[str, Any] | None) -> PeriodRecord | None:
-        if rep is None:
-            return None
-        return PeriodRecord(symbols=rep["symbols"], first_date=rep["first_date"],
-                            last_date=rep["last_date"], days=rep["days"], roi=rep["roi"],
-                            roi_buy_hold=rep["roi_buy_hold"])
 
+def _record(rep: dict[str, Any] | None) -> PeriodRecord | None:
+    if rep is None:
+        return None
+    return PeriodRecord(symbols=rep["symbols"], first_date=rep["first_date"],
+                        last_date=rep["last_date"], days=rep["days"], roi=rep["roi"],
+                        roi_buy_hold=rep["roi_buy_hold"])
+
+
+def _write_outputs(args: argparse.Namespace, window: GPWindow, result: EvolutionResult,
+                   train: dict[str, Any], test: dict[str, Any] | None, islands: Any,
+                   device: str, plots: PlotWorker) -> tuple[Path, Path]:
+    """The strategy file, the fitness PNG and (--returns-out) the daily returns."""
+    best, config = result.best, result.config
     sf = StrategyFile(
-        data=window.source, train=record(train), test=record(test), seed=config.seed,
+        data=window.source, train=_record(train), test=_record(test), seed=config.seed,
         best=rule_record(best.rule, best.fitness, best.generation),
         hall_of_fame=[rule_record(c.rule, c.fitness, c.generation) for c in result.hall_of_fame],
     )
@@ -226,12 +224,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     title = (f"{window.n_stocks} stocks, {window.train.days} training days, "
              f"seed {config.seed}{test_txt}")
     if islands is not None:
-        plot_islands(png, islands, f"{plan.islands} islands x {config.population}, {title}")
-    else:
-        plot_fitness(png, result.history, title)
+        from engine.plots import plot_islands
 
+        plot_islands(png, islands, f"{islands.plan.islands} islands x {config.population}, "
+                                   f"{title}")
+    else:
+        plots.fitness(png, result.history, title)
     if args.returns_out:
         write_hall_of_fame_returns(args.returns_out, window, result, device)
+    return out, png
+
+
+def _print_summary(result: EvolutionResult, train: dict[str, Any], test: dict[str, Any] | None,
+                   device: str, out: Path, png: Path) -> None:
+    best = result.best
     print(f"best: buy {best.rule.buy_infix}\n      sell {best.rule.sell_infix}")
     print("fills: signal-close (the GP paper's model: each trade at the close that produced "
           "its signal); next-open: the same rule filled at the next day's open")
@@ -245,6 +251,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for sym, last in test["stopped_trading"].items():
             print(f"  {sym} stopped trading on {last}: closed at its last price")
     print(f"{result.gp_ops_per_second:.3g} GP ops/s on {device}; wrote {out} and {png}")
+
+
+def _report(args: argparse.Namespace, window: GPWindow, result: EvolutionResult,
+            train: dict[str, Any], test: dict[str, Any] | None, islands: Any, device: str,
+            out: Path, png: Path) -> dict[str, Any]:
+    best, config = result.best, result.config
     return {
         "generations": [s.as_dict() for s in result.history],
         "best": {"buy": best.rule.buy_infix, "sell": best.rule.sell_infix,
@@ -267,6 +279,39 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "out": str(out),
         "png": str(png),
         "returns_out": str(args.returns_out) if args.returns_out else None,
-        "seconds": time.perf_counter() - t0,
         **(islands.report() if islands is not None else {}),
     }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    config = _config(args)
+    symbols = _check_options(args)
+    # the CUDA context is made while the window loads; numba's BLAS probe is skipped
+    warm_start.start_context(args.device)
+    warm_start.skip_blas_probe()
+    on_islands = args.islands is not None or bool(args.scheduler)
+    # the PNG's process starts now: matplotlib's import overlaps the evolution
+    with PlotWorker(background=None if not on_islands else False) as plots:
+        window, train_eval = _load(args, symbols)
+        device = train_eval.device
+        train_desc = window.describe(window.train)
+        print(f"evolving {config.population} individuals x {config.generations} generations "
+              f"on {window.n_stocks} stocks x {window.train.days} training days "
+              f"({train_desc['first_date']} .. {train_desc['last_date']}), device {device}",
+              file=sys.stderr)
+
+        def progress(s: GenerationStats) -> None:
+            if not args.quiet:
+                print(progress_line(s, config.generations, device), file=sys.stderr, flush=True)
+
+        islands = _on_islands(args, config, window) if on_islands else None
+        result = islands.evolution_result() if islands is not None else evolve(
+            train_eval, config, progress)
+        train = evaluate_period(window, window.train, result, device)
+        test = (evaluate_period(window, window.test, result, device) if window.test.days
+                else None)
+        out, png = _write_outputs(args, window, result, train, test, islands, device, plots)
+    _print_summary(result, train, test, device, out, png)
+    return {**_report(args, window, result, train, test, islands, device, out, png),
+            "seconds": time.perf_counter() - t0}

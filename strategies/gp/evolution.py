@@ -10,6 +10,10 @@ One generation:
 
 `generations` counts evaluated populations including the random initial one.
 
+The children are bred and handed to the evaluator in parts (`PARTS`), so that on CUDA the
+breeding of one part overlaps the GPU's evaluation of the one before; every random number of
+a generation is drawn before its first part, so the parts change nothing in the run.
+
 Reproducibility: every random draw comes from `np.random.Generator(PCG64(seed))` on the host
 (tournaments, and one stream seed per child for the numba operators). Fitness is identical
 on every evaluator device (gpu.gp_eval), so the same seed gives the same run on CPU and CUDA.
@@ -18,10 +22,11 @@ on every evaluator device (gpu.gp_eval), so the same seed gives the same run on 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import msgspec
+import numba
 import numpy as np
 import numpy.typing as npt
 
@@ -35,6 +40,7 @@ from strategies.gp.representation import (
     GPRule,
     Population,
 )
+from strategies.gp.rng import child_seeds
 
 F64 = npt.NDArray[np.float64]
 
@@ -59,13 +65,9 @@ class EvolutionConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     hall_of_fame: int = 10
 
     def __post_init__(self) -> None:
-        problems = []
-        if self.population < 2:
-            problems.append(f"population must be >= 2 (got {self.population})")
-        if self.generations < 1:
-            problems.append(f"generations must be >= 1 (got {self.generations})")
-        if self.tournament < 1:
-            problems.append(f"tournament must be >= 1 (got {self.tournament})")
+        problems = [f"{name} must be >= {low} (got {getattr(self, name)})"
+                    for name, low in (("population", 2), ("generations", 1), ("tournament", 1))
+                    if getattr(self, name) < low]
         if not 0 <= self.elite < self.population:
             problems.append(f"elite must be in [0, population) (got {self.elite})")
         for name in ("p_crossover", "p_subtree_mutation", "p_point_mutation", "p_point_node"):
@@ -79,12 +81,9 @@ class EvolutionConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
             problems.append("need 1 <= init_min_depth <= init_max_depth <= max_depth "
                             f"(got {self.init_min_depth}, {self.init_max_depth}, "
                             f"{self.max_depth})")
-        if self.mutation_depth < 0:
-            problems.append(f"mutation_depth must be >= 0 (got {self.mutation_depth})")
-        if self.hall_of_fame < 1:
-            problems.append(f"hall_of_fame must be >= 1 (got {self.hall_of_fame})")
-        if self.seed < 0:
-            problems.append(f"seed must be >= 0 (got {self.seed})")
+        problems += [f"{name} must be >= {low} (got {getattr(self, name)})"
+                     for name, low in (("mutation_depth", 0), ("hall_of_fame", 1), ("seed", 0))
+                     if getattr(self, name) < low]
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -134,20 +133,34 @@ class HallOfFame:
         self._members: dict[bytes, Champion] = {}
 
     def update(self, pop: Population, fitness: F64, generation: int) -> None:
-        order = np.argsort(-fitness, kind="stable")
-        for i in order:
+        # candidates best first: the few dozen best decide almost always; the full order
+        # is sorted only if they are exhausted without filling the hall (many duplicates)
+        values = np.where(np.isnan(fitness), -np.inf, fitness)
+        first = top_order(values, 4 * self.capacity + 16)
+        if self._take(pop, fitness, generation, first) or first.size == fitness.size:
+            return
+        self._take(pop, fitness, generation, top_order(values, fitness.size)[first.size:])
+
+    def _take(self, pop: Population, fitness: F64, generation: int,
+              order: npt.NDArray[np.int64]) -> bool:
+        """Offer candidates in `order` (best first); True once none further can enter."""
+        for i in order.tolist():
             f = float(fitness[i])
             if not np.isfinite(f):
-                break
-            if len(self._members) >= self.capacity and f <= self.members[-1].fitness:
-                break  # candidates come best first: none further can enter
-            key = pop.key(int(i))
+                return True
+            if len(self._members) >= self.capacity and f <= self._worst().fitness:
+                return True  # candidates come best first: none further can enter
+            key = pop.key(i)
             if key in self._members:
                 continue
-            self._members[key] = Champion(pop.rule(int(i)), f, generation)
+            self._members[key] = Champion(pop.rule(i), f, generation)
             if len(self._members) > self.capacity:
-                worst = self.members[-1]
+                worst = self._worst()
                 self._members = {k: c for k, c in self._members.items() if c is not worst}
+        return False
+
+    def _worst(self) -> Champion:
+        return self.members[-1]
 
     @property
     def members(self) -> list[Champion]:
@@ -178,10 +191,41 @@ class EvolutionResult:
 
 def tournament(rng: np.random.Generator, fitness: F64, n: int, size: int
                ) -> npt.NDArray[np.int64]:
-    """Indices of n tournament winners (size contestants each, drawn with replacement)."""
+    """Indices of n tournament winners (size contestants each, drawn with replacement;
+    ties go to the first drawn)."""
     contestants = rng.integers(0, fitness.size, size=(n, size))
-    scores = fitness[contestants]
-    return np.asarray(contestants[np.arange(n), np.argmax(scores, axis=1)], np.int64)
+    winners = np.empty(n, np.int64)
+    if n:
+        _winners(contestants, np.ascontiguousarray(fitness, np.float64), winners)
+    return winners
+
+
+@numba.njit(cache=True, nogil=True)
+def _winners(contestants: npt.NDArray[np.int64], fitness: F64,
+             out: npt.NDArray[np.int64]) -> None:
+    """out[t] = the contestant of row t with the highest fitness, the first drawn on ties
+    (np.argmax's rule; fitness holds no NaN, see _selectable)."""
+    for t in range(contestants.shape[0]):  # 175,000 reads: threads would cost more
+        best = contestants[t, 0]
+        for k in range(1, contestants.shape[1]):
+            c = contestants[t, k]
+            if fitness[c] > fitness[best]:
+                best = c
+        out[t] = best
+
+
+def top_order(values: F64, k: int) -> npt.NDArray[np.int64]:
+    """The first k of `np.argsort(-values, kind="stable")` (values without NaN) without
+    sorting them all: every value tied with the k-th is kept, so ties stay in index order."""
+    n = values.size
+    k = min(k, n)
+    if k <= 0:
+        return np.empty(0, np.int64)
+    if k == n:
+        return np.asarray(np.argsort(-values, kind="stable"), np.int64)
+    kth = -np.partition(-values, k - 1)[k - 1]
+    cand = np.flatnonzero(values >= kth)
+    return np.asarray(cand[np.argsort(-values[cand], kind="stable")][:k], np.int64)
 
 
 def _selectable(fitness: F64) -> F64:
@@ -218,6 +262,55 @@ def start_state(config: EvolutionConfig, rng: np.random.Generator | None = None
                           hall=HallOfFame(config.hall_of_fame))
 
 
+#: an evolution hands its children to the evaluator in this many parts (each at least
+#: MIN_PART), so that breeding part k + 1 overlaps the GPU's evaluation of part k
+PARTS = 4
+MIN_PART = 2048
+
+Parts = Iterator[tuple[npt.NDArray[np.int16], npt.NDArray[np.int32]]]
+
+
+def _spans(n: int) -> list[tuple[int, int]]:
+    k = max(1, min(PARTS, n // MIN_PART))
+    edges = [n * j // k for j in range(k + 1)]
+    return list(zip(edges[:-1], edges[1:], strict=True))
+
+
+def _compiled_parts(todo: Population) -> Parts:
+    for a, b in _spans(len(todo)):
+        yield todo.rows(a, b).compile()
+
+
+def _next_generation(state: EvolutionState) -> tuple[Population, F64, Parts, int]:
+    """(next population, the elites' carried fitness, its children as compiled parts, their
+    number): the `elite` fittest first, unchanged, then children of tournament winners bred
+    straight behind them, part by part as the evaluator asks (see `parts_fitness`). Every
+    random number is drawn here, before any part is bred, so the parts change nothing."""
+    config = state.config
+    select = _selectable(state.fitness)
+    elite = top_order(select, config.elite)
+    n_children = config.population - config.elite
+    recipients = tournament(state.rng, select, n_children, config.tournament)
+    donors = tournament(state.rng, select, n_children, config.tournament)
+    seeds = child_seeds(state.rng, n_children)
+    parents = state.population
+    pop = Population.uninitialised(config.population, parents.max_nodes)
+    pop.ops[:config.elite] = parents.ops[elite]
+    pop.sizes[:config.elite] = parents.sizes[elite]
+    pop.lengths[:config.elite] = parents.lengths[elite]
+
+    def parts() -> Parts:
+        for a, b in _spans(n_children):
+            part = breed(parents, recipients[a:b], donors[a:b], state.rng,
+                         p_crossover=config.p_crossover, p_subtree=config.p_subtree_mutation,
+                         p_point=config.p_point_mutation, p_node=config.p_point_node,
+                         max_depth=config.max_depth, mutation_depth=config.mutation_depth,
+                         out=pop.rows(config.elite + a, config.elite + b), seeds=seeds[a:b])
+            yield part.compile()
+
+    return pop, state.fitness[elite], parts(), n_children
+
+
 def advance(evaluator: PopulationEvaluator, state: EvolutionState, until: int,
             progress: Callable[[GenerationStats], None] | None = None
             ) -> list[GenerationStats]:
@@ -227,29 +320,16 @@ def advance(evaluator: PopulationEvaluator, state: EvolutionState, until: int,
     evaluated population (elites keep their fitness), then evaluates the children. Running
     to G at once or in several calls draws the same random numbers in the same order.
     """
-    config = state.config
     history: list[GenerationStats] = []
     while state.generation < until:
         t_gen = time.perf_counter()
         g = state.generation
-        if g == 0:
-            todo = state.population  # individuals still to evaluate
-            carried = np.empty(0, np.float64)
-            pop = state.population
+        if g == 0:  # the initial population: every individual still to evaluate
+            pop, carried = state.population, np.empty(0, np.float64)
+            parts, n_todo = _compiled_parts(pop), len(pop)
         else:
-            select = _selectable(state.fitness)
-            elite = np.argsort(-select, kind="stable")[:config.elite]
-            n_children = config.population - config.elite
-            recipients = tournament(state.rng, select, n_children, config.tournament)
-            donors = tournament(state.rng, select, n_children, config.tournament)
-            todo = breed(state.population, recipients, donors, state.rng,
-                         p_crossover=config.p_crossover, p_subtree=config.p_subtree_mutation,
-                         p_point=config.p_point_mutation, p_node=config.p_point_node,
-                         max_depth=config.max_depth, mutation_depth=config.mutation_depth)
-            carried = state.fitness[elite]
-            pop = Population.concat([state.population.take(elite), todo])
-        programs, lengths = todo.compile()
-        new_fit = evaluator.population_fitness(programs, lengths)
+            pop, carried, parts, n_todo = _next_generation(state)
+        new_fit = evaluator.parts_fitness(parts, n_todo)
         fitness = np.concatenate([carried, new_fit])
         state.population, state.fitness, state.generation = pop, fitness, g + 1
         state.hall.update(pop, fitness, g)
@@ -258,7 +338,7 @@ def advance(evaluator: PopulationEvaluator, state: EvolutionState, until: int,
         stats = GenerationStats(
             generation=g, best=float(finite.max()) if finite.size else float("nan"),
             mean=float(finite.mean()) if finite.size else float("nan"),
-            mean_size=float(sizes.mean()), evaluated=len(todo),
+            mean_size=float(sizes.mean()), evaluated=n_todo,
             eval_seconds=evaluator.last_seconds, seconds=time.perf_counter() - t_gen,
             gp_ops=evaluator.last_ops)
         history.append(stats)

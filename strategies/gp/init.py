@@ -32,7 +32,12 @@ from gpu.gp_core import (
     TYPE_FLOAT,
 )
 from gpu.terminals import N_BOOL, N_FLOAT
-from strategies.gp.representation import DEFAULT_MAX_NODES, Population, subtree_sizes
+from strategies.gp.representation import (
+    DEFAULT_MAX_NODES,
+    Population,
+    slot_stack,
+    subtree_sizes,
+)
 from strategies.gp.rng import below, child_seeds, uniform
 
 _FUNCTIONS = np.array([OP_AND, OP_OR, OP_NOT, OP_LT, OP_GT], np.int16)
@@ -61,10 +66,7 @@ def random_tree(out: npt.NDArray[np.int16], capacity: int, root_type: int, max_d
                 full: bool, state: npt.NDArray[np.uint64]) -> int:
     """Write a random tree returning `root_type` (prefix) into out; return its length, or
     -1 if it would exceed `capacity` nodes (out is then garbage)."""
-    slot_type = np.empty(capacity + 2, np.int8)
-    slot_depth = np.empty(capacity + 2, np.int32)
-    slot_type[0] = root_type
-    slot_depth[0] = 0
+    slot_type, slot_depth = slot_stack(capacity + 2, root_type)
     sp = 1
     n = 0
     while sp > 0:

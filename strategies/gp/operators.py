@@ -198,17 +198,31 @@ def _breed(p_ops: I16, p_sizes: I16, p_lengths: I16, recipients: npt.NDArray[np.
 def breed(parents: Population, recipients: npt.ArrayLike, donors: npt.ArrayLike,
           rng: np.random.Generator, *, p_crossover: float = 0.9, p_subtree: float = 0.1,
           p_point: float = 0.1, p_node: float = 0.1, max_depth: int = 8,
-          mutation_depth: int = 4) -> Population:
+          mutation_depth: int = 4, out: Population | None = None,
+          seeds: npt.NDArray[np.uint64] | None = None) -> Population:
     """Children of (recipient, donor) parent pairs: crossover with probability p_crossover
     (else a copy of the recipient), then subtree mutation with probability p_subtree and
-    point mutation with probability p_point, each on one randomly chosen tree."""
+    point mutation with probability p_point, each on one randomly chosen tree.
+
+    `out`: where to write them (one row per pair, every slot overwritten; may be a view
+    into a larger population, which saves the evolution a copy), else a new population.
+    `seeds`: the children's stream seeds (`child_seeds`), else drawn from rng here; a
+    generation bred in parts with slices of one seed array equals it bred at once."""
     rec = np.ascontiguousarray(recipients, np.int64)
     don = np.ascontiguousarray(donors, np.int64)
     if rec.shape != don.shape or rec.ndim != 1:
         raise ValueError("recipients and donors must be 1-D arrays of equal length")
-    children = Population.empty(rec.size, parents.max_nodes)
+    if out is None:
+        out = Population.empty(rec.size, parents.max_nodes)
+    if len(out) != rec.size or out.max_nodes != parents.max_nodes:
+        raise ValueError(f"out holds {len(out)} x {out.max_nodes} nodes, need {rec.size} x "
+                         f"{parents.max_nodes}")
     if rec.size:
-        _breed(parents.ops, parents.sizes, parents.lengths, rec, don, child_seeds(rng, rec.size),
+        if seeds is None:
+            seeds = child_seeds(rng, rec.size)
+        elif seeds.shape != rec.shape:
+            raise ValueError(f"{seeds.size} seeds for {rec.size} children")
+        _breed(parents.ops, parents.sizes, parents.lengths, rec, don, seeds,
                p_crossover, p_subtree, p_point, p_node, max_depth, mutation_depth,
-               children.ops, children.sizes, children.lengths)
-    return children
+               out.ops, out.sizes, out.lengths)
+    return out

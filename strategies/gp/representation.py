@@ -57,6 +57,18 @@ DEFAULT_MAX_NODES = 64
 
 # --------------------------------------------------------------------------- numba helpers
 @numba.njit(cache=True, nogil=True)
+def slot_stack(size: int, root_type: int) -> tuple[npt.NDArray[np.int8], I32]:
+    """The open argument slots of a top-down walk in prefix order, (types, depths) of room
+    `size`, holding the root's slot: a tree is read (scan_tree) and grown
+    (init.random_tree) by popping a slot per node and pushing one per argument."""
+    types = np.empty(size, np.int8)
+    depths = np.empty(size, np.int32)
+    types[0] = root_type
+    depths[0] = 0
+    return types, depths
+
+
+@numba.njit(cache=True, nogil=True)
 def scan_tree(ops: I16, n: int, depths: I32) -> int:
     """Check that ops[:n] is one type-correct bool tree in prefix order; fill depths[:n].
 
@@ -66,10 +78,7 @@ def scan_tree(ops: I16, n: int, depths: I32) -> int:
     """
     if n <= 0:
         return -1
-    want_type = np.empty(n + 1, np.int8)
-    want_depth = np.empty(n + 1, np.int32)
-    want_type[0] = TYPE_BOOL
-    want_depth[0] = 0
+    want_type, want_depth = slot_stack(n + 1, TYPE_BOOL)
     sp = 1
     height = 0
     for i in range(n):
@@ -181,6 +190,18 @@ class Population:
     def empty(cls, n: int, max_nodes: int = DEFAULT_MAX_NODES) -> Population:
         return cls(np.zeros((n, 2, max_nodes), np.int16), np.zeros((n, 2, max_nodes), np.int16),
                    np.zeros((n, 2), np.int16))
+
+    @classmethod
+    def uninitialised(cls, n: int, max_nodes: int = DEFAULT_MAX_NODES) -> Population:
+        """Arrays not zeroed, for a writer that fills every slot (breeding does): a fresh
+        zeroed 13 MB population each generation costs the evolution page faults and a pass."""
+        return cls(np.empty((n, 2, max_nodes), np.int16), np.empty((n, 2, max_nodes), np.int16),
+                   np.empty((n, 2), np.int16))
+
+    def rows(self, start: int, stop: int | None = None) -> Population:
+        """Individuals start..stop as views (writes go to this population)."""
+        return Population(self.ops[start:stop], self.sizes[start:stop],
+                          self.lengths[start:stop])
 
     def __len__(self) -> int:
         return int(self.ops.shape[0])

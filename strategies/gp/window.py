@@ -18,6 +18,7 @@ import hashlib
 import logging
 import os
 import pickle
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,32 +118,64 @@ def _parser_fingerprint() -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _read_cache(cache_file: Path, kind: type) -> object | None:
+    """The object pickled in cache_file if it is a `kind`, else None (missing, unreadable)."""
+    try:
+        with cache_file.open("rb") as f:
+            obj = pickle.load(f)
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        return None  # no cache yet, or unreadable: compute it
+    return obj if isinstance(obj, kind) else None
+
+
+def _write_cache(cache_file: Path, obj: object) -> None:
+    """Best effort: a read-only home only costs the next run the work."""
+    try:
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
+        with tmp.open("wb") as f:
+            pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
+        tmp.replace(cache_file)
+    except OSError as e:
+        log.debug("cache file not written: %s", e)
+
+
 @functools.lru_cache(maxsize=2)
 def _cached_table(path: str, mtime_ns: int, size: int) -> DailyTable:
     key = hashlib.sha256(f"{PARSE_CACHE_VERSION}|{_parser_fingerprint()}|{path}|{mtime_ns}|"
                          f"{size}".encode()).hexdigest()
     cache_file = parse_cache_dir() / f"daily-{key[:32]}.pickle"
-    try:
-        with cache_file.open("rb") as f:
-            table = pickle.load(f)
-        if isinstance(table, DailyTable):
-            for counter in (table.skipped, table.repaired):
-                if counter.total:
-                    log.info("%s: %s %s when it was parsed (cached in %s)", path, counter.what,
-                             counter.counts, cache_file.parent)
-            return table
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
-        pass  # no cache yet, or unreadable: parse the file
+    table = _read_cache(cache_file, DailyTable)
+    if isinstance(table, DailyTable):
+        for counter in (table.skipped, table.repaired):
+            if counter.total:
+                log.info("%s: %s %s when it was parsed (cached in %s)", path, counter.what,
+                         counter.counts, cache_file.parent)
+        return table
     table = load_daily(path)
-    try:  # best effort: a read-only home only costs the next run the parse
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
-        with tmp.open("wb") as f:
-            pickle.dump(table, f, protocol=pickle.HIGHEST_PROTOCOL)
-        tmp.replace(cache_file)
-    except OSError as e:
-        log.debug("parse cache not written: %s", e)
+    _write_cache(cache_file, table)
     return table
+
+
+@functools.cache
+def _window_fingerprint() -> str:
+    """The code a window is computed by (parser, indicators, terminals, this module): an
+    edit of any of it is a new window cache key."""
+    from gpu import indicators_core, terminals
+
+    h = hashlib.sha256(_parser_fingerprint().encode())
+    for mod in (indicators_core, terminals, sys.modules[compute_panel.__module__],
+                sys.modules[__name__]):
+        h.update(Path(str(mod.__file__)).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _window_cache_file(file: Path, n_stocks: int | None, train_days: int, test_days: int,
+                       start: str | None, symbols: list[str] | None) -> Path:
+    st = file.stat()
+    what = (f"{PARSE_CACHE_VERSION}|{_window_fingerprint()}|{file.resolve()}|{st.st_mtime_ns}|"
+            f"{st.st_size}|{n_stocks}|{train_days}|{test_days}|{start}|{symbols}")
+    return parse_cache_dir() / f"window-{hashlib.sha256(what.encode()).hexdigest()[:32]}.pickle"
 
 
 def window_from_matrix(m: DailyMatrix, train_days: int, test_days: int,
@@ -173,18 +206,36 @@ def load_window(path: str | Path | DailyTable, n_stocks: int | None, train_days:
                 test_days: int, start: str | None = None, symbols: list[str] | None = None
                 ) -> GPWindow:
     """Read the window from a daily OHLCV file (or a directory holding one), or cut it from
-    an already loaded table (feeds.daily.load_daily) when several windows share a file."""
+    an already loaded table (feeds.daily.load_daily) when several windows share a file.
+
+    A window read from a file is kept in the parse cache folder (`parse_cache_dir`), keyed
+    by the file, the arguments and the code that computes it: the next run with the same
+    arguments (the same `evolve` command again) skips the table, the stock selection and
+    the indicator panel."""
     if isinstance(path, DailyTable):
-        data: Path | DailyTable = path
-        source = str(path.path or "daily table")
-    else:
-        file = resolve_data_file(path)
-        data, source = _table(file), str(file)
+        return _cut_window(path, str(path.path or "daily table"), n_stocks, train_days,
+                           test_days, start, symbols)
+    file = resolve_data_file(path)
+    cache_file = _window_cache_file(file, n_stocks, train_days, test_days, start, symbols)
+    cached = _read_cache(cache_file, tuple)
+    if isinstance(cached, tuple) and len(cached) == 2 and isinstance(cached[0], GPWindow):
+        for note in cached[1]:  # the parser's repairs, as a run that parses reports them
+            log.info("%s", note)
+        return cached[0]
+    table = _table(file)
+    window = _cut_window(table, str(file), n_stocks, train_days, test_days, start, symbols)
+    notes = [f"{file}: {c.what} {c.counts} when it was parsed (cached in {cache_file.parent})"
+             for c in (table.skipped, table.repaired) if c.total]
+    _write_cache(cache_file, (window, notes))
+    return window
+
+
+def _cut_window(table: DailyTable, source: str, n_stocks: int | None, train_days: int,
+                test_days: int, start: str | None, symbols: list[str] | None) -> GPWindow:
     if test_days == 0:
-        m = daily_matrix(data, n_stocks=n_stocks, symbols=symbols, start=start,
+        m = daily_matrix(table, n_stocks=n_stocks, symbols=symbols, start=start,
                          n_days=train_days)
         return window_from_matrix(m, train_days, 0, source=source)
-    table = data if isinstance(data, DailyTable) else load_daily(data)
     # survivorship: stocks are chosen by what was known at the end of training (complete
     # over the training days); a stock that stops trading in the test window stays in it
     train = daily_matrix(table, n_stocks=n_stocks, symbols=symbols, start=start,

@@ -11,15 +11,12 @@ import numpy as np
 import pytest
 
 from gpu import gp_bitwise, gp_eval
-from gpu.device import cuda_present, cuda_simulated
+from gpu.device import cuda_simulated
 from gpu.terminals import N_FLOAT, N_TERMINALS
-from strategies.gp import reference
-from strategies.gp.init import ramped_half_and_half
-from strategies.gp.operators import breed
 from strategies.gp.representation import GPRule, Population, rules_programs
 from strategies.gp.window import GPWindow, load_window
-
-needs_cuda = pytest.mark.skipif(not cuda_present(), reason="no CUDA device or simulator")
+from tests.gpu.gp_common import HAND_RULES as SHARED_RULES
+from tests.gpu.gp_common import assert_matches_reference, bred_population, needs_cuda
 
 
 @pytest.fixture(scope="module")
@@ -28,19 +25,8 @@ def window(shared_data) -> GPWindow:
     return load_window(shared_data / "sp500_5yr_daily", 5, 150, 70)
 
 
-def population(n: int, seed: int) -> Population:
-    rng = np.random.default_rng(seed)
-    pop = ramped_half_and_half(n, rng, 1, 6)
-    return breed(pop, rng.integers(0, n, n), rng.integers(0, n, n), rng)
-
-
-HAND_RULES = [
-    GPRule.from_infix("(close > sma10)", "(close < sma10)"),
-    GPRule.from_infix("(macd_above_signal AND (ema5 > ema25))", "NOT macd_above_zero"),
-    GPRule.from_infix("(sma200 < close)", "(sma200 > close)"),       # NaN while warming up
-    GPRule.from_infix("NOT (close < close)", "(close < close)"),     # buy always, never sell
-    GPRule.from_infix("NOT (close < close)", "NOT (close < close)"),  # both: never trades
-]
+HAND_RULES = [*SHARED_RULES,
+              GPRule.from_infix("NOT (close < close)", "NOT (close < close)")]  # never trades
 
 
 def test_masks_equal_numpy_comparisons(window: GPWindow) -> None:
@@ -76,24 +62,18 @@ def test_translation_maps_every_comparison_to_its_mask() -> None:
 
 
 def test_cpu_bitwise_equals_reference_evaluator(window: GPWindow) -> None:
-    pop = population(60, 5)
-    rules = [pop.rule(i) for i in range(len(pop))] + HAND_RULES
-    programs, lengths = rules_programs(rules)
-    for period in (window.train, window.test):
-        ev = gp_bitwise.BitwiseEvaluator(window.panel, window.close, period.day0, period.day1,
-                                         "cpu")
-        fit, cash = ev.fitness(programs, lengths)
-        ref_fit, ref_cash = reference.fitness(rules, window.panel, window.close, period.day0,
-                                              period.day1)
-        assert np.array_equal(cash, ref_cash)
-        assert np.array_equal(fit, ref_fit)
+    # with a rule that never trades (buy and sell at once) besides the shared hand rules
+    pop = Population.concat([bred_population(60, 5, 6), Population.from_rules(HAND_RULES[-1:])])
+    checked = assert_matches_reference(window, pop, lambda d0, d1: gp_bitwise.BitwiseEvaluator(
+        window.panel, window.close, d0, d1, "cpu"))
+    for ev, _ in checked:
         counts = ev.last_counts
         assert counts.credited < counts.node_equivalent  # comparisons collapse to one load
         assert counts.executed * 64 >= counts.credited
 
 
 def test_cpu_bitwise_equals_stack_interpreter_on_larger_population(window: GPWindow) -> None:
-    pop = population(400, 9)
+    pop = bred_population(400, 9, 6)
     programs, lengths = pop.compile()
     period = window.train
     stack = gp_eval.PopulationEvaluator(window.panel, window.close, period.day0, period.day1,
@@ -111,7 +91,7 @@ def test_cpu_bitwise_equals_stack_interpreter_on_larger_population(window: GPWin
 
 @needs_cuda
 def test_cuda_bitwise_equals_cpu(window: GPWindow) -> None:
-    pop = population(6 if cuda_simulated() else 3000, 13)
+    pop = bred_population(6 if cuda_simulated() else 3000, 13, 6)
     programs, lengths = pop.compile()
     period = window.test  # short window keeps the simulator quick
     cpu = gp_bitwise.BitwiseEvaluator(window.panel, window.close, period.day0, period.day1, "cpu")
@@ -131,7 +111,7 @@ def test_bad_programs_rejected(window: GPWindow) -> None:
 @pytest.mark.gpu
 def test_cuda_bitwise_equals_stack_interpreter_at_paper_size(shared_data) -> None:
     w = load_window(shared_data / "sp500_5yr_daily", 32, 768, 0)
-    programs, lengths = population(3000, 21).compile()
+    programs, lengths = bred_population(3000, 21, 6).compile()
     day1 = w.panel.shape[0]
     stack = gp_eval.PopulationEvaluator(w.panel, w.close, 0, day1, "cpu", method="stack")
     bits = gp_eval.PopulationEvaluator(w.panel, w.close, 0, day1, "cuda", method="bitwise")
@@ -142,9 +122,31 @@ def test_population_fitness_equals_fitness_of_the_cash_on_every_call(window: GPW
     bits = gp_bitwise.BitwiseEvaluator(window.panel, window.close, window.train.day0,
                                        window.train.day1, "cpu")
     for seed, n in ((1, 50), (2, 80), (3, 30)):  # growing and shrinking: buffers reused
-        programs, lengths = population(n, seed).compile()
+        programs, lengths = bred_population(n, seed, 6).compile()
         want, cash = bits.fitness(programs, lengths)
         got = bits.population_fitness(programs, lengths)
         assert np.array_equal(got, want)
         assert np.array_equal(gp_eval.fitness_from_cash(cash, bits.bh_cash),
                               np.mean(gp_eval.roi(cash) - gp_eval.roi(bits.bh_cash), axis=1))
+
+
+@needs_cuda
+def test_parts_fitness_equals_the_whole_population_at_once(window: GPWindow) -> None:
+    # the pipelined path: parts through pinned buffers on one stream, buffers reused
+    n = 9 if cuda_simulated() else 5000
+    programs, lengths = bred_population(n, 31, 6).compile()
+    ev = gp_bitwise.BitwiseEvaluator(window.panel, window.close, window.train.day0,
+                                     window.train.day1, "cuda")
+    whole = ev.population_fitness(programs, lengths)
+    cpu = gp_bitwise.BitwiseEvaluator(window.panel, window.close, window.train.day0,
+                                      window.train.day1, "cpu")
+    assert np.array_equal(whole, cpu.population_fitness(programs, lengths))
+    for cuts in ([0, n], [0, 2, 3, n - 1, n], [0, 1, n]):
+        spans = list(zip(cuts[:-1], cuts[1:], strict=False))
+        assert np.array_equal(ev.parts_fitness(
+            ((programs[a:b], lengths[a:b]) for a, b in spans), n), whole)
+        assert ev.last_ops > 0 and ev.last_seconds > 0
+        assert np.array_equal(cpu.parts_fitness(
+            ((programs[a:b], lengths[a:b]) for a, b in spans), n), whole)
+    with pytest.raises(ValueError, match="announced"):
+        ev.parts_fitness(iter([(programs, lengths)]), n + 1)

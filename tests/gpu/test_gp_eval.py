@@ -11,16 +11,14 @@ import numpy as np
 import pytest
 
 from gpu import gp_eval
-from gpu.device import cuda_present, cuda_simulated
+from gpu.device import cuda_simulated
 from gpu.gp_core import CASH0
 from gpu.terminals import N_TERMINALS, TERMINAL_INDEX
 from strategies.gp import reference
-from strategies.gp.init import ramped_half_and_half
-from strategies.gp.operators import breed
-from strategies.gp.representation import GPRule, Population, rules_programs
+from strategies.gp.representation import GPRule, rules_programs
 from strategies.gp.window import GPWindow, load_window
-
-needs_cuda = pytest.mark.skipif(not cuda_present(), reason="no CUDA device or simulator")
+from tests.gpu import gp_common
+from tests.gpu.gp_common import HAND_RULES, bred_population, needs_cuda
 
 
 @pytest.fixture(scope="module")
@@ -29,33 +27,11 @@ def window(shared_data) -> GPWindow:
     return load_window(shared_data / "sp500_5yr_daily", 6, 200, 100)
 
 
-def random_population(n: int, seed: int) -> Population:
-    rng = np.random.default_rng(seed)
-    pop = ramped_half_and_half(n, rng, 1, 5)
-    # bred individuals too: deeper, lopsided trees after crossover
-    return breed(pop, rng.integers(0, n, n), rng.integers(0, n, n), rng)
-
-
-HAND_RULES = [
-    GPRule.from_infix("(close > sma10)", "(close < sma10)"),
-    GPRule.from_infix("(macd_above_signal AND (ema5 > ema25))", "NOT macd_above_zero"),
-    GPRule.from_infix("(sma200 < close)", "(sma200 > close)"),       # NaN for 200 days
-    GPRule.from_infix("NOT (close < close)", "(close < close)"),     # buy always, never sell
-]
-
-
 def test_reference_cpu_identical_money_and_fitness(window: GPWindow) -> None:
-    pop = random_population(40, 11)
-    rules = [pop.rule(i) for i in range(len(pop))] + HAND_RULES
-    programs, lengths = rules_programs(rules)
-    for period in (window.train, window.test):
-        ev = gp_eval.PopulationEvaluator(window.panel, window.close, period.day0, period.day1,
-                                         "cpu", method="stack")
-        fit, cash = ev.fitness(programs, lengths)
-        ref_fit, ref_cash = reference.fitness(rules, window.panel, window.close, period.day0,
-                                              period.day1)
-        assert np.array_equal(cash, ref_cash)
-        assert np.array_equal(fit, ref_fit)
+    checked = gp_common.assert_matches_reference(
+        window, bred_population(40, 11, 5), lambda d0, d1: gp_eval.PopulationEvaluator(
+            window.panel, window.close, d0, d1, "cpu", method="stack"))
+    for (ev, cash), period in zip(checked, (window.train, window.test), strict=True):
         assert np.array_equal(ev.bh_cash, reference.buy_hold_cash(window.close, period.day0,
                                                                    period.day1))
         # the population does trade: not every rule ends with the untouched $10,000
@@ -63,7 +39,7 @@ def test_reference_cpu_identical_money_and_fitness(window: GPWindow) -> None:
 
 
 def test_population_compile_matches_rule_programs(window: GPWindow) -> None:
-    pop = random_population(30, 5)
+    pop = bred_population(30, 5, 5)
     p1, l1 = pop.compile()
     p2, l2 = rules_programs([pop.rule(i) for i in range(len(pop))])
     c1 = gp_eval.final_cash(p1, l1, window.panel, window.close, device="cpu")
@@ -74,7 +50,7 @@ def test_population_compile_matches_rule_programs(window: GPWindow) -> None:
 @needs_cuda
 def test_cuda_identical_to_cpu_and_reference(window: GPWindow) -> None:
     # simulator: tiny (20 individuals x 4 stocks x 100 days)
-    pop = random_population(20, 12)
+    pop = bred_population(20, 12, 5)
     rules = [pop.rule(i) for i in range(len(pop))] + HAND_RULES[:2]
     programs, lengths = rules_programs(rules)
     panel = np.ascontiguousarray(window.panel[150:250, :, :4])
@@ -93,7 +69,7 @@ def test_cuda_identical_to_cpu_and_reference(window: GPWindow) -> None:
 
 
 def test_decision_codes_match_reference_trees(window: GPWindow) -> None:
-    pop = random_population(15, 4)
+    pop = bred_population(15, 4, 5)
     rules = [pop.rule(i) for i in range(len(pop))]
     programs, lengths = rules_programs(rules)
     codes = gp_eval.decision_codes(programs, lengths, window.panel, 180, 230, device="cpu")
@@ -156,7 +132,7 @@ def test_sma_cross_rule_against_a_hand_loop(window: GPWindow) -> None:
 
 
 def test_codes_path_equals_fused_path(window: GPWindow) -> None:
-    pop = random_population(10, 21)
+    pop = bred_population(10, 21, 5)
     programs, lengths = pop.compile()
     fused = gp_eval.final_cash(programs, lengths, window.panel, window.close, 50, 280, "cpu")
     codes = gp_eval.decision_codes(programs, lengths, window.panel, 50, 280, "cpu")
@@ -190,10 +166,24 @@ def test_cuda_equals_cpu_large_population(shared_data) -> None:
     if cuda_simulated():
         pytest.skip("real GPU only")
     w = load_window(shared_data / "sp500_5yr_daily", 32, 768, 0)
-    pop = random_population(3000, 99)
+    pop = bred_population(3000, 99, 5)
     programs, lengths = pop.compile()
     cpu = gp_eval.final_cash(programs, lengths, w.panel, w.close, device="cpu")
     gpu = gp_eval.final_cash(programs, lengths, w.panel, w.close, device="cuda")
     assert np.array_equal(gpu, cpu)
     bh = gp_eval.buy_hold_cash(w.close)
     assert np.array_equal(gp_eval.fitness_from_cash(gpu, bh), gp_eval.fitness_from_cash(cpu, bh))
+
+
+@pytest.mark.parametrize("n_stocks", [1, 7, 8, 9, 31, 127, 128, 129, 136, 257, 1000, 4099])
+def test_fitness_from_cash_equals_numpy_mean_bit_for_bit(n_stocks: int) -> None:
+    # the parallel pass replays numpy's pairwise summation: blocks of 8 accumulators up to
+    # 128 values, halves above; every length class of that recursion is here
+    rng = np.random.default_rng(n_stocks)
+    cash = rng.uniform(0.0, 4 * CASH0, (70, n_stocks))
+    cash[3] = CASH0  # an exact zero excess row
+    bh = rng.uniform(0.5 * CASH0, 2 * CASH0, n_stocks)
+    want = np.mean(gp_eval.roi(cash) - gp_eval.roi(bh)[None, :], axis=1)
+    got = gp_eval.fitness_from_cash(cash, bh)
+    assert got.dtype == np.float64 and got.shape == (70,)
+    assert np.array_equal(got, want)

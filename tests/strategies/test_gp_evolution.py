@@ -9,9 +9,10 @@ import pytest
 
 from gpu import gp_eval
 from gpu.device import cuda_present, cuda_simulated
-from strategies.gp import reference
+from strategies.gp import evolution, reference
 from strategies.gp.evolution import EvolutionConfig, EvolutionResult, evolve, tournament
-from strategies.gp.representation import rules_programs
+from strategies.gp.init import ramped_half_and_half
+from strategies.gp.representation import Population, rules_programs
 from strategies.gp.window import GPWindow, load_window
 
 
@@ -106,3 +107,61 @@ def test_same_seed_same_run_on_cpu_and_real_gpu(shared_data) -> None:
     cpu = run(w, seed=11, device="cpu", population=2000, generations=3)
     gpu = run(w, seed=11, device="cuda", population=2000, generations=3)
     assert fingerprint(cpu) == fingerprint(gpu)
+
+
+@pytest.mark.parametrize("k", [0, 1, 5, 49, 50, 51, 300, 1000])
+def test_top_order_is_the_head_of_a_stable_descending_sort(k: int) -> None:
+    rng = np.random.default_rng(k)
+    values = rng.integers(-5, 6, 300).astype(np.float64)  # many ties across the k-th
+    values[[3, 70]] = -np.inf
+    assert np.array_equal(evolution.top_order(values, k),
+                          np.argsort(-values, kind="stable")[:min(k, values.size)])
+
+
+def reference_hall(capacity: int, generations: list[tuple[Population, np.ndarray]]
+                   ) -> list[tuple[bytes, float, int]]:
+    """The hall of fame by its definition: every individual offered in full stable order."""
+    members: dict[bytes, tuple[float, int]] = {}
+    for g, (pop, fitness) in enumerate(generations):
+        for i in np.argsort(-fitness, kind="stable"):
+            f = float(fitness[i])
+            if not np.isfinite(f):
+                break
+            if pop.key(int(i)) not in members:
+                members[pop.key(int(i))] = (f, g)
+        best = sorted(members.items(), key=lambda kv: (-kv[1][0], kv[1][1]))[:capacity]
+        members = dict(best)
+    return [(k, f, g) for k, (f, g) in sorted(members.items(),
+                                              key=lambda kv: (-kv[1][0], kv[1][1]))]
+
+
+def test_hall_of_fame_looks_past_its_candidates_when_they_repeat() -> None:
+    # 60 copies of the fittest individual fill more than the first candidates (4 x 3 + 16):
+    # the hall must still find the next distinct rules further down
+    rng = np.random.default_rng(5)
+    base = ramped_half_and_half(200, rng, 2, 4)
+    copies = Population.concat([base.take(np.zeros(60, np.int64)), base.take(np.arange(1, 200))])
+    fitness = rng.normal(size=len(copies))
+    fitness[:60] = 5.0
+    fitness[100] = np.nan
+    second = (copies, rng.normal(size=len(copies)))
+    hall = evolution.HallOfFame(3)
+    hall.update(copies, fitness, 0)
+    hall.update(*second, 1)
+    want = reference_hall(3, [(copies, fitness), second])
+    got = [(c.rule.buy.tobytes() + b"|" + c.rule.sell.tobytes(), c.fitness, c.generation)
+           for c in hall.members]
+    assert got == want
+    assert len({k for k, _, _ in got}) == 3
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not cuda_present(), reason="no CUDA device or simulator"))])
+def test_children_bred_in_parts_equal_one_breeding(window: GPWindow, device: str,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # parts of 16 children: the evaluator asks for part k + 1 while part k evaluates
+    whole = run(window, seed=9, device=device, population=70, generations=3)
+    monkeypatch.setattr(evolution, "MIN_PART", 16)
+    assert evolution._spans(68) == [(0, 17), (17, 34), (34, 51), (51, 68)]
+    assert fingerprint(run(window, seed=9, device=device, population=70, generations=3)) == \
+        fingerprint(whole)

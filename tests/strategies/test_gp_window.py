@@ -1,4 +1,5 @@
-"""The GP window's daily-file parse cache: reused between runs, never stale."""
+"""The GP window's caches: the parsed daily file and the window itself, reused between runs,
+never stale."""
 
 from __future__ import annotations
 
@@ -45,3 +46,33 @@ def test_an_edited_parser_never_reads_an_old_cache(tmp_path: Path,
     win._cached_table.cache_clear()
     win._table(csv)
     assert len(list((tmp_path / "cache").glob("daily-*.pickle"))) == 2
+
+
+def test_window_is_cached_between_runs_and_never_stale(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from strategies.gp import window as win
+
+    monkeypatch.setenv("TRADING_CACHE_DIR", str(tmp_path / "cache"))
+    csv = tmp_path / "w.csv"
+    rows = ["date,open,high,low,close,volume,Name"]
+    for sym, base in (("AAA", 10.0), ("BBB", 50.0)):
+        rows += [f"2015-{1 + d // 28:02d}-{1 + d % 28:02d},{base},{base + 1},{base - 1},"
+                 f"{base + (d % 7) / 10},{1000 + d},{sym}" for d in range(60)]
+    csv.write_text("\n".join(rows) + "\n")
+    first = win.load_window(csv, 2, 40, 20)
+    assert len(list((tmp_path / "cache").glob("window-*.pickle"))) == 1
+    win._cached_table.cache_clear()  # a new process: only the disk cache is left
+    again = win.load_window(csv, 2, 40, 20)
+    assert again is not first
+    for name in ("panel", "close", "open", "dates"):
+        assert np.array_equal(getattr(again, name), getattr(first, name), equal_nan=True)
+    assert (again.symbols, again.train, again.test) == (first.symbols, first.train, first.test)
+    # other arguments, another window
+    assert win.load_window(csv, 1, 40, 20).symbols == ["AAA"]
+    # an edited file is read again
+    csv.write_text("\n".join(rows).replace("AAA", "CCC") + "\n")
+    assert win.load_window(csv, 2, 40, 20).symbols == ["BBB", "CCC"]
+    # and edited window code never reads an old window
+    monkeypatch.setattr(win, "_window_fingerprint", lambda: "other indicators")
+    win.load_window(csv, 2, 40, 20)
+    assert len(list((tmp_path / "cache").glob("window-*.pickle"))) == 4
