@@ -51,6 +51,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import CancelledError
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -75,6 +76,8 @@ from strategies.gp.window import GPWindow
 
 if TYPE_CHECKING:
     from distributed import Client, Future, SpecCluster
+
+log = logging.getLogger(__name__)
 
 F64 = npt.NDArray[np.float64]
 I16 = npt.NDArray[np.int16]
@@ -487,6 +490,10 @@ class IslandsResult:
         }}
 
 
+#: tries per epoch when Dask cancels its tasks (a worker lost scattered data)
+EPOCH_ATTEMPTS = 3
+
+
 def evolve_islands(client: Client, data: PanelData, config: EvolutionConfig, plan: IslandPlan,
                    device: str = "auto",
                    progress: Callable[[int, GenerationStats], None] | None = None,
@@ -519,17 +526,34 @@ def evolve_islands(client: Client, data: PanelData, config: EvolutionConfig, pla
             # island i goes to worker i mod n: one island per GPU when islands == workers
             # (Dask's own placement may queue two on one worker); loose, so a task whose
             # worker died runs on another one
-            pool = workers or sorted(client.scheduler_info(n_workers=-1)["workers"])
-            futures = [client.submit(run_island_epoch, data_future, p, a, until, send, device,
-                                     key=f"gp-island-{p.island}-gen-{until}-{run_id}",
-                                     pure=False, workers=[pool[p.island % len(pool)]],
-                                     allow_other_workers=workers is None)
-                       for p, a in zip(payloads, arrivals, strict=True)]
-            if after_submit is not None:
-                after_submit(e, futures)
-            outcomes: list[EpochOutcome] = client.gather(futures)
+            outcomes: list[EpochOutcome] = []
+            for attempt in range(EPOCH_ATTEMPTS):
+                pool = workers or sorted(client.scheduler_info(n_workers=-1)["workers"])
+                futures = [client.submit(run_island_epoch, data_future, p, a, until, send,
+                                         device, pure=False,
+                                         key=f"gp-island-{p.island}-gen-{until}-{run_id}-{attempt}",
+                                         workers=[pool[p.island % len(pool)]],
+                                         allow_other_workers=workers is None)
+                           for p, a in zip(payloads, arrivals, strict=True)]
+                if after_submit is not None and attempt == 0:
+                    after_submit(e, futures)
+                try:
+                    outcomes = client.gather(futures)
+                    break
+                except CancelledError as err:
+                    # a worker died holding the only copy of something the tasks need (Dask
+                    # then cancels them instead of recomputing scattered data); the tasks are
+                    # pure, so the epoch is run again from the driver's copies, data re-sent
+                    if attempt + 1 == EPOCH_ATTEMPTS:
+                        raise
+                    log.warning("islands: epoch %d cancelled (%s); sending the data again and "
+                                "re-running it", e, err)
+                    client.cancel(futures)
+                    client.cancel(data_future)
+                    data_future = client.scatter(data, broadcast=True, hash=False)
+                finally:
+                    del futures
             received = sum(_nbytes(o) for o in outcomes)
-            del futures
             for o in outcomes:
                 histories[o.payload.island].extend(o.history)
                 devices[o.payload.island] = o.device
