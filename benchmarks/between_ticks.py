@@ -325,6 +325,9 @@ def plan(one: Row, big: Row, gpu: str) -> list[Row]:
             True, slots[1]),
         *(Row(f"{gpu} process, + {k} launches in flight", wl, fac, g1, gpu, "process",
               "group", True, slots[k]) for k in (2, 3, 4)),
+        *(Row(f"{gpu} process, {k} launches in flight, not spaced", wl, fac, g1, gpu,
+              "process", "group", True, {**slots[k], "OPTION_WORKER_SPACING": "0"})
+          for k in (2, 3)),
         Row(f"{gpu} process, 2 launches in flight, yielding worker", wl, fac, g1, gpu,
             "process", "group", True, {**slots[2], "OPTION_WORKER_YIELD": "1"}),
         Row("10x1,000: no group", bwl, bfac, []),
@@ -336,6 +339,8 @@ def plan(one: Row, big: Row, gpu: str) -> list[Row]:
             "process", "group", True, slots[1]),
         *(Row(f"10x1,000: {gpu} process, + {k} launches in flight", bwl, bfac, gb, gpu,
               "process", "group", True, slots[k]) for k in (2, 3)),
+        Row(f"10x1,000: {gpu} process, default worker (2 in flight per group, no batching)",
+            bwl, bfac, gb, gpu, "process", "group", True, {}),
         Row(f"10x1,000: {gpu} process, 3 launches in flight per group, no batching", bwl,
             bfac, gb, gpu, "process", "group", True, {**slots[3], "OPTION_WORKER_BATCH": "0"}),
     ]

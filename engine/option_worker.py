@@ -84,7 +84,12 @@ START_TIMEOUT_S = 600.0
 #: a launch (OPTION_WORKER_BATCH=1; default one launch per group): see the docstring
 SLOTS_ENV, BATCH_ENV = "OPTION_WORKER_SLOTS", "OPTION_WORKER_BATCH"
 YIELD_ENV = "OPTION_WORKER_YIELD"
+#: OPTION_WORKER_SPACING: while launches are in flight, the next waits this fraction of a
+#: slot's share of the measured latency (1: evenly spaced repricings; 0: whenever a slot is
+#: free and a newer spot is waiting)
+SPACING_ENV = "OPTION_WORKER_SPACING"
 DEFAULT_SLOTS = 2
+DEFAULT_SPACING = 1.0
 #: on every this many requests, also look for finished results (besides poll())
 CHECK_EVERY_REQUESTS = 4
 
@@ -400,6 +405,7 @@ class _Server:
         self.batches = _batches(self.groups, device)
         self.launched = [0] * len(configs)  # request number launched last
         self.coalesced = [0] * len(configs)
+        self.spacing = float(os.environ.get(SPACING_ENV, DEFAULT_SPACING))
 
     def collect(self, batch: _Batch) -> bool:
         """Publish the batch's finished launches, oldest first (results in request order)."""
@@ -436,7 +442,8 @@ class _Server:
         if slot is None:
             return False
         now = time.perf_counter_ns()
-        if batch.flights and now - batch.last_launch_ns < batch.latency_ns / batch.pricer.slots:
+        if batch.flights and now - batch.last_launch_ns < self.spacing * batch.latency_ns / \
+                batch.pricer.slots:
             return False
         from engine.option_book import prepare_launch
 
