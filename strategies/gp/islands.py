@@ -494,6 +494,57 @@ class IslandsResult:
 EPOCH_ATTEMPTS = 3
 
 
+class _EpochTasks:
+    """Submits an epoch's island tasks and gathers them; owns the data shipped once per run.
+
+    Placement: island i goes to worker i mod n, one island per GPU when islands == workers
+    (Dask's own placement may queue two on one worker); loose, so a task whose worker died
+    runs on another one. When Dask cancels the tasks instead (a worker died holding the only
+    copy of something they need: scattered data is not recomputed) the epoch runs again from
+    the driver's copies with the data sent anew; the tasks are pure, so the result is the same.
+    """
+
+    def __init__(self, client: Client, data: PanelData, device: str,
+                 workers: list[str] | None,
+                 after_submit: Callable[[int, list[Future]], None] | None) -> None:
+        self.client, self.data, self.device = client, data, device
+        self.workers, self.after_submit = workers, after_submit
+        self.data_future = client.scatter(data, broadcast=True, hash=False)
+        self.run_id = uuid.uuid4().hex[:8]
+
+    def _submit(self, payloads: list[IslandPayload], arrivals: list[Migrants | None],
+                until: int, send: int, attempt: int) -> list[Future]:
+        pool = self.workers or sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+        return [self.client.submit(run_island_epoch, self.data_future, p, a, until, send,
+                                   self.device, pure=False,
+                                   key=f"gp-island-{p.island}-gen-{until}-{self.run_id}-{attempt}",
+                                   workers=[pool[p.island % len(pool)]],
+                                   allow_other_workers=self.workers is None)
+                for p, a in zip(payloads, arrivals, strict=True)]
+
+    def run(self, epoch: int, payloads: list[IslandPayload], arrivals: list[Migrants | None],
+            until: int, send: int) -> list[EpochOutcome]:
+        for attempt in range(EPOCH_ATTEMPTS):
+            futures = self._submit(payloads, arrivals, until, send, attempt)
+            if self.after_submit is not None and attempt == 0:
+                self.after_submit(epoch, futures)
+            try:
+                outcomes: list[EpochOutcome] = self.client.gather(futures)
+                return outcomes
+            except CancelledError as err:
+                if attempt + 1 == EPOCH_ATTEMPTS:
+                    raise
+                log.warning("islands: epoch %d cancelled (%s); sending the data again and "
+                            "re-running it", epoch, err)
+                self.client.cancel(futures)
+                self.client.cancel(self.data_future)
+                self.data_future = self.client.scatter(self.data, broadcast=True, hash=False)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def close(self) -> None:
+        self.client.cancel(self.data_future)
+
+
 def evolve_islands(client: Client, data: PanelData, config: EvolutionConfig, plan: IslandPlan,
                    device: str = "auto",
                    progress: Callable[[int, GenerationStats], None] | None = None,
@@ -509,8 +560,7 @@ def evolve_islands(client: Client, data: PanelData, config: EvolutionConfig, pla
     """
     plan.check(config.population)
     t0 = time.perf_counter()
-    data_future = client.scatter(data, broadcast=True, hash=False)
-    run_id = uuid.uuid4().hex[:8]
+    tasks = _EpochTasks(client, data, device, workers, after_submit)
     payloads = [IslandPayload.initial(i, config) for i in range(plan.islands)]
     histories: list[list[GenerationStats]] = [[] for _ in range(plan.islands)]
     devices = ["?"] * plan.islands
@@ -523,36 +573,7 @@ def evolve_islands(client: Client, data: PanelData, config: EvolutionConfig, pla
             t_ep = time.perf_counter()
             send = plan.migrants if ring and until < config.generations else 0
             sent = sum(_nbytes(p) + _nbytes(a) for p, a in zip(payloads, arrivals, strict=True))
-            # island i goes to worker i mod n: one island per GPU when islands == workers
-            # (Dask's own placement may queue two on one worker); loose, so a task whose
-            # worker died runs on another one
-            outcomes: list[EpochOutcome] = []
-            for attempt in range(EPOCH_ATTEMPTS):
-                pool = workers or sorted(client.scheduler_info(n_workers=-1)["workers"])
-                futures = [client.submit(run_island_epoch, data_future, p, a, until, send,
-                                         device, pure=False,
-                                         key=f"gp-island-{p.island}-gen-{until}-{run_id}-{attempt}",
-                                         workers=[pool[p.island % len(pool)]],
-                                         allow_other_workers=workers is None)
-                           for p, a in zip(payloads, arrivals, strict=True)]
-                if after_submit is not None and attempt == 0:
-                    after_submit(e, futures)
-                try:
-                    outcomes = client.gather(futures)
-                    break
-                except CancelledError as err:
-                    # a worker died holding the only copy of something the tasks need (Dask
-                    # then cancels them instead of recomputing scattered data); the tasks are
-                    # pure, so the epoch is run again from the driver's copies, data re-sent
-                    if attempt + 1 == EPOCH_ATTEMPTS:
-                        raise
-                    log.warning("islands: epoch %d cancelled (%s); sending the data again and "
-                                "re-running it", e, err)
-                    client.cancel(futures)
-                    client.cancel(data_future)
-                    data_future = client.scatter(data, broadcast=True, hash=False)
-                finally:
-                    del futures
+            outcomes = tasks.run(e, payloads, arrivals, until, send)
             received = sum(_nbytes(o) for o in outcomes)
             for o in outcomes:
                 histories[o.payload.island].extend(o.history)
@@ -577,7 +598,7 @@ def evolve_islands(client: Client, data: PanelData, config: EvolutionConfig, pla
                 on_epoch(rec)
             first = until
     finally:
-        client.cancel(data_future)
+        tasks.close()
     halls = [p.hall.members for p in payloads]
     return IslandsResult(config=config, plan=plan, histories=histories,
                          hall_of_fame=merge_halls(halls, config.hall_of_fame), epochs=epochs,
