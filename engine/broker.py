@@ -77,6 +77,10 @@ class PaperBroker:
     #: all-in entry re-sized at fill time (after a switch, at the next tick's price) cannot
     #: exceed what the risk gate approved at decision time
     position_cap: float = 0.0
+    #: largest gross notional (sum of |position| x last price over all symbols, 0 = none)
+    #: an entry may reach at its fill price; set by the live risk limits because the gate
+    #: approves at the last trade before the order and the fill comes at a later price
+    gross_notional_cap: float = 0.0
     _order_id: int = 0
 
     def __post_init__(self) -> None:
@@ -157,6 +161,11 @@ class PaperBroker:
                                           / (fill_price * self._margin(side)))))
             if self.position_cap:
                 qty = min(qty, math.floor(self.position_cap))
+        if self.gross_notional_cap and order.reason != "close":
+            qty = self._within_gross_notional(sym, side, qty, fill_price)
+            if qty <= 0.0:
+                self.refused["max_gross_notional"] = self.refused.get("max_gross_notional", 0) + 1
+                return None
         if qty <= 0.0:
             return None
         if order.reason != "close" and not self._affordable(acct, side, qty, fill_price):
@@ -177,6 +186,18 @@ class PaperBroker:
         self.fills.append(fill)
         return fill
 
+
+    def _within_gross_notional(self, sym: int, side: int, qty: float, fill_price: float
+                               ) -> float:
+        """The most of `qty` that keeps gross notional within the cap at the fill price
+        (other symbols at their last prices); an order that reduces exposure is not cut."""
+        acct = self.accounts[sym]
+        if acct.position * side < 0:
+            return qty
+        others = sum(abs(a.position) * a.last_price for i, a in enumerate(self.accounts)
+                     if i != sym and a.position)
+        room = self.gross_notional_cap - others - abs(acct.position) * fill_price
+        return float(min(qty, max(0, math.floor(room / fill_price))))
 
     def _margin(self, side: int) -> float:
         """Money an all-in entry needs per dollar of notional: 1 for a buy (no leverage),

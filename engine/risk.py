@@ -4,7 +4,9 @@ Limits (the `[risk]` table of the engine's TOML; 0 turns a limit off):
 
 - `max_position`: the most units held in one symbol after the order;
 - `max_gross_notional`: the most money at risk over all symbols (|position| x last price)
-  after the order;
+  after the order; the broker applies it again at the fill price (a fill after a gap is cut
+  to what fits, or refused and counted under `max_gross_notional`), as it does `max_position`
+  for entries sized at fill time;
 - `max_orders_per_second`: entry orders per second of data time (data time, not the wall
   clock, so a restarted daemon decides exactly as one that never stopped);
 - `max_daily_loss`: a loss from the day's starting equity (the exchange's day) beyond this
@@ -60,6 +62,7 @@ class RiskGate:
         self.engine = engine
         engine.orders.risk_check = self.check
         engine.broker.position_cap = self.limits.max_position
+        engine.broker.gross_notional_cap = self.limits.max_gross_notional
 
     # ------------------------------------------------------------------ per order
     def check(self, sym: int, side: int, qty: float, reason: str, price: float, ts: int) -> bool:

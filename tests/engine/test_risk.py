@@ -13,12 +13,13 @@ import time
 from pathlib import Path
 
 import msgspec
+import numpy as np
 import pytest
 
 from engine.config import BrokerConfig, EngineConfig
 from engine.core import Engine
 from engine.risk import RiskGate, RiskLimits
-from feeds.messages import Fill, Order, RiskRejection
+from feeds.messages import Fill, Order, RiskRejection, Trade
 from feeds.synthetic import SyntheticMarket
 from strategies.sma_cross import SmaCross
 from tests.helpers import trade_messages
@@ -195,44 +196,64 @@ def test_kill_switch_survives_restart_until_the_operator_resets_it(tmp_path: Pat
     stop_daemon(d, tmp_path / "s.json")
 
 
+class _Scripted:
+    """A one-symbol strategy that emits the given signals, one per bar, then the last."""
+
+    name = "scripted"
+    enter_on_from_zero = True
+    long_only = False
+
+    def __init__(self, signals: list[int]) -> None:
+        self.signals, self.k = signals, 0
+
+    def reset(self, symbols: list[str]) -> None:
+        pass
+
+    async def target_signals(self, features: np.ndarray, closed: np.ndarray) -> np.ndarray:
+        v = self.signals[min(self.k, len(self.signals) - 1)]
+        self.k += 1
+        return np.array([v], np.int8)
+
+
+def _scripted_positions(engine: Engine, prices: list[float]) -> list[float]:
+    positions = []
+
+    async def run() -> None:
+        for i, p in enumerate(prices):
+            await engine.process([Trade(i + 1, (i + 1) * NS, "A", float(p), 1.0)])
+            positions.append(engine.broker.accounts[0].position)
+
+    asyncio.run(run())
+    return positions
+
+
 def test_a_switch_of_sides_cannot_carry_the_position_past_max_position() -> None:
     """Short 100 at 100, then long: under next-tick fills the all-in entry is sized again at
     the next tick's price (50) from the cash the close freed, 300 shares against a limit of
     250 before the fix."""
-    import numpy as np
-
-    from engine.config import BrokerConfig, EngineConfig
-    from engine.core import Engine
-    from engine.risk import RiskGate, RiskLimits
-    from feeds.messages import Trade
-
-    class Scripted:
-        name = "scripted"
-        enter_on_from_zero = True
-        long_only = False
-
-        def __init__(self, signals: list[int]) -> None:
-            self.signals, self.k = signals, 0
-
-        def reset(self, symbols: list[str]) -> None:
-            pass
-
-        async def target_signals(self, features, closed):
-            v = self.signals[min(self.k, len(self.signals) - 1)]
-            self.k += 1
-            return np.array([v], np.int8)
-
     cfg = EngineConfig(bar_seconds=1, broker=BrokerConfig(fill="next-tick", commission=0))
-    engine = Engine(["A"], Scripted([-1, 1, 1, 1]), cfg)
+    engine = Engine(["A"], _Scripted([-1, 1, 1, 1]), cfg)
     RiskGate(RiskLimits(max_position=250)).attach(engine)
-    positions = []
-
-    async def run() -> None:
-        for i, p in enumerate([100, 100, 50, 50, 50, 50]):
-            await engine.process([Trade(i + 1, (i + 1) * 1_000_000_000, "A", float(p), 1.0)])
-            positions.append(engine.broker.accounts[0].position)
-
-    asyncio.run(run())
+    positions = _scripted_positions(engine, [100, 100, 50, 50, 50, 50])
     assert -100.0 in positions  # it did go short first
     assert max(abs(p) for p in positions) <= 250
     assert positions[-1] > 0  # and then long, capped at the limit
+
+
+def test_an_entry_filled_after_a_gap_stays_within_max_gross_notional() -> None:
+    """The gate approves 50 shares at 100 (5,000 against a 6,000 limit); the fill comes at
+    the next tick, 150: 7,500 of notional before the fix, 40 shares (6,000) after."""
+    cfg = EngineConfig(bar_seconds=1, broker=BrokerConfig(fill="next-tick", sizing="fixed",
+                                                          quantity=50, commission=0))
+    engine = Engine(["A"], _Scripted([1]), cfg)
+    gate = RiskGate(RiskLimits(max_gross_notional=6_000))
+    gate.attach(engine)
+    positions = _scripted_positions(engine, [100, 150, 150])
+    assert "max_gross_notional" not in gate.rejected  # the gate itself said yes
+    assert engine.broker.fills and engine.broker.fills[0].price == 150.0
+    assert positions[-1] == 40.0  # floor(6,000 / 150)
+    # nothing is left of the limit: the next gap up refuses the whole entry and counts it
+    engine2 = Engine(["A"], _Scripted([1]), cfg)
+    RiskGate(RiskLimits(max_gross_notional=6_000)).attach(engine2)
+    assert _scripted_positions(engine2, [100, 7_000, 7_000])[-1] == 0.0
+    assert engine2.broker.refused == {"max_gross_notional": 1}
