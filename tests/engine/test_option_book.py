@@ -13,6 +13,7 @@ import pytest
 from engine.option_book import (
     OptionBook,
     OptionGroupConfig,
+    OptionPricingStalled,
     build_group,
     contract_symbols,
     group_contracts,
@@ -194,3 +195,17 @@ def test_group_holds_its_contracts_in_symbol_order_and_rolls_their_expiry() -> N
     got = g.pricer.results().price
     want = expected(101.0, cfg, 30 / 365)
     np.testing.assert_array_equal(got[:4], want)
+
+
+def test_drain_gives_up_on_repricings_that_do_not_finish_in_time() -> None:
+    """A hung device or worker must end the run with one line, not hang it: with no time
+    allowed, a repricing still running on the CPU twin's thread is reported."""
+    # 400 options on the fine grid: the thread takes far longer than the first poll
+    strikes = tuple(float(k) for k in range(60, 160, 1)) + tuple(k + 0.5 for k in range(60, 160))
+    cfg = small_group(grid="fine", price_steps=0, time_steps=0, strikes=strikes)
+    book = OptionBook([cfg], device="cpu")
+    book.on_underlying_tick("ABC", 101.0, TS0)
+    assert book.in_flight
+    with pytest.raises(OptionPricingStalled, match="1 option group repricing"):
+        asyncio.run(book.drain(timeout_s=0.0))
+    assert len(contracts(asyncio.run(book.drain()))) == 400  # nothing was lost meanwhile
