@@ -105,6 +105,7 @@ class Daemon:
         self._full_streak = 0
         self._bar_events_at_snapshot = 0
         self.risk = RiskGate(cfg.risk)
+        self._risk_day_journaled = state.risk_day
         self.restored = self._build_engine(strategy, state)
         self.risk.attach(self.engine)
         self._known = len(self.engine.symbols)
@@ -153,10 +154,15 @@ class Daemon:
             how = "snapshot"
         else:
             self.engine.restore(state.orders, state.fills)
+            if state.snapshot is not None:  # another strategy's: its risk state still holds
+                self.risk.restore(state.snapshot.state.get("risk", {}))
+            _warn_unfilled(state)
             held = self.engine.decisions.signal.copy()
             if held.any():  # cold: keep positions through the indicators' warm-up
                 self.engine.strategy = WarmupGuard(strategy, held)
             how = "cold" if state.fills else "new"
+        if state.risk_day is not None:  # journaled every batch: never behind a snapshot
+            self.risk.restore_day(*state.risk_day)
         # the journal's stream positions are the truth (ahead of a snapshot after kill -9)
         # (a snapshot's may hold streams of a feed session since replaced)
         v.last_seq = dict(state.last_seq)
@@ -290,6 +296,10 @@ class Daemon:
             if self.risk.after_batch():
                 log.error("kill switch: daily loss limit hit, flattening every position")
                 engine.flatten()
+            baseline = self.risk.day_baseline
+            if baseline is not None and baseline != self._risk_day_journaled:
+                self.journal.record_risk_day(*baseline)
+                self._risk_day_journaled = baseline
             if self.risk.rejections:
                 for r in self.risk.rejections:
                     rid = self.journal.record_rejection(r)
@@ -470,6 +480,18 @@ class Daemon:
             os.replace(tmp, self.status_file)  # readers never see half a file
         except OSError as exc:
             log.warning("cannot write status file %s: %s", self.status_file, exc.strerror)
+
+
+def _warn_unfilled(state: JournalState) -> None:
+    """A restart without a snapshot cannot tell an order still pending from one the broker
+    refused at fill time (neither has a fill), so it re-sends none of them: say which."""
+    filled = {f.order_id for f in state.fills}
+    unfilled = [o for o in state.orders if o.order_id not in filled]
+    if unfilled:
+        log.warning("restart without a snapshot: %d journaled order(s) without a fill are not "
+                    "re-sent (e.g. order %d, %s %s); positions are the journaled fills",
+                    len(unfilled), unfilled[-1].order_id, unfilled[-1].reason,
+                    unfilled[-1].symbol)
 
 
 def _warm_up_compiled_code() -> None:

@@ -149,6 +149,16 @@ class RiskGate:
         self.killed = False
         self._day_equity = self.engine.broker.equity()  # the loss counts from now
 
+    @property
+    def day_baseline(self) -> tuple[Any, float] | None:
+        """(the exchange day, the equity the day's loss counts from), once a batch set it;
+        the daemon journals it whenever it changes so a restart without a snapshot keeps
+        the day's loss instead of counting it from the restart."""
+        return None if self._day is None else (self._day, self._day_equity)
+
+    def restore_day(self, day: Any, equity: float) -> None:
+        self._day, self._day_equity = day, equity
+
     # ------------------------------------------------------------------ snapshot
     def state(self) -> dict[str, Any]:
         return {"killed": self.killed, "recent": list(self._recent), "day": self._day,

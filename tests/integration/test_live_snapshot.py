@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import pickle
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -134,3 +136,54 @@ def test_a_snapshot_of_the_flat_engine_layout_restores_the_same_trading() -> Non
     asyncio.run(_feed(second, v2, TRADES[5_555:]))
     assert orders == ref_orders
     assert second.broker.equity() == ref.broker.equity()
+
+
+def test_a_restart_without_a_snapshot_keeps_the_days_loss_baseline(tmp_path: Path) -> None:
+    """The daily-loss kill switch counts from the day's starting equity. A daemon that dies
+    before its first snapshot used to restart with the baseline of the restart's equity,
+    forgetting the loss made before; the baseline is now journaled with every batch."""
+    import time
+
+    import zmq.asyncio
+
+    from engine.daemon import Daemon, open_sockets
+    from engine.journal import Journal
+    from engine.live_options import LiveOptions
+    from engine.risk import RiskLimits
+    from feeds.messages import encode, topic_for
+    from tests.live_procs import endpoints
+
+    cfg = EngineConfig(bar_seconds=60.0, risk=RiskLimits(max_daily_loss=1e9),
+                       live=LiveOptions(snapshot_every_bars=10**9))  # no snapshot is taken
+    frames = [(topic_for(m), encode(m)) for m in TRADES[:3_000]]
+    ctx = zmq.asyncio.Context()
+
+    def daemon(journal: Journal) -> Daemon:
+        ticks, orders = endpoints()
+        sub, out = open_sockets(ctx, ticks, orders, cfg, [b"T."], None)
+        return Daemon(cfg=cfg, strategy=SmaCross(5, 10), journal=journal, state=journal.load(),
+                      sub=sub, out=out, device="cpu", status_file=None, max_seconds=0.0,
+                      ticks=ticks)
+
+    journal = Journal(tmp_path / "j.db")
+    first = daemon(journal)
+    asyncio.run(first._step(frames, time.perf_counter(), False))
+    baseline = first.risk.day_baseline
+    assert baseline is not None and first.engine.broker.fills  # it traded
+    _close(first)
+    journal.close()
+
+    journal = Journal(tmp_path / "j.db")
+    assert journal.load().snapshot is None
+    second = daemon(journal)
+    assert second.restored == "cold"
+    assert second.risk.day_baseline == baseline  # not None, not the restart's equity
+    _close(second)
+    journal.close()
+    ctx.term()
+
+
+def _close(daemon: Any) -> None:
+    daemon.close()
+    daemon.sub.socket.close(0)
+    daemon.out.socket.close(0)
