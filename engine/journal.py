@@ -118,6 +118,9 @@ class Journal:
             self._unlock()
             raise
         self._in_batch = False
+        #: the stream positions as the database holds them: a batch writes only the streams
+        #: whose position moved (a daemon on hundreds of symbols moves a few per batch)
+        self._seqs_written: dict[bytes, int] = {}
 
     # ------------------------------------------------------------------ lock
     def _lock(self) -> None:
@@ -165,6 +168,7 @@ class Journal:
         ]
         st.last_seq = {bytes(r[0]): int(r[1]) for r in self.db.execute(
             "SELECT topic, seq FROM stream_seq")}
+        self._seqs_written = dict(st.last_seq)
         meta = self.meta()
         st.session = int(meta["session"]) if "session" in meta else None
         st.kill_switch = meta.get("kill_switch") == "1"
@@ -239,6 +243,7 @@ class Journal:
         if self._in_batch:
             self.db.execute("ROLLBACK")
             self._in_batch = False
+            self._seqs_written.clear()  # unknown again: the next batch writes every stream
 
     def record_symbol(self, symbol: str, idx: int) -> None:
         self.db.execute("INSERT OR IGNORE INTO symbols(symbol, idx) VALUES (?, ?)", (symbol, idx))
@@ -264,18 +269,24 @@ class Journal:
 
     def record_seqs(self, seqs: dict[bytes, int]) -> None:
         """Stream positions (inside the batch's transaction, or one of their own)."""
+        written = self._seqs_written
+        moved = [(t, q) for t, q in seqs.items() if written.get(t) != q]
+        if not moved:
+            return
         own = not self._in_batch
         if own:
             self.db.execute("BEGIN")
         self.db.executemany(
             "INSERT INTO stream_seq(topic, seq) VALUES (?, ?) "
-            "ON CONFLICT(topic) DO UPDATE SET seq = excluded.seq", list(seqs.items()))
+            "ON CONFLICT(topic) DO UPDATE SET seq = excluded.seq", moved)
         if own:
             self.db.execute("COMMIT")
+        written.update(moved)
 
     def replace_seqs(self, seqs: dict[bytes, int]) -> None:
         """After a feed session change the old streams' positions are void."""
         self.db.execute("DELETE FROM stream_seq")
+        self._seqs_written.clear()
         self.record_seqs(seqs)
 
     def set_meta(self, key: str, value: str) -> None:
