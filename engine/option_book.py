@@ -256,6 +256,7 @@ class OptionBook:
         #: option values handed out by poll()/drain() (a group message counts per contract)
         self.values_published = 0
         self._worker: Any = None
+        self._configs = list(groups)
         if dispatch == "process":
             from engine.option_worker import WorkerClient
 
@@ -408,8 +409,15 @@ class OptionBook:
             coalesced = sum(g.coalesced for g in gs_all)
         lat_us = np.array(lat, dtype=np.float64) / 1e3
         extra = {} if self._worker is None else {"worker_repricings": w["worker_repricings"]}
+        last = self._last_by_symbol()
+        never = sorted({c.underlying for c in self._configs
+                        if not any(s in last for s in contract_symbols(c))})
+        if never:  # a mistyped underlying or a feed without it: say so, not an empty book
+            log.warning("option groups never priced (no valid tick of their underlying): %s",
+                        ", ".join(never))
         return {
             **extra,
+            "never_priced": never,
             "device": self.device,
             "dispatch": self.dispatch,
             "groups": groups,
@@ -421,5 +429,5 @@ class OptionBook:
             "latency_us_p50": float(np.median(lat_us)) if lat else None,
             "latency_us_p99": float(np.percentile(lat_us, 99)) if lat else None,
             "latency_us_max": float(lat_us.max()) if lat else None,
-            "last": self._last_by_symbol(),
+            "last": last,
         }

@@ -209,3 +209,18 @@ def test_drain_gives_up_on_repricings_that_do_not_finish_in_time() -> None:
     with pytest.raises(OptionPricingStalled, match="1 option group repricing"):
         asyncio.run(book.drain(timeout_s=0.0))
     assert len(contracts(asyncio.run(book.drain()))) == 400  # nothing was lost meanwhile
+
+
+def test_a_group_whose_underlying_never_ticks_is_named(caplog: pytest.LogCaptureFixture
+                                                       ) -> None:
+    book = OptionBook([small_group(), small_group(underlying="XYZ")], device="cpu")
+    book.on_underlying_tick("ABC", 101.0, TS0)
+    book.on_underlying_tick("XYZ", float("nan"), TS0)  # a bad price prices nothing either
+    asyncio.run(book.drain())
+    with caplog.at_level("WARNING"):
+        summary = book.summary()
+    assert summary["never_priced"] == ["XYZ"]
+    assert "never priced" in caplog.text and "XYZ" in caplog.text
+    book.on_underlying_tick("XYZ", 50.0, TS0)
+    asyncio.run(book.drain())
+    assert book.summary()["never_priced"] == []
