@@ -1,0 +1,1 @@
+"""The test suite, grouped like the packages (feeds, gpu, strategies, engine) plus integration."""
