@@ -88,6 +88,8 @@ YIELD_ENV = "OPTION_WORKER_YIELD"
 #: slot's share of the measured latency (1: evenly spaced repricings; 0: whenever a slot is
 #: free and a newer spot is waiting)
 SPACING_ENV = "OPTION_WORKER_SPACING"
+#: OPTION_WORKER_PROFILE=PATH: the worker runs under cProfile and writes PATH.<pid> at exit
+PROFILE_ENV = "OPTION_WORKER_PROFILE"
 DEFAULT_SLOTS = 2
 DEFAULT_SPACING = 1.0
 #: on every this many requests, also look for finished results (besides poll())
@@ -326,6 +328,13 @@ def worker_main(shm_name: str, configs: list[Any], device: str, timezone: str,
     # the engine owns the segment; without this the tracker would unlink it twice
     resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
     q: Any = _buf(shm).cast("q")
+    profile_to = os.environ.get(PROFILE_ENV)
+    profiler = None
+    if profile_to:  # where the worker's own time goes (a diagnostic, off by default)
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     try:
         _serve(shm, q, configs, device, ZoneInfo(timezone), parent_pid)
     except BaseException:
@@ -333,6 +342,9 @@ def worker_main(shm_name: str, configs: list[Any], device: str, timezone: str,
         traceback.print_exc()
         raise
     finally:
+        if profiler is not None and profile_to:
+            profiler.disable()
+            profiler.dump_stats(f"{profile_to}.{os.getpid()}")
         q.release()
         shm.close()
 
