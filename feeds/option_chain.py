@@ -95,17 +95,23 @@ def read_chain(path: str | Path) -> OptionChain:
     skipped: dict[str, int] = {}
     snapshot: dt.datetime | None = None
     with p.open(newline="") as fh:
-        for row in _rows(fh, p):
-            got = _contract(row)
-            if isinstance(got, str):
-                skipped[got] = skipped.get(got, 0) + 1
-                continue
-            rows.append(got)
-            if snapshot is None and (row.get("snapshot_time") or "").strip():
-                try:
-                    snapshot = dt.datetime.fromisoformat(row["snapshot_time"].strip())
-                except ValueError:
-                    skipped["bad_snapshot_time"] = skipped.get("bad_snapshot_time", 0) + 1
+        reader: csv.DictReader[str] | None = None
+        try:
+            reader = _rows(fh, p)
+            for row in reader:
+                got = _contract(row)
+                if isinstance(got, str):
+                    skipped[got] = skipped.get(got, 0) + 1
+                    continue
+                rows.append(got)
+                if snapshot is None and (row.get("snapshot_time") or "").strip():
+                    try:
+                        snapshot = dt.datetime.fromisoformat(row["snapshot_time"].strip())
+                    except ValueError:
+                        skipped["bad_snapshot_time"] = skipped.get("bad_snapshot_time", 0) + 1
+        except csv.Error as exc:  # not a ValueError: it would reach the user as a crash
+            line = 1 if reader is None else reader.line_num
+            raise ValueError(f"{p}: line {line}: not a readable CSV ({exc})") from None
     if not rows:
         detail = f" (skipped: {skipped})" if skipped else ""
         raise ValueError(f"{p}: no usable option rows{detail}")

@@ -149,3 +149,16 @@ def test_contracts_expired_at_the_valuation_date_are_counted_not_priced(tmp_path
     assert rep["priced"] == rep["count"] - len(expired)
     assert run_engine.main(["price", "--generate", "8", "--device", "cpu",
                             "--asof", "2010-01-01"]) == 2  # all of them: one-line error
+
+
+def test_a_file_the_csv_module_cannot_read_is_a_one_line_error(tmp_path: Path) -> None:
+    """csv.Error is not a ValueError: it reached the user as an internal error."""
+    p = tmp_path / "huge.csv"
+    p.write_text("expiry,strike,right\n2024-01-01,\"" + "x" * 200_000 + "\",C\n")
+    with pytest.raises(ValueError, match=r"huge\.csv: line \d+: not a readable CSV"):
+        read_chain(p)
+    p.write_text("\"" + "x" * 200_000 + "\"\n")  # in the header itself
+    with pytest.raises(ValueError, match=r"huge\.csv: line 1: not a readable CSV"):
+        read_chain(p)
+    with pytest.raises(UserError, match="not a readable CSV"):
+        price_cmd.run(_args(chain=p, vol=0.2, device="cpu"))
