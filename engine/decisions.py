@@ -59,8 +59,9 @@ class Decisions:
                 raise ValueError(f"returned signals of shape {signals.shape}, expected ({n},)")
             # a NaN would be a traceback at `int()` and a 2 a switch long -> long (a close
             # and a re-entry): only -1, 0 and +1 are signals. (One vector compare per bar.)
-            if n and not np.array_equal(signals, np.sign(signals)):
-                bad = signals[signals != np.sign(signals)][0]
+            valid = (signals == 1) | (signals == 0) | (signals == -1)  # bool arrays too
+            if not valid.all():
+                bad = signals[~valid][0]
                 raise ValueError(f"returned signal {bad!r}; signals are -1, 0 or +1")
         except Exception as exc:
             raise StrategyError(

@@ -48,3 +48,7 @@ def test_signals_outside_minus_one_zero_one_are_the_strategys_error(
 def test_valid_signals_pass_unchanged(dtype: type) -> None:
     out = _signals([-1, 0, 1, 1], dtype)
     assert out.tolist() == [-1, 0, 1, 1]
+
+
+def test_a_long_only_strategy_may_answer_with_booleans() -> None:
+    assert _signals([1, 0, 1], np.bool_).tolist() == [True, False, True]
