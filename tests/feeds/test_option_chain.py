@@ -149,3 +149,16 @@ def test_contracts_expired_at_the_valuation_date_are_counted_not_priced(tmp_path
     assert rep["priced"] == rep["count"] - len(expired)
     assert run_engine.main(["price", "--generate", "8", "--device", "cpu",
                             "--asof", "2010-01-01"]) == 2  # all of them: one-line error
+
+
+def test_an_infinite_spot_is_no_spot_not_an_internal_error(tmp_path: Path) -> None:
+    """`inf` in the spot column reached the pricer as a parameter error (an internal
+    error); it is a missing spot: the underlying's quote stands in, or --spot is asked."""
+    p = tmp_path / "c.csv"
+    p.write_text("expiry,strike,right,spot,underlying_bid,underlying_ask\n"
+                 "2024-03-15,100,C,inf,99,101\n2024-03-15,105,C,100,,\n")
+    np.testing.assert_array_equal(read_chain(p).spot, [100.0, 100.0])
+    p.write_text("expiry,strike,right,spot\n2024-03-15,100,C,inf\n2024-03-15,105,C,100\n")
+    assert np.isnan(read_chain(p).spot[0])
+    with pytest.raises(UserError, match="give --spot"):
+        price_cmd.run(_args(chain=p, asof="2024-01-02", vol=0.2, device="cpu"))
