@@ -162,3 +162,11 @@ def test_an_infinite_spot_is_no_spot_not_an_internal_error(tmp_path: Path) -> No
     assert np.isnan(read_chain(p).spot[0])
     with pytest.raises(UserError, match="give --spot"):
         price_cmd.run(_args(chain=p, asof="2024-01-02", vol=0.2, device="cpu"))
+
+
+def test_summary_of_a_chain_without_underlying_names(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    p = tmp_path / "c.csv"
+    p.write_text("expiry,strike,right,spot\n2024-03-15,100,C,100\n")
+    price_cmd.run(_args(chain=p, asof="2024-01-02", vol=0.2, device="cpu"))
+    assert "1 options (1 expiries)" in capsys.readouterr().out
