@@ -379,10 +379,14 @@ class _Batch:
 
 def worker_settings() -> tuple[int, float]:
     """OPTION_WORKER_SLOTS (an integer, at least 1) and OPTION_WORKER_SPACING (a number,
-    at least 0); the client checks them before it starts the worker, so a mistyped value
-    is one line to the user, not a traceback from the worker process."""
+    at least 0), with OPTION_WORKER_BATCH and OPTION_WORKER_YIELD checked (0 or 1); the
+    client checks them before it starts the worker, so a mistyped value is one line to
+    the user, not a traceback from the worker process."""
     from engine.errors import UserError
 
+    for flag in (BATCH_ENV, YIELD_ENV):  # anything but "1" read as off: "true" would be too
+        if os.environ.get(flag, "0") not in ("0", "1"):
+            raise UserError(f"{flag} must be 0 or 1, got {os.environ[flag]!r}")
     raw_slots = os.environ.get(SLOTS_ENV, str(DEFAULT_SLOTS))
     raw_spacing = os.environ.get(SPACING_ENV, str(DEFAULT_SPACING))
     try:

@@ -287,7 +287,8 @@ def test_worker_failure_is_a_clear_error_and_close_frees_everything(
 @pytest.mark.parametrize(("name", "value"), [("OPTION_WORKER_SLOTS", "two"),
                                               ("OPTION_WORKER_SLOTS", "0"),
                                               ("OPTION_WORKER_SPACING", "nan"),
-                                              ("OPTION_WORKER_SPACING", "-1")])
+                                              ("OPTION_WORKER_SPACING", "-1"),
+                                              ("OPTION_WORKER_BATCH", "true")])
 def test_bad_worker_setting_is_a_user_error_before_the_worker_starts(
         monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
     from engine.errors import UserError
