@@ -124,6 +124,7 @@ class WorkerClient:
     def __init__(self, configs: list[Any], device: str, timezone: str) -> None:
         from engine.option_book import contract_symbols
 
+        worker_settings()  # a bad OPTION_WORKER_* value: the user's error, before any start
         self.configs = configs
         self.device = device
         # the contracts' symbols, by the same recipe as the worker (no pricer needed here)
@@ -376,8 +377,31 @@ class _Batch:
         self.latency_ns = 0.0  # launch -> results seen, smoothed: paces the launches
 
 
-def _slots() -> int:
-    return max(1, int(os.environ.get(SLOTS_ENV, DEFAULT_SLOTS)))
+def worker_settings() -> tuple[int, float]:
+    """OPTION_WORKER_SLOTS (an integer, at least 1) and OPTION_WORKER_SPACING (a number,
+    at least 0), with OPTION_WORKER_BATCH and OPTION_WORKER_YIELD checked (0 or 1); the
+    client checks them before it starts the worker, so a mistyped value is one line to
+    the user, not a traceback from the worker process."""
+    from engine.errors import UserError
+
+    for flag in (BATCH_ENV, YIELD_ENV):  # anything but "1" read as off: "true" would be too
+        if os.environ.get(flag, "0") not in ("0", "1"):
+            raise UserError(f"{flag} must be 0 or 1, got {os.environ[flag]!r}")
+    raw_slots = os.environ.get(SLOTS_ENV, str(DEFAULT_SLOTS))
+    raw_spacing = os.environ.get(SPACING_ENV, str(DEFAULT_SPACING))
+    try:
+        slots = int(raw_slots)
+    except ValueError:
+        slots = 0
+    if slots < 1:
+        raise UserError(f"{SLOTS_ENV} must be an integer >= 1, got {raw_slots!r}")
+    try:
+        spacing = float(raw_spacing)
+    except ValueError:
+        spacing = math.nan
+    if not (spacing >= 0 and math.isfinite(spacing)):
+        raise UserError(f"{SPACING_ENV} must be a number >= 0, got {raw_spacing!r}")
+    return slots, spacing
 
 
 def _batches(groups: list[Any], device: str) -> list[_Batch]:
@@ -396,7 +420,8 @@ def _batches(groups: list[Any], device: str) -> list[_Batch]:
         if grid not in warmed:  # JIT before the first tick, not on it
             warm_up(grid, device)
             warmed.add(grid)
-        pricer = BatchPricer([groups[g].pricer.n for g in idx], grid, device, _slots())
+        pricer = BatchPricer([groups[g].pricer.n for g in idx], grid, device,
+                             worker_settings()[0])
         out.append(_Batch(idx, pricer))
     return out
 
@@ -417,7 +442,7 @@ class _Server:
         self.batches = _batches(self.groups, device)
         self.launched = [0] * len(configs)  # request number launched last
         self.coalesced = [0] * len(configs)
-        self.spacing = float(os.environ.get(SPACING_ENV, DEFAULT_SPACING))
+        self.spacing = worker_settings()[1]
 
     def collect(self, batch: _Batch) -> bool:
         """Publish the batch's finished launches, oldest first (results in request order)."""

@@ -168,12 +168,14 @@ def _contract(row: dict[str, str]) -> _Contract | str:
     style = (row.get("style") or "european").strip().lower()
     if style not in ("european", "american"):
         return "bad_style"
+    # an infinite spot is no spot (it would reach the pricer as a parameter error): the
+    # row falls back to the underlying's quote or last price, as an empty field does
     s = _float(row.get("spot"))
-    if not s > 0:
+    if not 0 < s < np.inf:
         ub, ua = _float(row.get("underlying_bid")), _float(row.get("underlying_ask"))
         s = 0.5 * (ub + ua) if ub > 0 and ua >= ub else _float(row.get("underlying_last"))
     name = (row.get("underlying") or "").strip()
     vol = _float(row.get("iv"))
     return (name, option_symbol(name, exp, "C" if call else "P", k), exp, k, call,
             style == "american", _float(row.get("bid")), _float(row.get("ask")),
-            vol if vol > 0 else np.nan, s if s > 0 else np.nan)
+            vol if vol > 0 else np.nan, s if 0 < s < np.inf else np.nan)

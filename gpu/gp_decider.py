@@ -164,6 +164,11 @@ class AsyncDecider:
             self._result = out[:, 0, :]
             self._pending = False
             return
+        if self._pending and self._result is None:
+            # the previous bar's copy and launch may still read the pinned panel and write
+            # the mapped codes (a caller that started again without taking the codes, e.g.
+            # a cancelled bar close): let them finish before the buffers are reused or freed
+            self._event.synchronize()
         if n_symbols != self._n_symbols:
             self._buffers(n_symbols)
         self._h_panel[0] = feats.T

@@ -95,8 +95,10 @@ class BatchPricer:
         return None
 
     def _bind(self) -> None:
-        """Pre-bind each slot's launch, kept only where it prices like numba's own launch."""
+        """Pre-bind every slot's launch, kept only where each prices like numba's own
+        launch: all slots pre-bound or none, so `prebound` says how every launch goes."""
         row = core.N_PARAMS
+        bound = []
         for s in self._slots:
             # one ordinary launch compiles (or loads) the kernel and gives the reference
             s.params_host[:, :row] = np.array([100.0, 100.0, 0.25, 0.2, 0.01, 0.0, 1.0, 0.0])
@@ -113,6 +115,8 @@ class BatchPricer:
             s.stream.synchronize()
             if not np.array_equal(s.out_host, reference, equal_nan=True):
                 return  # the ordinary launch stays for every slot
+            bound.append(go)
+        for s, go in zip(self._slots, bound, strict=True):
             s.go = go
         self.prebound = True
 

@@ -143,9 +143,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def _print_summary(result: dict[str, Any], val: ChainValuation, source: str, device: str,
                    grid_name: str) -> None:
     chain = val.chain
-    names = sorted(set(chain.underlying))
+    # a chain without an underlying column has no names: "(1 expiries)", not "(, 1 ...)"
+    what = ", ".join([*sorted(set(chain.underlying) - {""}), f"{len(chain.expiries)} expiries"])
     print(
-        f"price: {len(chain)} options ({', '.join(names)}, {len(chain.expiries)} expiries) from "
+        f"price: {len(chain)} options ({what}) from "
         f"{source}; {result['priced']} priced on {device} with the {grid_name} grid in "
         f"{val.price_seconds:.3f} s (vol: {val.vol_source})"
     )

@@ -162,3 +162,24 @@ def test_a_file_the_csv_module_cannot_read_is_a_one_line_error(tmp_path: Path) -
         read_chain(p)
     with pytest.raises(UserError, match="not a readable CSV"):
         price_cmd.run(_args(chain=p, vol=0.2, device="cpu"))
+
+
+def test_an_infinite_spot_is_no_spot_not_an_internal_error(tmp_path: Path) -> None:
+    """`inf` in the spot column reached the pricer as a parameter error (an internal
+    error); it is a missing spot: the underlying's quote stands in, or --spot is asked."""
+    p = tmp_path / "c.csv"
+    p.write_text("expiry,strike,right,spot,underlying_bid,underlying_ask\n"
+                 "2024-03-15,100,C,inf,99,101\n2024-03-15,105,C,100,,\n")
+    np.testing.assert_array_equal(read_chain(p).spot, [100.0, 100.0])
+    p.write_text("expiry,strike,right,spot\n2024-03-15,100,C,inf\n2024-03-15,105,C,100\n")
+    assert np.isnan(read_chain(p).spot[0])
+    with pytest.raises(UserError, match="give --spot"):
+        price_cmd.run(_args(chain=p, asof="2024-01-02", vol=0.2, device="cpu"))
+
+
+def test_summary_of_a_chain_without_underlying_names(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    p = tmp_path / "c.csv"
+    p.write_text("expiry,strike,right,spot\n2024-03-15,100,C,100\n")
+    price_cmd.run(_args(chain=p, asof="2024-01-02", vol=0.2, device="cpu"))
+    assert "1 options (1 expiries)" in capsys.readouterr().out

@@ -282,3 +282,17 @@ def test_worker_failure_is_a_clear_error_and_close_frees_everything(
     book.close()
     assert worker._proc.poll() is not None  # the process ended
     assert not os.path.exists(f"/dev/shm/{name.lstrip('/')}")  # the segment is gone
+
+
+@pytest.mark.parametrize(("name", "value"), [("OPTION_WORKER_SLOTS", "two"),
+                                              ("OPTION_WORKER_SLOTS", "0"),
+                                              ("OPTION_WORKER_SPACING", "nan"),
+                                              ("OPTION_WORKER_SPACING", "-1"),
+                                              ("OPTION_WORKER_BATCH", "true")])
+def test_bad_worker_setting_is_a_user_error_before_the_worker_starts(
+        monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
+    from engine.errors import UserError
+
+    monkeypatch.setenv(name, value)
+    with pytest.raises(UserError, match=name):
+        OptionBook([group()], device="cpu", dispatch="process")
