@@ -123,8 +123,14 @@ def _read_cache(cache_file: Path, kind: type) -> object | None:
     try:
         with cache_file.open("rb") as f:
             obj = pickle.load(f)
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
-        return None  # no cache yet, or unreadable: compute it
+    except FileNotFoundError:
+        return None  # no cache yet: compute it
+    # a damaged pickle raises almost anything (ValueError, TypeError, UnicodeDecodeError,
+    # OverflowError, MemoryError, ...): any of them only means "compute it again"
+    except Exception as e:  # noqa: BLE001
+        log.debug("cache file %s unreadable (%s: %s): computed again", cache_file,
+                  type(e).__name__, e)
+        return None
     return obj if isinstance(obj, kind) else None
 
 

@@ -76,3 +76,32 @@ def test_window_is_cached_between_runs_and_never_stale(tmp_path: Path,
     monkeypatch.setattr(win, "_window_fingerprint", lambda: "other indicators")
     win.load_window(csv, 2, 40, 20)
     assert len(list((tmp_path / "cache").glob("window-*.pickle"))) == 4
+
+
+#: an empty file, text, an unknown protocol (ValueError), a bad UTF-8 string
+#: (UnicodeDecodeError), a REDUCE with a non-tuple argument (TypeError)
+@pytest.mark.parametrize("damage", [b"", b"garbage", b"\x80\x09",
+                                    b"\x80\x05X\x01\x00\x00\x00\x90.", b"\x80\x05)K\x01R."])
+def test_a_damaged_cache_file_is_computed_again_never_a_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: bytes
+) -> None:
+    from strategies.gp import window as win
+
+    monkeypatch.setenv("TRADING_CACHE_DIR", str(tmp_path / "cache"))
+    csv = tmp_path / "w.csv"
+    rows = ["date,open,high,low,close,volume,Name"]
+    for sym, base in (("AAA", 10.0), ("BBB", 50.0)):
+        rows += [f"2015-{1 + d // 28:02d}-{1 + d % 28:02d},{base},{base + 1},{base - 1},"
+                 f"{base + (d % 7) / 10},{1000 + d},{sym}" for d in range(60)]
+    csv.write_text("\n".join(rows) + "\n")
+    win._cached_table.cache_clear()
+    first = win.load_window(csv, 2, 40, 20)
+    for f in (tmp_path / "cache").glob("*.pickle"):  # the window and the parsed file
+        f.write_bytes(damage)
+    win._cached_table.cache_clear()  # a new process: only the (damaged) disk cache is left
+    again = win.load_window(csv, 2, 40, 20)
+    assert np.array_equal(again.panel, first.panel, equal_nan=True)
+    assert again.symbols == first.symbols
+    # and the damaged files were replaced by good ones
+    win._cached_table.cache_clear()
+    assert win.load_window(csv, 2, 40, 20).symbols == first.symbols
