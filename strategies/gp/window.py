@@ -178,8 +178,13 @@ def _window_fingerprint() -> str:
 
 def _window_cache_file(file: Path, n_stocks: int | None, train_days: int, test_days: int,
                        start: str | None, symbols: list[str] | None) -> Path:
+    import numba
+
     st = file.stat()
-    what = (f"{PARSE_CACHE_VERSION}|{_window_fingerprint()}|{file.resolve()}|{st.st_mtime_ns}|"
+    # numba and numpy compute the panel: another version may round its last bits otherwise,
+    # and a cached window must equal the one this installation computes
+    what = (f"{PARSE_CACHE_VERSION}|{_window_fingerprint()}|{numba.__version__}|"
+            f"{np.__version__}|{file.resolve()}|{st.st_mtime_ns}|"
             f"{st.st_size}|{n_stocks}|{train_days}|{test_days}|{start}|{symbols}")
     return parse_cache_dir() / f"window-{hashlib.sha256(what.encode()).hexdigest()[:32]}.pickle"
 

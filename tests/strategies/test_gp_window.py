@@ -105,3 +105,22 @@ def test_a_damaged_cache_file_is_computed_again_never_a_crash(
     # and the damaged files were replaced by good ones
     win._cached_table.cache_clear()
     assert win.load_window(csv, 2, 40, 20).symbols == first.symbols
+
+
+def test_another_numba_or_numpy_never_reads_an_old_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import numba
+
+    from strategies.gp import window as win
+
+    monkeypatch.setenv("TRADING_CACHE_DIR", str(tmp_path / "cache"))
+    csv = tmp_path / "v.csv"
+    csv.write_text("date,open,high,low,close,volume,Name\n")
+    key = win._window_cache_file(csv, 2, 40, 20, None, None)
+    monkeypatch.setattr(numba, "__version__", "0.0.0-other")
+    assert win._window_cache_file(csv, 2, 40, 20, None, None) != key
+    monkeypatch.undo()
+    monkeypatch.setenv("TRADING_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(np, "__version__", "0.0.0-other")
+    assert win._window_cache_file(csv, 2, 40, 20, None, None) != key
