@@ -9,6 +9,16 @@ import numpy as np
 import pytest
 
 
+def _two_stocks(csv: Path) -> tuple[Path, list[str]]:
+    """A daily file of two stocks (AAA, BBB) x 60 days; the file and its rows."""
+    rows = ["date,open,high,low,close,volume,Name"]
+    for sym, base in (("AAA", 10.0), ("BBB", 50.0)):
+        rows += [f"2015-{1 + d // 28:02d}-{1 + d % 28:02d},{base},{base + 1},{base - 1},"
+                 f"{base + (d % 7) / 10},{1000 + d},{sym}" for d in range(60)]
+    csv.write_text("\n".join(rows) + "\n")
+    return csv, rows
+
+
 def test_parsed_daily_file_is_cached_between_runs_and_invalidated_by_edits(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -53,12 +63,7 @@ def test_window_is_cached_between_runs_and_never_stale(tmp_path: Path,
     from strategies.gp import window as win
 
     monkeypatch.setenv("TRADING_CACHE_DIR", str(tmp_path / "cache"))
-    csv = tmp_path / "w.csv"
-    rows = ["date,open,high,low,close,volume,Name"]
-    for sym, base in (("AAA", 10.0), ("BBB", 50.0)):
-        rows += [f"2015-{1 + d // 28:02d}-{1 + d % 28:02d},{base},{base + 1},{base - 1},"
-                 f"{base + (d % 7) / 10},{1000 + d},{sym}" for d in range(60)]
-    csv.write_text("\n".join(rows) + "\n")
+    csv, rows = _two_stocks(tmp_path / "w.csv")
     first = win.load_window(csv, 2, 40, 20)
     assert len(list((tmp_path / "cache").glob("window-*.pickle"))) == 1
     win._cached_table.cache_clear()  # a new process: only the disk cache is left
@@ -88,12 +93,7 @@ def test_a_damaged_cache_file_is_computed_again_never_a_crash(
     from strategies.gp import window as win
 
     monkeypatch.setenv("TRADING_CACHE_DIR", str(tmp_path / "cache"))
-    csv = tmp_path / "w.csv"
-    rows = ["date,open,high,low,close,volume,Name"]
-    for sym, base in (("AAA", 10.0), ("BBB", 50.0)):
-        rows += [f"2015-{1 + d // 28:02d}-{1 + d % 28:02d},{base},{base + 1},{base - 1},"
-                 f"{base + (d % 7) / 10},{1000 + d},{sym}" for d in range(60)]
-    csv.write_text("\n".join(rows) + "\n")
+    csv, rows = _two_stocks(tmp_path / "w.csv")
     win._cached_table.cache_clear()
     first = win.load_window(csv, 2, 40, 20)
     for f in (tmp_path / "cache").glob("*.pickle"):  # the window and the parsed file
