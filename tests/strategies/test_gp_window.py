@@ -124,3 +124,21 @@ def test_another_numba_or_numpy_never_reads_an_old_window(
     monkeypatch.setenv("TRADING_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(np, "__version__", "0.0.0-other")
     assert win._window_cache_file(csv, 2, 40, 20, None, None) != key
+
+
+def test_the_cache_keeps_only_the_most_recently_used_windows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from strategies.gp import window as win
+
+    monkeypatch.setenv("TRADING_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(win, "CACHE_KEEP", 2)
+    csv, _ = _two_stocks(tmp_path / "k.csv")
+    win.load_window(csv, 2, 40, 20)
+    first = set((tmp_path / "cache").glob("window-*.pickle"))
+    for train in (30, 35, 38):
+        win.load_window(csv, 2, train, 20)
+        win.load_window(csv, 2, 40, 20)  # read again: kept as recently used
+    kept = set((tmp_path / "cache").glob("window-*.pickle"))
+    assert len(kept) == 2 and first <= kept
+    assert not list((tmp_path / "cache").glob("*.tmp"))
