@@ -35,6 +35,7 @@ per window in `mask_ops`); *executed* = 64-bit word operations actually run; and
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Iterable
@@ -389,36 +390,45 @@ class BitwiseEvaluator(WindowEvaluator):
         buf: _Pipeline | None = None
         row = instructions = node_ops = 0
         t_first: float | None = None
-        for programs, lengths in parts:
-            programs, lengths = _check_programs(programs, lengths)
-            n = programs.shape[0]
-            if n == 0:
-                continue
-            if buf is None:  # sized at the first part (no kernel of this call queued yet)
-                buf = self._pipeline_buffers(total, programs.shape[1])
-            if row + n > total or programs.shape[1] > buf.code.shape[1]:
-                raise ValueError(f"parts exceed the {total} programs of width "
-                                 f"{buf.code.shape[1]} announced")
-            code, code_lengths = to_mask_programs(programs, lengths)
-            rows = slice(row, row + n)
-            buf.code[rows, : code.shape[1]] = code
-            buf.lengths[rows] = code_lengths
-            if t_first is None:
-                t_first = time.perf_counter()
-            buf.d_code[rows].copy_to_device(buf.code[rows], stream=buf.stream)
-            buf.d_lengths[rows].copy_to_device(buf.lengths[rows], stream=buf.stream)
-            _final_cash_kernel[_blocks(n * self.n_stocks), THREADS_PER_BLOCK, buf.stream](
-                buf.d_code[rows], buf.d_lengths[rows], self._masks, self._close, self.day0,
-                self.day1, buf.d_out[rows])
-            buf.d_out[rows].copy_to_host(buf.out[rows], stream=buf.stream)
-            row += n
-            instructions += int(code_lengths.astype(np.int64).sum())
-            node_ops += gp_ops(lengths, self.n_stocks, self.n_days)
+        try:
+            for programs, lengths in parts:
+                programs, lengths = _check_programs(programs, lengths)
+                n = programs.shape[0]
+                if n == 0:
+                    continue
+                if buf is None:  # sized at the first part (no kernel of this call queued yet)
+                    buf = self._pipeline_buffers(total, programs.shape[1])
+                if row + n > total or programs.shape[1] > buf.code.shape[1]:
+                    raise ValueError(f"parts exceed the {total} programs of width "
+                                     f"{buf.code.shape[1]} announced")
+                code, code_lengths = to_mask_programs(programs, lengths)
+                rows = slice(row, row + n)
+                buf.code[rows, : code.shape[1]] = code
+                buf.lengths[rows] = code_lengths
+                if t_first is None:
+                    t_first = time.perf_counter()
+                buf.d_code[rows].copy_to_device(buf.code[rows], stream=buf.stream)
+                buf.d_lengths[rows].copy_to_device(buf.lengths[rows], stream=buf.stream)
+                _final_cash_kernel[_blocks(n * self.n_stocks), THREADS_PER_BLOCK, buf.stream](
+                    buf.d_code[rows], buf.d_lengths[rows], self._masks, self._close, self.day0,
+                    self.day1, buf.d_out[rows])
+                buf.d_out[rows].copy_to_host(buf.out[rows], stream=buf.stream)
+                row += n
+                instructions += int(code_lengths.astype(np.int64).sum())
+                node_ops += gp_ops(lengths, self.n_stocks, self.n_days)
+        except BaseException:
+            # no copy of this call may still be in flight into the buffers the next call
+            # reuses; the error raised here is the one the caller sees
+            if buf is not None:
+                with contextlib.suppress(Exception):
+                    buf.stream.synchronize()
+            raise
+        if buf is not None:
+            buf.stream.synchronize()
         if row != total:
             raise ValueError(f"parts hold {row} programs, {total} announced")
         if buf is None:
             return np.empty(0, np.float64)
-        buf.stream.synchronize()
         self.last_seconds = time.perf_counter() - t_first if t_first is not None else 0.0
         self._count(instructions, node_ops)
         return fitness_from_cash(buf.out[:total], self.bh_cash)

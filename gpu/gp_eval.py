@@ -339,15 +339,14 @@ def _fitness_rows(cash: Any, roi_bh: Any, cash0: float, out: Any) -> None:
             out[i] = (0.0 + _pairwise_sum(row, n_stocks)) / n_stocks
 
 
-def fitness_from_cash(cash: np.ndarray, bh_cash: np.ndarray,
-                      scratch: np.ndarray | None = None) -> F64:
+def fitness_from_cash(cash: np.ndarray, bh_cash: np.ndarray) -> F64:
     """Fitness (n_programs,) = mean over stocks of ROI - buy-and-hold ROI.
 
     The operations of `mean(roi(cash) - roi(bh), axis=1)` in numpy's order (element-wise
     divide and subtracts, then numpy's pairwise sum and the division by the count), in one
     parallel pass over the rows: every evaluator gives these bits, and an evolution spends
     about 1 ms here per generation instead of 11 ms (25,000 x 128 doubles through four
-    numpy passes on one core). `scratch` is no longer needed (kept for callers)."""
+    numpy passes on one core)."""
     cash = np.ascontiguousarray(cash, np.float64)
     if cash.ndim != 2 or cash.shape[1] == 0:
         excess = roi(cash) - roi(bh_cash)[None, :]

@@ -13,6 +13,7 @@ panel makes a seed reproduce on every evaluator device.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import logging
@@ -123,21 +124,52 @@ def _read_cache(cache_file: Path, kind: type) -> object | None:
     try:
         with cache_file.open("rb") as f:
             obj = pickle.load(f)
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
-        return None  # no cache yet, or unreadable: compute it
-    return obj if isinstance(obj, kind) else None
+    except FileNotFoundError:
+        return None  # no cache yet: compute it
+    # a damaged pickle raises almost anything (ValueError, TypeError, UnicodeDecodeError,
+    # OverflowError, MemoryError, ...): any of them only means "compute it again"
+    except Exception as e:  # noqa: BLE001
+        log.debug("cache file %s unreadable (%s: %s): computed again", cache_file,
+                  type(e).__name__, e)
+        return None
+    if not isinstance(obj, kind):
+        return None
+    with contextlib.suppress(OSError):  # used now: the last file `_prune` removes
+        os.utime(cache_file)
+    return obj
+
+
+#: cache files kept per kind (daily-, window-): each is up to tens of MB, and other
+#: arguments, an edited data file or edited code each make a new one
+CACHE_KEEP = 8
 
 
 def _write_cache(cache_file: Path, obj: object) -> None:
-    """Best effort: a read-only home only costs the next run the work."""
+    """Best effort: a read-only home or a full disk only costs the next run the work."""
+    tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
     try:
         cache_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_file.with_suffix(f".{os.getpid()}.tmp")
         with tmp.open("wb") as f:
             pickle.dump(obj, f, protocol=pickle.HIGHEST_PROTOCOL)
         tmp.replace(cache_file)
     except OSError as e:
         log.debug("cache file not written: %s", e)
+        with contextlib.suppress(OSError):  # no half-written file left behind
+            tmp.unlink(missing_ok=True)
+        return
+    _prune(cache_file)
+
+
+def _prune(cache_file: Path) -> None:
+    """Remove all but the CACHE_KEEP most recently used files of cache_file's kind."""
+    kind = cache_file.name.split("-", 1)[0]
+    try:
+        files = sorted(cache_file.parent.glob(f"{kind}-*.pickle"),
+                       key=lambda p: p.stat().st_mtime_ns, reverse=True)
+        for old in files[CACHE_KEEP:]:
+            old.unlink(missing_ok=True)
+    except OSError as e:  # another process removed one first: the next write prunes
+        log.debug("cache not pruned: %s", e)
 
 
 @functools.lru_cache(maxsize=2)
@@ -172,8 +204,13 @@ def _window_fingerprint() -> str:
 
 def _window_cache_file(file: Path, n_stocks: int | None, train_days: int, test_days: int,
                        start: str | None, symbols: list[str] | None) -> Path:
+    import numba
+
     st = file.stat()
-    what = (f"{PARSE_CACHE_VERSION}|{_window_fingerprint()}|{file.resolve()}|{st.st_mtime_ns}|"
+    # numba and numpy compute the panel: another version may round its last bits otherwise,
+    # and a cached window must equal the one this installation computes
+    what = (f"{PARSE_CACHE_VERSION}|{_window_fingerprint()}|{numba.__version__}|"
+            f"{np.__version__}|{file.resolve()}|{st.st_mtime_ns}|"
             f"{st.st_size}|{n_stocks}|{train_days}|{test_days}|{start}|{symbols}")
     return parse_cache_dir() / f"window-{hashlib.sha256(what.encode()).hexdigest()[:32]}.pickle"
 

@@ -7,6 +7,8 @@ bit by bit against numpy comparisons of the panel.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 import pytest
 
@@ -150,3 +152,12 @@ def test_parts_fitness_equals_the_whole_population_at_once(window: GPWindow) -> 
             ((programs[a:b], lengths[a:b]) for a, b in spans), n), whole)
     with pytest.raises(ValueError, match="announced"):
         ev.parts_fitness(iter([(programs, lengths)]), n + 1)
+    # a breeder that fails after its first part: its error reaches the caller, and the
+    # evaluator's reused buffers still give the right fitness on the next call
+    def failing() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        yield programs[:2], lengths[:2]
+        raise RuntimeError("breeding failed")
+
+    with pytest.raises(RuntimeError, match="breeding failed"):
+        ev.parts_fitness(failing(), n)
+    assert np.array_equal(ev.parts_fitness(iter([(programs, lengths)]), n), whole)

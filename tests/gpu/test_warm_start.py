@@ -42,3 +42,8 @@ def test_no_context_thread_for_the_cpu() -> None:
     assert thread is not None
     thread.join(timeout=60)
     assert not thread.is_alive()
+
+
+def test_the_installed_numba_holds_the_probe_the_skip_was_written_for() -> None:
+    # the guard must accept the numba this project runs on, or the skip is dead code
+    assert warm_start._probe_is_known()
