@@ -90,6 +90,9 @@ YIELD_ENV = "OPTION_WORKER_YIELD"
 SPACING_ENV = "OPTION_WORKER_SPACING"
 #: OPTION_WORKER_PROFILE=PATH: the worker runs under cProfile and writes PATH.<pid> at exit
 PROFILE_ENV = "OPTION_WORKER_PROFILE"
+#: OPTION_WORKER_TIMING=PATH: the worker times its loop's steps (a clock read around each,
+#: far lighter than cProfile) and writes PATH.<pid> (JSON) at exit
+TIMING_ENV = "OPTION_WORKER_TIMING"
 DEFAULT_SLOTS = 2
 DEFAULT_SPACING = 1.0
 #: on every this many requests, also look for finished results (besides poll())
@@ -138,6 +141,8 @@ class WorkerClient:
         for i in range(self.layout.words):
             self._q[i] = 0
         self._res = self.layout.result_views(self._shm.buf)
+        #: each group's (3, n) results as one flat byte view (read with one copy)
+        self._res_bytes = [r.reshape(-1).view(np.uint8) for r in self._res]
         self._by_symbol: dict[str, list[int]] = {}
         for g, c in enumerate(configs):
             self._by_symbol.setdefault(c.underlying, []).append(g)
@@ -164,7 +169,7 @@ class WorkerClient:
         # still has its process waited for and the segment freed; the views go with it, as
         # the segment can be closed only once they are
         self._finalizer = weakref.finalize(self, _shut_down, self._shm, self._proc,
-                                           [self._q, self._d], self._res)
+                                           [self._q, self._d], self._res, self._res_bytes)
         assert self._proc.stdin is not None
         try:
             self._proc.stdin.write(payload)
@@ -229,25 +234,29 @@ class WorkerClient:
 
     def poll(self) -> list[OptionValue | OptionGroupValues]:
         """Messages of repricings finished since the last call; never blocks."""
-        q = self._q
+        q, seen = self._q, self._seen
         for g in range(self.layout.n_groups):
-            if q[HEADER + SLOT * g + RES] != self._seen[g]:
+            if q[HEADER + SLOT * g + RES] != seen[g]:
                 self._collect(g)
-        out, self._out = self._out, []
+        out = self._out
+        if not out:
+            return []
+        self._out = []
         return out
 
     def _collect(self, g: int) -> None:
-        """Read group g's newest results (skipped if torn by the worker: read next time)."""
-        q, d = self._q, self._d
-        out = self._out
+        """Read group g's newest results (skipped if torn by the worker: read next time).
+        The engine's cost per repricing (a busy group gives it 20k+ a second): a few
+        shared-memory reads, one copy of the three arrays, one message."""
+        q = self._q
         b = HEADER + SLOT * g
         c = q[b + RES]
         if c == self._seen[g] or c & 1:
             return
-        arr = self._res[g]
-        price, delta, gamma = arr[0].tobytes(), arr[1].tobytes(), arr[2].tobytes()
+        raw = self._res_bytes[g]
+        values = raw.tobytes()  # price, delta, gamma rows: one copy, sliced below
         ts, t0 = q[b + RES_TS], q[b + RES_T0]
-        spot = d[b + RES_SPOT]
+        spot = self._d[b + RES_SPOT]
         if q[b + RES] != c:
             return  # overwritten while read: the next poll takes the newer one
         self._seen[g] = c
@@ -255,14 +264,15 @@ class WorkerClient:
         self.repricings += 1
         cfg = self.configs[g]
         self._seq += 1
-        msg = _message(self._seq, ts, cfg.underlying, spot, self.symbols[g],
-                       price, delta, gamma)
+        k = len(values) // 3
+        msg = OptionGroupValues(self._seq, ts, cfg.underlying, spot, self.symbols[g],
+                                values[:k], values[k:2 * k], values[2 * k:])
         if cfg.messages == "group":
-            out.append(msg)
+            self._out.append(msg)
         else:
-            values = msg.option_values(self._seq)
-            self._seq += len(values) - 1
-            out.extend(values)
+            per_contract = msg.option_values(self._seq)
+            self._seq += len(per_contract) - 1
+            self._out.extend(per_contract)
         self._last[g] = msg  # its arrays are decoded only when asked for (summary)
 
     def last_values(self) -> list[tuple[tuple[str, ...], tuple[float, Any, Any, Any]]]:
@@ -297,17 +307,13 @@ def _plain_number(obj: Any) -> Any:
     raise NotImplementedError(f"cannot send {type(obj).__name__} to the option worker")
 
 
-def _message(seq: int, ts: int, underlying: str, spot: float, symbols: tuple[str, ...],
-             price: bytes, delta: bytes, gamma: bytes) -> OptionGroupValues:
-    return OptionGroupValues(seq, ts, underlying, spot, symbols, price, delta, gamma)
-
-
 def _shut_down(shm: shared_memory.SharedMemory, proc: Any, views: list[Any],
-               arrays: list[np.ndarray]) -> None:
+               arrays: list[np.ndarray], byte_views: list[np.ndarray]) -> None:
     views[0][STOP] = 1
     for view in views:
         view.release()
     arrays.clear()
+    byte_views.clear()
     try:
         proc.wait(5.0)
     except subprocess.TimeoutExpired:
@@ -452,15 +458,15 @@ class _Server:
             flight = flights.popleft()
             seen = time.perf_counter_ns() - flight.launched_ns
             batch.latency_ns += (seen - batch.latency_ns) * 0.1 if batch.latency_ns else seen
-            values = batch.pricer.results(flight.slot)
+            pricer = batch.pricer
             o = 0
             for g, req, spot, ts, t0 in flight.parts:
-                n = self.groups[g].pricer.n
                 b = HEADER + SLOT * g
                 c = q[b + RES] + 1
                 q[b + RES] = c
-                self.res[g][:] = values[o:o + n].T
-                o += n
+                dest = self.res[g]
+                pricer.results_into(flight.slot, o, dest)
+                o += dest.shape[1]
                 q[b + RES_REQ] = req
                 q[b + RES_TS] = ts
                 q[b + RES_T0] = t0
@@ -468,6 +474,7 @@ class _Server:
                 q[b + COALESCED] = self.coalesced[g]
                 q[b + PRICED] += 1
                 q[b + RES] = c + 1
+            pricer.release(flight.slot)
             work = True
         return work
 
@@ -507,7 +514,8 @@ class _Server:
             key.append((g, grp.last_date))
         if not parts:
             return False
-        batch.pricer.launch(slot, rows, tuple(key))
+        # one group: its rows changed only in their spot unless its key (date) moved
+        batch.pricer.launch(slot, rows, tuple(key), parts[0][2] if len(parts) == 1 else None)
         batch.flights.append(_Flight(slot, parts, now))
         batch.last_launch_ns = now
         return True
@@ -548,14 +556,56 @@ class _Server:
         self.d.release()
 
 
+class _StepTimes:
+    """Where the worker's loop spends its time: each step's calls that did work and those
+    that found nothing to do, with their nanoseconds."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = collections.defaultdict(int)
+        self.ns: dict[str, int] = collections.defaultdict(int)
+        self.started = time.perf_counter_ns()
+
+    def wrap(self, name: str, step: Any) -> Any:
+        clock, counts, ns = time.perf_counter_ns, self.counts, self.ns
+
+        def timed(batch: _Batch) -> bool:
+            t = clock()
+            did = step(batch)
+            kind = name if did else name + "_nothing"
+            ns[kind] += clock() - t
+            counts[kind] += 1
+            return bool(did)
+
+        return timed
+
+    def write(self, path: str) -> None:
+        import resource
+
+        wall = time.perf_counter_ns() - self.started
+        use = resource.getrusage(resource.RUSAGE_SELF)
+        # a worker pushed off its core by other busy threads shows many involuntary switches
+        report = {"wall_ns": wall, "counts": dict(self.counts), "ns": dict(self.ns),
+                  "us_each": {k: self.ns[k] / 1e3 / c for k, c in self.counts.items() if c},
+                  "cpu_s": use.ru_utime + use.ru_stime, "involuntary_switches": use.ru_nivcsw,
+                  "voluntary_switches": use.ru_nvcsw}
+        Path(path).write_bytes(msgspec.json.encode(report))
+
+
 def _serve(shm: shared_memory.SharedMemory, q: Any, configs: list[Any], device: str,
            tz: Any, parent_pid: int) -> None:
     server = _Server(shm, q, configs, device, tz)
+    timing_to = os.environ.get(TIMING_ENV)
+    times = _StepTimes() if timing_to else None
+    if times is not None:  # instance attributes shadow the methods the loop calls
+        server.collect = times.wrap("collect", server.collect)  # type: ignore[method-assign]
+        server.launch = times.wrap("launch", server.launch)  # type: ignore[method-assign]
     q[READY] = 1
     try:
         server.run(parent_pid)
     finally:
         server.close()
+        if times is not None and timing_to:
+            times.write(f"{timing_to}.{os.getpid()}")
 
 
 def per_option(msgs: list[OptionValue | OptionGroupValues]) -> list[OptionValue]:

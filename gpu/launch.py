@@ -7,10 +7,17 @@ launch kept: `bind` returns `go(grid)`, one driver call per launch. It uses numb
 internals (0.30.x), so it returns None wherever they do not fit (the simulator, an
 unexpected dispatcher, arguments numba would write back) and callers check one bound
 launch against an ordinary one before they trust it.
+
+Where the driver library loads, a bound launch goes further (GPU_RAW_LAUNCH=0 keeps
+numba's launcher): the kernel's parameter block (the `void*` array `cuLaunchKernel`
+takes) is built once from numba's prepared arguments and every launch is one `ctypes`
+call into libcuda, skipping cuda.core's per-call conversion of each argument. Event
+record and query go the same way (`event_recorder`, `event_query`).
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 from collections.abc import Callable, Sequence
@@ -53,6 +60,9 @@ def bind(kernel: Any, args: Sequence[Any], stream: Any, block: int) -> Launcher 
             kern._prepare_args(ty, val, stream, retr, kernelargs)
         if retr or kern.debug:
             return None  # write-backs or debug checks need numba's own launch
+        raw = _raw_launcher(kern, kernelargs, stream, block)
+        if raw is not None:
+            return raw
         coop = "is_cooperative" if nd.CUDA_CORE_GE_1_0 else "cooperative_launch"
         func = kern._codelibrary.get_cufunc().kernel
         launch, make_config = nd.launch, nd.LaunchConfig
@@ -67,10 +77,129 @@ def bind(kernel: Any, args: Sequence[Any], stream: Any, block: int) -> Launcher 
                 configs[grid] = config
             launch(stream, config, func, *kernelargs)
 
+        go.driver = "cuda.core"  # type: ignore[attr-defined]
         return go
     except Exception as exc:  # noqa: BLE001 - any internals mismatch: the ordinary path
         log.warning("CUDA launch not pre-bound (%s)", exc)
         return None
+
+
+CUDA_SUCCESS, CUDA_ERROR_NOT_READY = 0, 600
+
+
+class _LibCuda:
+    """The few driver entry points a launch needs, with their C signatures (loaded once)."""
+
+    def __init__(self) -> None:
+        lib = ctypes.CDLL("libcuda.so.1")
+        u, p = ctypes.c_uint, ctypes.c_void_p
+        self.launch = lib.cuLaunchKernel
+        self.launch.argtypes = [p, u, u, u, u, u, u, u, p, p, p]
+        self.launch.restype = ctypes.c_int
+        self.record = lib.cuEventRecord
+        self.record.argtypes = [p, p]
+        self.record.restype = ctypes.c_int
+        self.query = lib.cuEventQuery
+        self.query.argtypes = [p]
+        self.query.restype = ctypes.c_int
+        self.kernel_function = getattr(lib, "cuKernelGetFunction", None)
+        if self.kernel_function is not None:
+            self.kernel_function.argtypes = [ctypes.POINTER(p), p]
+            self.kernel_function.restype = ctypes.c_int
+
+
+_libcuda: list[_LibCuda | None] = []
+
+
+def _driver() -> _LibCuda | None:
+    """libcuda through ctypes, or None (no driver library, the simulator, switched off)."""
+    if os.environ.get("GPU_RAW_LAUNCH", "1") == "0" or \
+            os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1":
+        return None
+    if not _libcuda:
+        try:
+            _libcuda.append(_LibCuda())
+        except (OSError, AttributeError) as exc:
+            log.warning("libcuda not loadable through ctypes (%s): numba's launcher", exc)
+            _libcuda.append(None)
+    return _libcuda[0]
+
+
+def _address(handle: Any) -> int | None:
+    """The raw value of a driver handle (cuda.bindings objects convert with int())."""
+    try:
+        return int(handle)
+    except (TypeError, ValueError):
+        value = getattr(handle, "value", None)
+        return int(value) if isinstance(value, int) else None
+
+
+def _function_address(lib: _LibCuda, handle: Any) -> int | None:
+    """A CUfunction for cuLaunchKernel: numba's handle is a CUkernel (library-loaded code,
+    turned into the current context's function) or already a CUfunction."""
+    addr = _address(handle)
+    if addr is None:
+        return None
+    kind = type(handle).__name__
+    if kind == "CUfunction":
+        return addr
+    if kind != "CUkernel" or lib.kernel_function is None:
+        return None
+    func = ctypes.c_void_p()
+    if lib.kernel_function(ctypes.byref(func), addr) != CUDA_SUCCESS or not func.value:
+        return None
+    return func.value
+
+
+def _raw_launcher(kern: Any, kernelargs: list[Any], stream: Any, block: int
+                  ) -> Launcher | None:
+    """`go(grid)` as one ctypes call to cuLaunchKernel with a parameter block built once
+    from numba's prepared arguments (ctypes scalars as they are; plain integers, numba's
+    array fields, as intptr_t, as cuda.core passes them), or None."""
+    lib = _driver()
+    if lib is None:
+        return None
+    func = _function_address(lib, kern._codelibrary.get_cufunc().handle)
+    hstream = _address(getattr(stream, "handle", None)) or 0
+    if func is None or not hstream:
+        return None
+    holders: list[Any] = []
+    for arg in kernelargs:
+        if isinstance(arg, ctypes._SimpleCData):
+            holders.append(arg)
+        elif isinstance(arg, int):
+            holders.append(ctypes.c_ssize_t(arg))
+        else:
+            return None  # a kind of argument this block does not know how to pass
+    params = (ctypes.c_void_p * max(len(holders), 1))(
+        *[ctypes.addressof(h) for h in holders])
+    launch = lib.launch
+
+    def go(grid: int) -> None:
+        code = launch(func, grid, 1, 1, block, 1, 1, 0, hstream, params, None)
+        if code != CUDA_SUCCESS:
+            raise RuntimeError(f"cuLaunchKernel failed with CUDA error {code}")
+
+    go.keep_alive = (holders, params, kernelargs)  # type: ignore[attr-defined]
+    go.driver = "ctypes"  # type: ignore[attr-defined]
+    return go
+
+
+def event_recorder(event: Any, stream: Any) -> Callable[[], None]:
+    """`record()` = `event.record(stream)`, as one ctypes driver call where it can be."""
+    lib = _driver()
+    hevent = _address(getattr(event, "handle", None)) if lib is not None else None
+    hstream = _address(getattr(stream, "handle", None)) if lib is not None else None
+    if lib is None or not hevent or not hstream:
+        return lambda: event.record(stream)
+    record = lib.record
+
+    def fast() -> None:
+        code = record(hevent, hstream)
+        if code != CUDA_SUCCESS:
+            raise RuntimeError(f"cuEventRecord failed with CUDA error {code}")
+
+    return fast
 
 
 def event_query(event: Any) -> Callable[[], bool]:
@@ -83,6 +212,20 @@ def event_query(event: Any) -> Callable[[], bool]:
         return lambda: True
     if os.environ.get("GPU_FAST_EVENT_QUERY", "1") == "0":  # numba's (benchmarks compare)
         return lambda: bool(query())
+    lib = _driver()
+    hevent = _address(getattr(event, "handle", None)) if lib is not None else None
+    if lib is not None and hevent:
+        cu_query = lib.query
+
+        def raw() -> bool:
+            code = cu_query(hevent)
+            if code == CUDA_SUCCESS:
+                return True
+            if code == CUDA_ERROR_NOT_READY:
+                return False
+            return bool(query())  # numba's query raises the driver's error
+
+        return raw
     try:
         from cuda.bindings import driver as binding
 

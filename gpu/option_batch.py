@@ -14,17 +14,25 @@ index order, and a long option started last keeps the GPU busy alone at the end 
 launch (the tail); started first it runs alongside the short ones. Each row is priced
 independently of the others, so the order (and the batching) leaves every value as the
 group's own pricer computes it; `results` returns the rows in the groups' order.
+
+A slot keeps the rows of its last launch. When the next launch in it prices the same
+single group with the same key (same expiry columns) and says its new `spot`, only the
+spot column is written (102 stores, not a gather of 102 rows): a group's rows change
+between repricings only in their spot, and in their times to expiry when the date rolls,
+which changes the key. `results_into` writes one group's results straight into a
+(3, n) destination (the worker's shared memory) in one pass, no intermediate array.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
 
 from gpu import options_core as core
 from gpu.device import resolve_device
-from gpu.launch import bind, event_query, untimed_event
+from gpu.launch import bind, event_query, event_recorder, untimed_event
 from gpu.options import FdGrid, make_grid
 
 
@@ -35,6 +43,7 @@ class _Slot:
         self.m = 0  # rows of the current launch
         self.inverse: np.ndarray | None = None  # launch row of each group row, in order
         self.go: Any = None  # the pre-bound launch, if any
+        self.key: tuple[Any, ...] | None = None  # the single group whose rows are in place
         if device == "cpu":
             self.params: Any = np.zeros((total, core.N_PARAMS))
             self.out: Any = np.zeros((total, core.N_OUT))
@@ -43,6 +52,7 @@ class _Slot:
             self.stream: Any = None
             self.event: Any = None
             self.query: Any = None
+            self.record: Any = None
             return
         from numba import cuda
 
@@ -55,6 +65,7 @@ class _Slot:
         self.stream = cuda.stream()
         self.event = untimed_event()
         self.query = event_query(self.event)
+        self.record = event_recorder(self.event, self.stream)
 
 
 class BatchPricer:
@@ -79,6 +90,10 @@ class BatchPricer:
         #: launch order of the rows per (groups, their expiry columns): computed once
         self._orders: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}
         self.prebound = False
+        #: how bound launches reach the driver: "ctypes", "cuda.core" (numba's), or None
+        self.launcher: str | None = None
+        #: OPTION_BATCH_IN_PLACE=0: always regather the rows (benchmarks compare both)
+        self.in_place = os.environ.get("OPTION_BATCH_IN_PLACE", "1") != "0"
         if self.device == "cuda":
             self._kernel = core.fd_price_kernel()
             self._bind()
@@ -116,9 +131,11 @@ class BatchPricer:
             if not np.array_equal(s.out_host, reference, equal_nan=True):
                 return  # the ordinary launch stays for every slot
             bound.append(go)
+            s.key = None  # the warm-up rows are no group's
         for s, go in zip(self._slots, bound, strict=True):
             s.go = go
         self.prebound = True
+        self.launcher = getattr(bound[0], "driver", None) if bound else None
 
     def _order(self, key: tuple[Any, ...], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         found = self._orders.get(key)
@@ -130,29 +147,36 @@ class BatchPricer:
             self._orders[key] = found
         return found
 
-    def launch(self, slot: int, parts: list[np.ndarray], key: tuple[Any, ...]) -> None:
+    def launch(self, slot: int, parts: list[np.ndarray], key: tuple[Any, ...],
+               spot: float | None = None) -> None:
         """Price the concatenated parameter rows `parts` (one array per group, spot set) in
         `slot`; `key` names the groups and their expiry columns (it selects a cached row
-        order: the same key must mean rows with the same expiries). Does not wait."""
+        order: the same key must mean rows with the same expiries). `spot`, with a single
+        group: its rows differ from this slot's previous launch of the same key only in
+        the spot column, so only that column is written. Does not wait."""
         if self._busy[slot]:
             raise RuntimeError(f"launch slot {slot} is busy")
         s = self._slots[slot]
-        rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        m = rows.shape[0]
-        if m > self.total:
-            raise ValueError(f"{m} rows exceed the batch's {self.total}")
-        order, s.inverse = self._order(key, rows)
-        np.take(rows, order, axis=0, out=s.params_host[:m])
-        s.m = m
+        if spot is not None and len(parts) == 1 and s.key == key and self.in_place:
+            s.params_host[:s.m, core.SPOT] = spot  # the rows are in place: only the spot moved
+        else:
+            rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            m = rows.shape[0]
+            if m > self.total:
+                raise ValueError(f"{m} rows exceed the batch's {self.total}")
+            order, s.inverse = self._order(key, rows)
+            np.take(rows, order, axis=0, out=s.params_host[:m])
+            s.m = m
+            s.key = key if spot is not None and len(parts) == 1 else None
         self._busy[slot] = True
         if self.device == "cpu":
-            core.fd_price_batch_cpu(s.params_host[:m], s.out_host[:m], *self._args)
+            core.fd_price_batch_cpu(s.params_host[:s.m], s.out_host[:s.m], *self._args)
             return
         if s.go is not None:
-            s.go(m)
+            s.go(s.m)
         else:
-            self._kernel[m, self._threads, s.stream](s.params, s.out, *self._args)
-        s.event.record(s.stream)
+            self._kernel[s.m, self._threads, s.stream](s.params, s.out, *self._args)
+        s.record()
 
     def done(self, slot: int) -> bool:
         """True once the slot's launch finished (a non-blocking event query)."""
@@ -173,3 +197,18 @@ class BatchPricer:
         assert s.inverse is not None
         self._busy[slot] = False
         return np.take(s.out_host[:s.m], s.inverse, axis=0)
+
+    def results_into(self, slot: int, start: int, dest: np.ndarray) -> None:
+        """Rows start..start+n (n = dest's columns) of the slot's launch, in the rows' given
+        order, written transposed into `dest` (3, n): price, delta, gamma rows. Call only
+        when done(); `release` frees the slot once every group's results are out."""
+        s = self._slots[slot]
+        assert s.inverse is not None
+        n = dest.shape[1]
+        np.take(s.out_host[:s.m].T, s.inverse[start:start + n], axis=1, out=dest)
+
+    def release(self, slot: int) -> None:
+        """Free a finished slot whose results were taken with `results_into`."""
+        if not self.done(slot):
+            raise RuntimeError("slot released before its launch finished")
+        self._busy[slot] = False

@@ -113,3 +113,76 @@ def test_prebound_batch_launch_equals_the_ordinary_launch(monkeypatch: pytest.Mo
         for i in range(bound.slots):
             bound.wait(i)
             np.testing.assert_array_equal(bound.results(i), ref)
+
+
+def _spot_run(pricer: BatchPricer, g: list[np.ndarray]) -> None:
+    """Launches of one group at a time, rows in place (spot given) or regathered, checked
+    against the twin: same key and new spot, another group in the same slot, a key change
+    (new expiries), then the first key again."""
+    later = g[0].copy()
+    later[:, core.EXPIRY] -= 0.01  # the date rolled: a new key, new expiry columns
+    steps = [(g[0], ("a", 1), 101.0), (g[0], ("a", 1), 98.5), (g[0], ("a", 1), 98.5),
+             (g[1], ("b", 1), 52.0), (g[0], ("a", 1), 99.0), (later, ("a", 2), 99.0),
+             (later, ("a", 2), 104.0), (g[0], ("a", 1), 97.0)]
+    for rows, key, spot in steps:
+        for slot in range(pricer.slots):
+            rows_now = with_spot(rows, spot + slot)
+            pricer.launch(slot, [rows_now], key, spot + slot)
+        for slot in range(pricer.slots):
+            pricer.wait(slot)
+            dest = np.full((3, len(rows)), np.nan)
+            pricer.results_into(slot, 0, dest)
+            pricer.release(slot)
+            want = twin(with_spot(rows, spot + slot)).T
+            if pricer.device == "cpu":
+                np.testing.assert_array_equal(dest, want)
+            else:
+                np.testing.assert_allclose(dest[core.PRICE], want[core.PRICE], rtol=1e-5,
+                                           atol=1e-6)
+
+
+def test_rows_in_place_take_only_the_new_spot_and_regather_on_a_new_key() -> None:
+    g = groups()
+    _spot_run(BatchPricer([len(x) for x in g], TINY, "cpu", slots=2), g)
+
+
+def test_results_into_matches_results_part_by_part_and_release_frees() -> None:
+    g = groups()
+    pricer = BatchPricer([len(x) for x in g], TINY, "cpu", slots=1)
+    parts = [with_spot(g[2], 20.0), with_spot(g[0], 102.0)]
+    pricer.launch(0, parts, (2, 0))
+    dest = [np.zeros((3, len(p))) for p in parts]
+    o = 0
+    for p, d in zip(parts, dest, strict=True):
+        pricer.results_into(0, o, d)
+        np.testing.assert_array_equal(d, twin(p).T)
+        o += len(p)
+    assert pricer.free_slot() is None
+    pricer.release(0)
+    assert pricer.free_slot() == 0
+
+
+@needs_cuda
+def test_cuda_rows_in_place_agree_with_the_twin() -> None:
+    g = groups()
+    _spot_run(BatchPricer([len(x) for x in g], TINY, "cuda", slots=2), g)
+
+
+@pytest.mark.gpu
+def test_raw_driver_launch_equals_numbas_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ctypes cuLaunchKernel path (GPU_RAW_LAUNCH=1) against numba's own launcher for
+    bound launches (=0), bit for bit, over three batch shapes and in-place spot updates."""
+    rng = np.random.default_rng(3)
+    rows = [option_params(100.0, rng.uniform(60, 140, n), rng.uniform(0.01, 2.0, n), 0.3,
+                          0.02, rng.random(n) < 0.5, True) for n in (40, 300, 7)]
+    monkeypatch.setenv("GPU_RAW_LAUNCH", "1")
+    raw = BatchPricer([len(r) for r in rows], "seed", "cuda", slots=2)
+    monkeypatch.setenv("GPU_RAW_LAUNCH", "0")
+    numba_bound = BatchPricer([len(r) for r in rows], "seed", "cuda", slots=2)
+    assert raw.launcher == "ctypes" and numba_bound.launcher == "cuda.core"
+    for subset, spot in (((0, 1, 2), None), ((1,), 97.0), ((1,), 103.0), ((2, 0), None)):
+        parts = [with_spot(rows[i], spot or 95.0 + i) for i in subset]
+        for p in (raw, numba_bound):
+            p.launch(0, parts, subset, spot)
+            p.wait(0)
+        np.testing.assert_array_equal(raw.results(0), numba_bound.results(0))
