@@ -7,9 +7,12 @@ results every 16 requests. The worker runs with OPTION_WORKER_TIMING, so each ro
 says how long each step of the worker's loop took (launch with work, launch with nothing
 to do, collect). One row per variant, each the same seconds of requests:
 
-- numba's launcher for bound launches, rows regathered every launch (before);
+- numba's launcher for bound launches, rows regathered every launch, a request written on
+  every tick (before);
 - + the rows kept in place (only the spot column written: OPTION_BATCH_IN_PLACE);
 - + the driver called through ctypes (GPU_RAW_LAUNCH), for launches, records and queries;
+- + requests on demand (OPTION_WORKER_DEMAND: a tick writes a request only while the
+  worker wants one);
 - the last with 1, 3 and 4 launches in flight.
 
     python benchmarks/worker_loop.py [--seconds S] [--json PATH] [--device cuda|cpu]
@@ -40,12 +43,15 @@ from engine.config import load_config  # noqa: E402
 from engine.option_worker import WorkerClient  # noqa: E402
 
 VARIANTS: list[tuple[str, dict[str, str]]] = [
-    ("numba launcher, rows regathered (before)",
-     {"GPU_RAW_LAUNCH": "0", "OPTION_BATCH_IN_PLACE": "0", "OPTION_WORKER_SLOTS": "2"}),
+    ("numba launcher, rows regathered, a request every tick (before)",
+     {"GPU_RAW_LAUNCH": "0", "OPTION_BATCH_IN_PLACE": "0", "OPTION_WORKER_SLOTS": "2",
+      "OPTION_WORKER_DEMAND": "0"}),
     ("+ rows in place", {"GPU_RAW_LAUNCH": "0", "OPTION_BATCH_IN_PLACE": "1",
-                         "OPTION_WORKER_SLOTS": "2"}),
+                         "OPTION_WORKER_SLOTS": "2", "OPTION_WORKER_DEMAND": "0"}),
     ("+ ctypes driver calls", {"GPU_RAW_LAUNCH": "1", "OPTION_BATCH_IN_PLACE": "1",
-                               "OPTION_WORKER_SLOTS": "2"}),
+                               "OPTION_WORKER_SLOTS": "2", "OPTION_WORKER_DEMAND": "0"}),
+    ("+ requests on demand", {"GPU_RAW_LAUNCH": "1", "OPTION_BATCH_IN_PLACE": "1",
+                              "OPTION_WORKER_SLOTS": "2", "OPTION_WORKER_DEMAND": "1"}),
     *((f"+ ctypes, {k} in flight", {"GPU_RAW_LAUNCH": "1", "OPTION_BATCH_IN_PLACE": "1",
                                     "OPTION_WORKER_SLOTS": str(k)}) for k in (1, 3, 4)),
 ]

@@ -3,10 +3,16 @@
 With one Python interpreter every microsecond of GPU dispatch (kernel launch, event query,
 copying results) is taken from the tick loop, even on a thread, because of the GIL. Here a
 second process owns the pricers: the engine's side (`WorkerClient`) writes the newest spot,
-the tick's timestamp and the time of the request into a shared-memory slot per group (four
-memoryview stores: about 0.6 µs of Python a tick on a 2-core VM, measured), and `poll()`
-reads a counter per group and, when it moved, copies the finished arrays out (one
-`OptionGroupValues` message). The worker (`worker_main`) spins over its batches, each a
+the tick's timestamp and the time of the request into a shared-memory slot per group, and
+`poll()` reads a counter per group and, when it moved, copies the finished arrays out (one
+`OptionGroupValues` message). Requests go on demand: the worker raises a group's WANT flag
+when it could launch the group at once, and only then does a tick write its request; other
+ticks are kept in the client as the group's pending one (one flag read and one list store)
+and the first tick or poll() that finds WANT raised sends the newest. A busy underlying
+ticks far faster than the GPU reprices, so nearly every tick is superseded before the
+worker could use it: such a tick costs the engine 0.53 µs in all, against 0.74 µs when
+every tick wrote a request (2-core dev VM, worker stopped, best of three). The worker
+(`worker_main`) spins over its batches, each a
 `gpu.option_batch.BatchPricer`: up to OPTION_WORKER_SLOTS launches are in flight per batch
 (each its own buffers and stream), spaced a slot's share of a launch's latency apart, so
 the GPU works on the next spot while the previous results are still on their way.
@@ -39,9 +45,10 @@ rewritten for request n + 2). Shared-memory layout (int64 unless noted):
       request: REQ (the number of the newest request), then two slots of (REQ_TS, REQ_T0,
                REQ_SPOT float64): request n lives in slot n % 2, written before REQ = n
       result:  RES (seqlock), RES_REQ (request number priced), RES_TS, RES_T0,
-               RES_SPOT (float64), COALESCED (requests never launched), PRICED
+               RES_SPOT (float64), LAUNCHES (repricings started), PRICED
                (repricings the worker published; the engine may read fewer, as a
-               result slot holds only the newest)
+               result slot holds only the newest), WANT (1 while the worker would
+               launch the group at once: the engine sends its newest spot only then)
     per group g, float64[3, n_g]: price, delta, gamma of the newest finished repricing
 
 Values are the same pricer's (`OptionGroupPricer`), built by the same recipe
@@ -75,7 +82,7 @@ SLOT = 16  # words per group: a request line and a result line
 REQ = 0
 REQ_TS, REQ_T0, REQ_SPOT = range(1, 4)  # slot 0; slot 1 is 3 words further
 REQ_SLOT = 3
-RES, RES_REQ, RES_TS, RES_T0, RES_SPOT, COALESCED, PRICED = range(8, 15)
+RES, RES_REQ, RES_TS, RES_T0, RES_SPOT, LAUNCHES, PRICED, WANT = range(8, 16)
 #: idle spins of the worker before it naps (a nap adds up to NAP_S to the next latency)
 IDLE_SPINS = 50_000
 NAP_S = 0.0002
@@ -95,8 +102,9 @@ PROFILE_ENV = "OPTION_WORKER_PROFILE"
 TIMING_ENV = "OPTION_WORKER_TIMING"
 DEFAULT_SLOTS = 2
 DEFAULT_SPACING = 1.0
-#: on every this many requests, also look for finished results (besides poll())
-CHECK_EVERY_REQUESTS = 4
+#: OPTION_WORKER_DEMAND=0: the worker keeps WANT raised, so the engine writes a request on
+#: every underlying tick (the protocol before requests on demand; benchmarks compare)
+DEMAND_ENV = "OPTION_WORKER_DEMAND"
 
 
 class _Layout:
@@ -143,14 +151,15 @@ class WorkerClient:
         self._res = self.layout.result_views(self._shm.buf)
         #: each group's (3, n) results as one flat byte view (read with one copy)
         self._res_bytes = [r.reshape(-1).view(np.uint8) for r in self._res]
-        self._by_symbol: dict[str, list[int]] = {}
+        # per underlying: its groups and a one-cell tick counter (cheaper than a dict count)
+        self._by_symbol: dict[str, tuple[list[int], list[int]]] = {}
         for g, c in enumerate(configs):
-            self._by_symbol.setdefault(c.underlying, []).append(g)
+            self._by_symbol.setdefault(c.underlying, ([], [0]))[0].append(g)
         self.underlyings = set(self._by_symbol)
         self._seen = [0] * len(configs)  # result counter last read per group
         self._requests = [0] * len(configs)  # requests made per group
-        self.ticks = 0  # underlying ticks requested (good prices only)
-        self._countdown = CHECK_EVERY_REQUESTS
+        #: per group, the newest tick (spot, ts, t0) kept while the worker did not want one
+        self._pending: list[tuple[float, int, int] | None] = [None] * len(configs)
         self._out: list[OptionValue | OptionGroupValues] = []  # collected, not yet polled
         self._seq = 0
         self.latencies_ns: list[int] = []
@@ -193,32 +202,44 @@ class WorkerClient:
 
     def on_underlying_tick(self, symbol: str, spot: float, ts: int) -> None:
         """Ask for the groups of `symbol` at `spot` (the newest request wins); the engine
-        calls this directly on every tick of an underlying: four shared-memory stores."""
-        idx = self._by_symbol.get(symbol)
-        if idx is None or not (0.0 < spot < math.inf):  # NaN fails too: never priced
+        calls this directly on every tick of an underlying. Requests go on demand: only
+        while the worker has raised the group's WANT flag (a free launch slot, the
+        spacing passed) is the request written (four shared-memory stores); otherwise
+        the tick is kept as the group's pending one (one list store), and sent by the
+        first tick or poll() that finds WANT raised. Most ticks of a busy underlying are
+        superseded before the worker could take them, so they cost one flag read."""
+        entry = self._by_symbol.get(symbol)
+        if entry is None or not (0.0 < spot < math.inf):  # NaN fails too: never priced
             return
-        self.ticks += 1
+        groups, ticks = entry
+        ticks[0] += 1
         q = self._q
-        requests = self._requests
-        t0 = time.perf_counter_ns()
-        for g in idx:
-            b = HEADER + SLOT * g
-            n = requests[g] + 1
-            requests[g] = n
-            s = b + REQ_SLOT * (n & 1)
-            self._d[s + REQ_SPOT] = spot
-            q[s + REQ_TS] = ts
-            q[s + REQ_T0] = t0
-            q[b] = n
-        # the engine polls once per received batch; a dense underlying also collects
-        # finished repricings here, every few ticks (a shared-memory read each)
-        self._countdown -= 1
-        if self._countdown <= 0:
-            self._countdown = CHECK_EVERY_REQUESTS
-            seen = self._seen
-            for g in idx:
-                if q[HEADER + SLOT * g + RES] != seen[g]:
-                    self._collect(g)
+        for g in groups:
+            if q[HEADER + SLOT * g + WANT]:
+                self._request(g, spot, ts, time.perf_counter_ns())
+            else:
+                self._pending[g] = (spot, ts, time.perf_counter_ns())
+
+    def _request(self, g: int, spot: float, ts: int, t0: int) -> None:
+        """Write request n for group g into slot n % 2, then publish n; collect g's
+        finished results on the way (a request goes out about once per repricing)."""
+        q = self._q
+        b = HEADER + SLOT * g
+        n = self._requests[g] + 1
+        self._requests[g] = n
+        s = b + REQ_SLOT * (n & 1)
+        self._d[s + REQ_SPOT] = spot
+        q[s + REQ_TS] = ts
+        q[s + REQ_T0] = t0
+        q[b] = n
+        self._pending[g] = None
+        if q[b + RES] != self._seen[g]:
+            self._collect(g)
+
+    @property
+    def ticks(self) -> int:
+        """Underlying ticks asked for (good prices only)."""
+        return sum(n for _, (n,) in self._by_symbol.values())
 
     def in_flight(self) -> int:
         """Groups whose newest request has not been priced and collected yet."""
@@ -226,7 +247,8 @@ class WorkerClient:
         busy = 0
         for g in range(self.layout.n_groups):
             b = HEADER + SLOT * g
-            if self._requests[g] > q[b + RES_REQ] or q[b + RES] != self._seen[g]:
+            if (self._requests[g] > q[b + RES_REQ] or q[b + RES] != self._seen[g]
+                    or self._pending[g] is not None):
                 busy += 1
         if busy and (q[FAILED] or self._proc.poll() is not None):
             self._check_alive()
@@ -234,9 +256,13 @@ class WorkerClient:
 
     def poll(self) -> list[OptionValue | OptionGroupValues]:
         """Messages of repricings finished since the last call; never blocks."""
-        q, seen = self._q, self._seen
+        q, seen, pending = self._q, self._seen, self._pending
         for g in range(self.layout.n_groups):
-            if q[HEADER + SLOT * g + RES] != seen[g]:
+            b = HEADER + SLOT * g
+            held = pending[g]
+            if held is not None and q[b + WANT]:
+                self._request(g, *held)
+            if q[b + RES] != seen[g]:
                 self._collect(g)
         out = self._out
         if not out:
@@ -286,8 +312,9 @@ class WorkerClient:
             "repricings": self.repricings, "latencies_ns": list(self.latencies_ns),
             "worker_repricings": sum(int(q[HEADER + SLOT * g + PRICED])
                                      for g in range(self.layout.n_groups)),
-            "coalesced": sum(int(q[HEADER + SLOT * g + COALESCED])
-                             for g in range(self.layout.n_groups)),
+            # ticks whose spot was never priced: a newer one of the same group replaced it
+            "coalesced": sum(len(groups) * n for groups, (n,) in self._by_symbol.values()) - sum(
+                int(q[HEADER + SLOT * g + LAUNCHES]) for g in range(self.layout.n_groups)),
         }
 
     def close(self) -> None:
@@ -390,7 +417,8 @@ def worker_settings() -> tuple[int, float]:
     the user, not a traceback from the worker process."""
     from engine.errors import UserError
 
-    for flag in (BATCH_ENV, YIELD_ENV):  # anything but "1" read as off: "true" would be too
+    # anything but "1" read as off: "true" would be too
+    for flag in (BATCH_ENV, YIELD_ENV, DEMAND_ENV):
         if os.environ.get(flag, "0") not in ("0", "1"):
             raise UserError(f"{flag} must be 0 or 1, got {os.environ[flag]!r}")
     raw_slots = os.environ.get(SLOTS_ENV, str(DEFAULT_SLOTS))
@@ -447,7 +475,13 @@ class _Server:
         self.groups = [build_group(c, "cpu", False, _AllWarm()) for c in configs]
         self.batches = _batches(self.groups, device)
         self.launched = [0] * len(configs)  # request number launched last
-        self.coalesced = [0] * len(configs)
+        self.launches = [0] * len(configs)
+        #: the WANT flag as this side last wrote it (written only when it changes)
+        self.wanted = [False] * len(configs)
+        self.on_demand = os.environ.get(DEMAND_ENV, "1") != "0"
+        if not self.on_demand:  # a request on every tick, as before requests on demand
+            for g in range(len(configs)):
+                q[HEADER + SLOT * g + WANT] = 1
         self.spacing = worker_settings()[1]
 
     def collect(self, batch: _Batch) -> bool:
@@ -471,7 +505,6 @@ class _Server:
                 q[b + RES_TS] = ts
                 q[b + RES_T0] = t0
                 d[b + RES_SPOT] = spot
-                q[b + COALESCED] = self.coalesced[g]
                 q[b + PRICED] += 1
                 q[b + RES] = c + 1
             pricer.release(flight.slot)
@@ -499,14 +532,21 @@ class _Server:
             b = HEADER + SLOT * g
             req = q[b]
             if req == self.launched[g]:
+                if not self.wanted[g] and self.on_demand:
+                    q[b + WANT] = 1  # ready for this group: the engine sends its next tick
+                    self.wanted[g] = True
                 continue
             s = b + REQ_SLOT * (req & 1)
             spot = d[s + REQ_SPOT]
             ts, t0 = q[s + REQ_TS], q[s + REQ_T0]
             if q[b] != req:
                 continue  # the engine is rewriting this slot: read the newer one next
-            self.coalesced[g] += req - self.launched[g] - 1
             self.launched[g] = req
+            if self.wanted[g]:  # after the read: a request written meanwhile stays for later
+                q[b + WANT] = 0
+                self.wanted[g] = False
+            self.launches[g] += 1
+            q[b + LAUNCHES] = self.launches[g]
             grp = self.groups[g]
             prepare_launch(grp, spot, ts, self.tz)
             parts.append((g, req, spot, ts, t0))

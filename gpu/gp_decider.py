@@ -33,7 +33,7 @@ from numba import cuda
 
 from gpu.device import Resolved, quiet_event_polling, resolve_device
 from gpu.gp_eval import I8, THREADS_PER_BLOCK, _blocks, _check_programs, _codes_cpu, _codes_kernel
-from gpu.launch import bind, event_query, untimed_event
+from gpu.launch import bind, event_query, event_recorder, host_to_device_copier, untimed_event
 from gpu.terminals import N_TERMINALS
 
 quiet_event_polling()
@@ -135,6 +135,9 @@ class AsyncDecider:
         self._grid = _blocks(n * n_symbols)
         self._args = (self._d_programs, self._d_lengths, self._d_panel, 0, 1, self._d_out)
         self._launch = None
+        # the panel's copy and the event's record as single driver calls where they can be
+        self._copy = host_to_device_copier(self._d_panel, self._h_panel, self._stream)
+        self._record = event_recorder(self._event, self._stream)
         if not self.prebind:
             return
         self._h_panel[...] = np.random.default_rng(1).normal(size=self._h_panel.shape)
@@ -172,12 +175,14 @@ class AsyncDecider:
         if n_symbols != self._n_symbols:
             self._buffers(n_symbols)
         self._h_panel[0] = feats.T
-        self._d_panel.copy_to_device(self._h_panel, stream=self._stream)
         if self._launch is not None:
+            self._copy()
             self._launch(self._grid)
-        else:
+            self._record()
+        else:  # numba's ordinary path throughout (the comparison, or no binding)
+            self._d_panel.copy_to_device(self._h_panel, stream=self._stream)
             _codes_kernel[self._grid, THREADS_PER_BLOCK, self._stream](*self._args)
-        self._event.record(self._stream)
+            self._event.record(self._stream)
         self._result = None
         self._pending = True
 

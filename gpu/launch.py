@@ -102,6 +102,9 @@ class _LibCuda:
         self.query = lib.cuEventQuery
         self.query.argtypes = [p]
         self.query.restype = ctypes.c_int
+        self.copy_to_device = lib.cuMemcpyHtoDAsync_v2
+        self.copy_to_device.argtypes = [ctypes.c_uint64, p, ctypes.c_size_t, p]
+        self.copy_to_device.restype = ctypes.c_int
         self.kernel_function = getattr(lib, "cuKernelGetFunction", None)
         if self.kernel_function is not None:
             self.kernel_function.argtypes = [ctypes.POINTER(p), p]
@@ -199,6 +202,35 @@ def event_recorder(event: Any, stream: Any) -> Callable[[], None]:
         if code != CUDA_SUCCESS:
             raise RuntimeError(f"cuEventRecord failed with CUDA error {code}")
 
+    return fast
+
+
+def host_to_device_copier(device_array: Any, host_array: Any, stream: Any
+                          ) -> Callable[[], None]:
+    """`copy()` = `device_array.copy_to_device(host_array, stream=stream)` for a fixed
+    pair of contiguous arrays of one size, as one ctypes driver call where it can be
+    (the host array should be pinned, so the copy is truly asynchronous)."""
+    lib = _driver()
+    nbytes = int(host_array.nbytes)
+    hstream = _address(getattr(stream, "handle", None)) if lib is not None else None
+    try:
+        dptr = int(device_array.device_ctypes_pointer.value or 0)
+        hptr = int(host_array.ctypes.data)
+        same = (nbytes == int(device_array.nbytes) and host_array.flags.c_contiguous
+                and device_array.is_c_contiguous())
+    except AttributeError:
+        dptr = hptr = 0
+        same = False
+    if lib is None or not hstream or not dptr or not same:
+        return lambda: device_array.copy_to_device(host_array, stream=stream)
+    copy = lib.copy_to_device
+
+    def fast() -> None:
+        code = copy(dptr, hptr, nbytes, hstream)
+        if code != CUDA_SUCCESS:
+            raise RuntimeError(f"cuMemcpyHtoDAsync failed with CUDA error {code}")
+
+    fast.keep_alive = (device_array, host_array)  # type: ignore[attr-defined]
     return fast
 
 

@@ -70,11 +70,15 @@ def check(got: list[OptionGroupValues], asked: dict[str, list[float]],
                 np.testing.assert_allclose(m.deltas(), d, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize(("slots", "batch"), [(3, "1"), (1, "0")])
+@pytest.mark.parametrize(("slots", "batch", "demand"), [(3, "1", "1"), (1, "0", "1"),
+                                                      (2, "0", "0")])
 def test_cpu_worker_batches_groups_of_one_grid_bit_for_bit(
-        monkeypatch: pytest.MonkeyPatch, slots: int, batch: str) -> None:
+        monkeypatch: pytest.MonkeyPatch, slots: int, batch: str, demand: str) -> None:
+    """Requests on demand (ticks held while the worker is busy, the newest sent when it
+    wants one) or on every tick: the newest spot of each underlying is priced last."""
     monkeypatch.setenv("OPTION_WORKER_SLOTS", str(slots))
     monkeypatch.setenv("OPTION_WORKER_BATCH", batch)
+    monkeypatch.setenv("OPTION_WORKER_DEMAND", demand)
     configs = {"ABC": cfg("ABC", (90.0, 100.0, 110.0)), "DEF": cfg("DEF", (35.0, 45.0))}
     book = OptionBook(list(configs.values()), device="cpu", dispatch="process")
     try:
@@ -84,6 +88,8 @@ def test_cpu_worker_batches_groups_of_one_grid_bit_for_bit(
         s = book.summary()
         assert s["repricings"] == len(got) and s["ticks"] == 400
         assert int(s["worker_repricings"]) >= len(got)  # type: ignore[call-overload]
+        # every tick was either priced or replaced by a newer one of its underlying
+        assert s["coalesced_ticks"] + s["worker_repricings"] == 400  # type: ignore[operator]
     finally:
         book.close()
 

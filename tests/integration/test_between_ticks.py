@@ -288,7 +288,8 @@ def test_worker_failure_is_a_clear_error_and_close_frees_everything(
                                               ("OPTION_WORKER_SLOTS", "0"),
                                               ("OPTION_WORKER_SPACING", "nan"),
                                               ("OPTION_WORKER_SPACING", "-1"),
-                                              ("OPTION_WORKER_BATCH", "true")])
+                                              ("OPTION_WORKER_BATCH", "true"),
+                                              ("OPTION_WORKER_DEMAND", "yes")])
 def test_bad_worker_setting_is_a_user_error_before_the_worker_starts(
         monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
     from engine.errors import UserError
