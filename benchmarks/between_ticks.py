@@ -340,6 +340,8 @@ def plan(one: Row, big: Row, gpu: str) -> list[Row]:
         Row(f"{gpu} process, 2 in flight, ctypes, + requests on demand", wl, fac, g1, gpu,
             "process", "group", True, {**slots[2], **NEW_PATH, "OPTION_WORKER_DEMAND": "1"}),
         Row(f"{gpu} process, default worker", wl, fac, g1, gpu, "process", "group", True, {}),
+        *(Row(f"{gpu} process, default worker, launches spaced {f}", wl, fac, g1, gpu,
+              "process", "group", True, {"OPTION_WORKER_SPACING": f}) for f in ("0.5", "0")),
         Row("10x1,000: no group", bwl, bfac, []),
         Row(f"10x1,000: {gpu} process (11-22)", bwl, bfac, gb, gpu, "process", "group", True,
             WORKER_BEFORE),

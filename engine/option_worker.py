@@ -465,8 +465,9 @@ class _Server:
 
     def __init__(self, shm: shared_memory.SharedMemory, q: Any, configs: list[Any],
                  device: str, tz: Any) -> None:
-        from engine.option_book import build_group
+        from engine.option_book import build_group, prepare_launch
 
+        self.prepare_launch = prepare_launch
         self.q = q
         self.d: Any = _buf(shm).cast("d")
         self.tz = tz
@@ -522,9 +523,8 @@ class _Server:
         if batch.flights and now - batch.last_launch_ns < self.spacing * batch.latency_ns / \
                 batch.pricer.slots:
             return False
-        from engine.option_book import prepare_launch
-
         q, d = self.q, self.d
+        prepare_launch = self.prepare_launch
         parts: list[tuple[int, int, float, int, int]] = []
         rows = []
         key: list[Any] = []

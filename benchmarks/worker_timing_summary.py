@@ -1,0 +1,26 @@
+"""One line per OPTION_WORKER_TIMING file (oldest first): the worker loop's steps.
+
+    python benchmarks/worker_timing_summary.py PREFIX   # the files PREFIX.<pid>
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+
+
+def main() -> None:
+    files = sorted(glob.glob(sys.argv[1] + ".*"), key=os.path.getmtime)
+    for f in files:
+        with open(f) as fh:
+            d = json.load(fh)
+        each = {k: round(v, 1) for k, v in d["us_each"].items()}
+        print(f"{os.path.basename(f)}: counts {d['counts']} us each {each} "
+              f"cpu {d['cpu_s']:.2f} s wall {d['wall_ns'] / 1e9:.2f} s "
+              f"involuntary switches {d['involuntary_switches']}")
+
+
+if __name__ == "__main__":
+    main()
