@@ -257,7 +257,7 @@ class Row(NamedTuple):
 #: the worker before this round of changes: one launch in flight per group, numba's query
 WORKER_BEFORE = {"OPTION_WORKER_SLOTS": "1", "OPTION_WORKER_BATCH": "0",
                  "GPU_FAST_EVENT_QUERY": "0", "GPU_RAW_LAUNCH": "0",
-                 "OPTION_BATCH_IN_PLACE": "0", "OPTION_WORKER_DEMAND": "0"}
+                 "OPTION_BATCH_IN_PLACE": "0", "OPTION_REQUEST_EVERY": "1"}
 #: this round (11-23, second session): rows kept in place, the driver called through ctypes
 NEW_PATH = {"GPU_RAW_LAUNCH": "1", "OPTION_BATCH_IN_PLACE": "1"}
 
@@ -338,11 +338,10 @@ def plan(one: Row, big: Row, gpu: str) -> list[Row]:
         *(Row(f"{gpu} process, {k} in flight, + ctypes driver calls", wl, fac, g1, gpu,
               "process", "group", True, {**slots[k], **NEW_PATH}) for k in (2, 4)),
         Row(f"{gpu} process, 2 in flight, ctypes, + requests only on demand", wl, fac, g1,
-            gpu, "process", "group", True, {**slots[2], **NEW_PATH, "OPTION_WORKER_DEMAND": "1",
-                                             "OPTION_REQUEST_EVERY": "1000000000"}),
+            gpu, "process", "group", True, {**slots[2], **NEW_PATH, "OPTION_REQUEST_EVERY": "0"}),
         Row(f"{gpu} process, 2 in flight, ctypes, + on demand or every 4th tick", wl, fac,
             g1, gpu, "process", "group", True, {**slots[2], **NEW_PATH,
-                                                "OPTION_WORKER_DEMAND": "1"}),
+                                                "OPTION_REQUEST_EVERY": "4"}),
         Row(f"{gpu} process, default worker", wl, fac, g1, gpu, "process", "group", True, {}),
         *(Row(f"{gpu} process, default worker, launches spaced {f}", wl, fac, g1, gpu,
               "process", "group", True, {"OPTION_WORKER_SPACING": f}) for f in ("0.5", "0")),

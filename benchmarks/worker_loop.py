@@ -11,7 +11,7 @@ to do, collect). One row per variant, each the same seconds of requests:
   every tick (before);
 - + the rows kept in place (only the spot column written: OPTION_BATCH_IN_PLACE);
 - + the driver called through ctypes (GPU_RAW_LAUNCH), for launches, records and queries;
-- + requests on demand (OPTION_WORKER_DEMAND: a tick writes a request only while the
+- + requests on demand (OPTION_REQUEST_EVERY=0: a tick writes a request only while the
   worker wants one);
 - the last with 1, 3 and 4 launches in flight.
 
@@ -45,13 +45,13 @@ from engine.option_worker import WorkerClient  # noqa: E402
 VARIANTS: list[tuple[str, dict[str, str]]] = [
     ("numba launcher, rows regathered, a request every tick (before)",
      {"GPU_RAW_LAUNCH": "0", "OPTION_BATCH_IN_PLACE": "0", "OPTION_WORKER_SLOTS": "2",
-      "OPTION_WORKER_DEMAND": "0"}),
+      "OPTION_REQUEST_EVERY": "1"}),
     ("+ rows in place", {"GPU_RAW_LAUNCH": "0", "OPTION_BATCH_IN_PLACE": "1",
-                         "OPTION_WORKER_SLOTS": "2", "OPTION_WORKER_DEMAND": "0"}),
+                         "OPTION_WORKER_SLOTS": "2", "OPTION_REQUEST_EVERY": "1"}),
     ("+ ctypes driver calls", {"GPU_RAW_LAUNCH": "1", "OPTION_BATCH_IN_PLACE": "1",
-                               "OPTION_WORKER_SLOTS": "2", "OPTION_WORKER_DEMAND": "0"}),
+                               "OPTION_WORKER_SLOTS": "2", "OPTION_REQUEST_EVERY": "1"}),
     ("+ requests on demand", {"GPU_RAW_LAUNCH": "1", "OPTION_BATCH_IN_PLACE": "1",
-                              "OPTION_WORKER_SLOTS": "2", "OPTION_WORKER_DEMAND": "1"}),
+                              "OPTION_WORKER_SLOTS": "2", "OPTION_REQUEST_EVERY": "0"}),
     *((f"+ ctypes, {k} in flight", {"GPU_RAW_LAUNCH": "1", "OPTION_BATCH_IN_PLACE": "1",
                                     "OPTION_WORKER_SLOTS": str(k)}) for k in (1, 3, 4)),
 ]

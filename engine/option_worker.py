@@ -9,9 +9,8 @@ the tick's timestamp and the time of the request into a shared-memory slot per g
 when it could launch the group at once, and only then does a tick write its request; other
 ticks are kept in the client as the group's pending one (one flag read and one list store)
 and the first tick that finds WANT raised, or the next poll() (after every received batch),
-sends the newest; every OPTION_REQUEST_EVERY-th held tick (default 4) is sent anyway, so a
-recent spot is already waiting when the worker gets ready (held until WANT alone, the SPY
-group got about half the repricings on the H200 host). A busy underlying
+sends the newest. OPTION_REQUEST_EVERY=k also sends every k-th held tick (1: every tick):
+more repricings for a slower tick path (`request_every`). A busy underlying
 ticks far faster than the GPU reprices, so nearly every tick is superseded before the
 worker could use it: such a tick costs the engine 0.53 µs in all, against 0.74 µs when
 every tick wrote a request (2-core dev VM, worker stopped, best of three). The worker
@@ -105,11 +104,10 @@ PROFILE_ENV = "OPTION_WORKER_PROFILE"
 TIMING_ENV = "OPTION_WORKER_TIMING"
 DEFAULT_SLOTS = 2
 DEFAULT_SPACING = 1.0
-#: OPTION_WORKER_DEMAND=0: the worker keeps WANT raised, so the engine writes a request on
-#: every underlying tick (the protocol before requests on demand; benchmarks compare)
-DEMAND_ENV = "OPTION_WORKER_DEMAND"
+#: OPTION_REQUEST_EVERY: 0 (default) requests only on demand; k >= 1 also every k-th held
+#: tick (1: a request on every tick, the protocol before requests on demand)
 REQUEST_EVERY_ENV = "OPTION_REQUEST_EVERY"
-DEFAULT_REQUEST_EVERY = 4
+DEFAULT_REQUEST_EVERY = 0
 
 
 class _Layout:
@@ -428,10 +426,13 @@ class _Batch:
 
 
 def request_every() -> int:
-    """OPTION_REQUEST_EVERY (an integer, at least 1; default 4): while the worker wants no
-    request, every this many held ticks one is written anyway, so a recent spot is
-    waiting when the worker gets ready and finished results are collected as they come
-    (1: a request on every tick)."""
+    """How many held ticks make a request written anyway, from OPTION_REQUEST_EVERY (an
+    integer >= 0). 0, the default: none, requests go only on demand. k >= 1: every k-th
+    tick held while the worker wanted none is written too (1: a request on every tick),
+    so a recent spot is already waiting when the worker gets ready. It trades the
+    tick path for repricings: on the H200 host the SPY group got about twice the
+    repricings with 1 (97-103k per replay against 43-53k) and its replay ran at 0.85-0.92
+    of the ticks/s without options, against 0.97-0.99 on demand."""
     from engine.errors import UserError
 
     raw = os.environ.get(REQUEST_EVERY_ENV, str(DEFAULT_REQUEST_EVERY))
@@ -439,9 +440,9 @@ def request_every() -> int:
         every = int(raw)
     except ValueError:
         every = 0
-    if every < 1:
-        raise UserError(f"{REQUEST_EVERY_ENV} must be an integer >= 1, got {raw!r}")
-    return every
+    if every < 0 or str(every) != raw.strip():
+        raise UserError(f"{REQUEST_EVERY_ENV} must be an integer >= 0, got {raw!r}")
+    return every or sys.maxsize
 
 
 def worker_settings() -> tuple[int, float]:
@@ -452,7 +453,7 @@ def worker_settings() -> tuple[int, float]:
     from engine.errors import UserError
 
     # anything but "1" read as off: "true" would be too
-    for flag in (BATCH_ENV, YIELD_ENV, DEMAND_ENV):
+    for flag in (BATCH_ENV, YIELD_ENV):
         if os.environ.get(flag, "0") not in ("0", "1"):
             raise UserError(f"{flag} must be 0 or 1, got {os.environ[flag]!r}")
     raw_slots = os.environ.get(SLOTS_ENV, str(DEFAULT_SLOTS))
@@ -513,10 +514,6 @@ class _Server:
         self.launches = [0] * len(configs)
         #: the WANT flag as this side last wrote it (written only when it changes)
         self.wanted = [False] * len(configs)
-        self.on_demand = os.environ.get(DEMAND_ENV, "1") != "0"
-        if not self.on_demand:  # a request on every tick, as before requests on demand
-            for g in range(len(configs)):
-                q[HEADER + SLOT * g + WANT] = 1
         self.spacing = worker_settings()[1]
 
     def collect(self, batch: _Batch) -> bool:
@@ -566,7 +563,7 @@ class _Server:
             b = HEADER + SLOT * g
             req = q[b]
             if req == self.launched[g]:
-                if not self.wanted[g] and self.on_demand:
+                if not self.wanted[g]:
                     q[b + WANT] = 1  # ready for this group: the engine sends its next tick
                     self.wanted[g] = True
                 continue

@@ -70,17 +70,15 @@ def check(got: list[OptionGroupValues], asked: dict[str, list[float]],
                 np.testing.assert_allclose(m.deltas(), d, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize(("slots", "batch", "demand", "every"),
-                         [(3, "1", "1", "4"), (1, "0", "1", "1000000"), (2, "0", "0", "4")])
+@pytest.mark.parametrize(("slots", "batch", "every"),
+                         [(3, "1", "0"), (1, "0", "4"), (2, "0", "1")])
 def test_cpu_worker_batches_groups_of_one_grid_bit_for_bit(
-        monkeypatch: pytest.MonkeyPatch, slots: int, batch: str, demand: str, every: str
-) -> None:
-    """Requests on demand (ticks held while the worker is busy, the newest sent when it
-    wants one, or every 4th held tick, or only then) or on every tick: the newest spot of
-    each underlying is priced last."""
+        monkeypatch: pytest.MonkeyPatch, slots: int, batch: str, every: str) -> None:
+    """Requests only on demand (ticks held while the worker is busy, the newest sent when
+    it wants one), also every 4th held tick, or on every tick: the newest spot of each
+    underlying is priced last."""
     monkeypatch.setenv("OPTION_WORKER_SLOTS", str(slots))
     monkeypatch.setenv("OPTION_WORKER_BATCH", batch)
-    monkeypatch.setenv("OPTION_WORKER_DEMAND", demand)
     monkeypatch.setenv("OPTION_REQUEST_EVERY", every)
     configs = {"ABC": cfg("ABC", (90.0, 100.0, 110.0)), "DEF": cfg("DEF", (35.0, 45.0))}
     book = OptionBook(list(configs.values()), device="cpu", dispatch="process")

@@ -289,8 +289,7 @@ def test_worker_failure_is_a_clear_error_and_close_frees_everything(
                                               ("OPTION_WORKER_SPACING", "nan"),
                                               ("OPTION_WORKER_SPACING", "-1"),
                                               ("OPTION_WORKER_BATCH", "true"),
-                                              ("OPTION_WORKER_DEMAND", "yes"),
-                                              ("OPTION_REQUEST_EVERY", "0"),
+                                              ("OPTION_REQUEST_EVERY", "-1"),
                                               ("OPTION_REQUEST_EVERY", "4.5")])
 def test_bad_worker_setting_is_a_user_error_before_the_worker_starts(
         monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
