@@ -19,7 +19,9 @@ def main() -> None:
         each = {k: round(v, 1) for k, v in d["us_each"].items()}
         print(f"{os.path.basename(f)}: counts {d['counts']} us each {each} "
               f"cpu {d['cpu_s']:.2f} s wall {d['wall_ns'] / 1e9:.2f} s "
-              f"involuntary switches {d['involuntary_switches']}")
+              f"involuntary switches {d['involuntary_switches']} "
+              f"launch latency us {d.get('launch_latency_us')} "
+              f"WANT wait us {d.get('want_wait_us')}")
 
 
 if __name__ == "__main__":

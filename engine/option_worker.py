@@ -514,6 +514,9 @@ class _Server:
         self.launches = [0] * len(configs)
         #: the WANT flag as this side last wrote it (written only when it changes)
         self.wanted = [False] * len(configs)
+        self.want_since = [0] * len(configs)
+        #: WANT raised -> request taken (ns), per launch that waited for one (diagnostics)
+        self.waits: collections.deque[int] = collections.deque(maxlen=1 << 20)
         self.spacing = worker_settings()[1]
 
     def collect(self, batch: _Batch) -> bool:
@@ -566,6 +569,7 @@ class _Server:
                 if not self.wanted[g]:
                     q[b + WANT] = 1  # ready for this group: the engine sends its next tick
                     self.wanted[g] = True
+                    self.want_since[g] = now
                 continue
             s = b + REQ_SLOT * (req & 1)
             spot = d[s + REQ_SPOT]
@@ -576,6 +580,7 @@ class _Server:
             if self.wanted[g]:  # after the read: a request written meanwhile stays for later
                 q[b + WANT] = 0
                 self.wanted[g] = False
+                self.waits.append(now - self.want_since[g])
             self.launches[g] += 1
             q[b + LAUNCHES] = self.launches[g]
             grp = self.groups[g]
@@ -649,7 +654,7 @@ class _StepTimes:
 
         return timed
 
-    def write(self, path: str) -> None:
+    def write(self, path: str, server: _Server) -> None:
         import resource
 
         wall = time.perf_counter_ns() - self.started
@@ -658,7 +663,14 @@ class _StepTimes:
         report = {"wall_ns": wall, "counts": dict(self.counts), "ns": dict(self.ns),
                   "us_each": {k: self.ns[k] / 1e3 / c for k, c in self.counts.items() if c},
                   "cpu_s": use.ru_utime + use.ru_stime, "involuntary_switches": use.ru_nivcsw,
-                  "voluntary_switches": use.ru_nvcsw}
+                  "voluntary_switches": use.ru_nvcsw,
+                  "launch_latency_us": [b.latency_ns / 1e3 for b in server.batches]}
+        waits = np.array(server.waits, dtype=np.float64) / 1e3
+        if waits.size:  # how long a raised WANT waited for the engine's request
+            report["want_wait_us"] = {"launches": int(waits.size),
+                                      "p50": float(np.median(waits)),
+                                      "p90": float(np.percentile(waits, 90)),
+                                      "mean": float(waits.mean())}
         Path(path).write_bytes(msgspec.json.encode(report))
 
 
@@ -676,7 +688,7 @@ def _serve(shm: shared_memory.SharedMemory, q: Any, configs: list[Any], device: 
     finally:
         server.close()
         if times is not None and timing_to:
-            times.write(f"{timing_to}.{os.getpid()}")
+            times.write(f"{timing_to}.{os.getpid()}", server)
 
 
 def per_option(msgs: list[OptionValue | OptionGroupValues]) -> list[OptionValue]:
