@@ -103,6 +103,41 @@ def _gaps_ms(values: Any, ticks: dict[str, np.ndarray]) -> dict[str, float]:
     return out
 
 
+def _repriced_ts(values: Any) -> dict[str, np.ndarray]:
+    """Per underlying, the sorted data times (tick ts) of its published repricings."""
+    ts: dict[str, set[int]] = {}
+    for m in values:
+        if type(m) is OptionGroupValues:
+            ts.setdefault(m.symbol, set()).add(m.ts)
+        elif type(m) is OptionValue:
+            ts.setdefault(m.underlying, set()).add(m.ts)
+    return {s: np.array(sorted(v), dtype=np.int64) for s, v in ts.items()}
+
+
+def newer_spot_waits_ms(repriced: np.ndarray, ticks: np.ndarray) -> float:
+    """The longest a newer spot waited, in data time, for a repricing of its group: over
+    consecutive repricings a < b, b minus the first tick after a (0 when no tick came in
+    between). Unlike the gap b - a this leaves out the stretches with nothing new to
+    price, so the underlying's own pauses do not count; pairs spanning a pause longer
+    than QUIET_NS (a night, a halt) are left out too."""
+    if len(repriced) < 2 or len(ticks) < 2:
+        return float("nan")
+    a, b = repriced[:-1], repriced[1:]
+    first = np.searchsorted(ticks, a, side="right")  # the first tick after a
+    has = first < len(ticks)
+    first_ts = np.where(has, ticks[np.minimum(first, len(ticks) - 1)], b)
+    wait = np.where(first_ts < b, b - first_ts, 0)
+    lo = np.searchsorted(ticks, a, side="left")  # as _gaps_ms: the ticks from a to b
+    hi = np.searchsorted(ticks, b, side="right")
+    pause = np.diff(ticks)
+    quiet = np.zeros(len(a), dtype=bool)
+    for i, (i0, i1) in enumerate(zip(lo.tolist(), hi.tolist(), strict=True)):
+        if i1 - 1 > i0 and pause[i0:i1 - 1].max() > QUIET_NS:
+            quiet[i] = True
+    wait = wait[~quiet]
+    return float(wait.max() / 1e6) if wait.size else float("nan")
+
+
 def _tick_gaps_ms(ticks: dict[str, np.ndarray]) -> dict[str, float]:
     """Largest data-time gap between consecutive ticks of each symbol (the floor)."""
     return {s: float(np.diff(t).max() / 1e6) if len(t) > 1 else float("nan")
@@ -111,7 +146,7 @@ def _tick_gaps_ms(ticks: dict[str, np.ndarray]) -> dict[str, float]:
 
 def run_row(name: str, factory: functools.partial[Any], groups: list[OptionGroupConfig],
             device: str, dispatch: str, messages: str, transport: str,
-            prebind: bool) -> dict[str, Any]:
+            prebind: bool, publish_rate: float = 0.0) -> dict[str, Any]:
     groups = [OptionGroupConfig(**{**{f: getattr(g, f) for f in g.__struct_fields__},
                                    "messages": messages}) for g in groups]
     book = None
@@ -123,7 +158,7 @@ def run_row(name: str, factory: functools.partial[Any], groups: list[OptionGroup
     startup = time.perf_counter() - t_start
     try:
         cfg = EngineConfig(transport=transport)  # type: ignore[arg-type]
-        res = replay(factory, SmaCross(), cfg, option_book=book)
+        res = replay(factory, SmaCross(), cfg, option_book=book, publish_rate=publish_rate)
         stats = res.engine.stats
         row: dict[str, Any] = {
             "row": name, "device": device if groups else None,
@@ -140,8 +175,12 @@ def run_row(name: str, factory: functools.partial[Any], groups: list[OptionGroup
             row.update({k: s[k] for k in ("groups", "options", "repricings", "coalesced_ticks",
                                           "latency_us_p50", "latency_us_p99",
                                           "latency_us_max")})
-            gaps = _gaps_ms(res.engine.option_values, _tick_times(factory))
+            tick_times = _tick_times(factory)
+            gaps = _gaps_ms(res.engine.option_values, tick_times)
             row["max_repricing_gap_ms"] = max(gaps.values()) if gaps else None
+            waits = [newer_spot_waits_ms(r, tick_times[s]) for s, r in
+                     _repriced_ts(res.engine.option_values).items() if s in tick_times]
+            row["max_newer_spot_wait_ms"] = max(waits) if waits else None
             row["gap_window_messages"] = len(res.engine.option_values)
     finally:
         if book is not None:
@@ -252,6 +291,8 @@ class Row(NamedTuple):
     prebind: bool = False
     #: environment of the row's engine and worker (launch slots, batching, event query)
     env: dict[str, str] = {}
+    #: ticks per second the feed is paced at (0: as fast as the engine takes them)
+    rate: float = 0.0
 
 
 #: the worker before this round of changes: one launch in flight per group, numba's query
@@ -270,6 +311,8 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--config", default=str(ROOT / "examples" / "spy_options.toml"))
     ap.add_argument("--big-ticks", type=int, default=1_000_000,
                     help="ticks of the 10 x 1,000 synthetic feed (10 symbols)")
+    ap.add_argument("--paced-ticks", type=int, default=100_000,
+                    help="ticks of the paced 10 x 1,000 rows (at 1x: 10 s of data)")
     ap.add_argument("--skip", default="", help="row names to leave out, separated by semicolons")
     ap.add_argument("--only", default="",
                     help="keep only rows whose name contains one of these (semicolons)")
@@ -307,10 +350,16 @@ def _workloads(args: argparse.Namespace) -> tuple[Row, Row]:
             Row("10 synthetic", "10 synthetic", big_factory, big_groups))
 
 
-def plan(one: Row, big: Row, gpu: str) -> list[Row]:
-    """The table's rows: before and after each change, on both workloads."""
+def plan(one: Row, big: Row, gpu: str, paced_ticks: int = 100_000) -> list[Row]:
+    """The table's rows: before and after each change, on both workloads; then the
+    10 x 1,000 feed paced at its own data rate (1x: data time runs as wall time, as a
+    live feed arrives) and at ten times it."""
     g1, wl, fac = one.groups, one.workload, one.factory
     gb, bwl, bfac = big.groups, big.workload, big.factory
+    keywords = {**big.factory.keywords, "n_ticks": paced_ticks}
+    pfac = functools.partial(big.factory.func, *big.factory.args, **keywords)
+    data_rate = keywords["n_symbols"] * keywords["tick_rate"]  # ticks per data second
+    paced = [(f"{x}x", x * data_rate) for x in (1, 10)]
     slots = {k: {**WORKER_BEFORE, "OPTION_WORKER_SLOTS": str(k), "GPU_FAST_EVENT_QUERY": "1",
                  "OPTION_WORKER_BATCH": "1"} for k in (1, 2, 3, 4)}
     return [
@@ -358,6 +407,12 @@ def plan(one: Row, big: Row, gpu: str) -> list[Row]:
             bwl, bfac, gb, gpu, "process", "group", True, {}),
         Row(f"10x1,000: {gpu} process, 3 launches in flight per group, no batching", bwl,
             bfac, gb, gpu, "process", "group", True, {**slots[3], "OPTION_WORKER_BATCH": "0"}),
+        *(r for speed, rate in paced for r in (
+            Row(f"10x1,000 paced {speed}: no group", f"10 synthetic paced {speed}", pfac, [],
+                rate=rate),
+            Row(f"10x1,000 paced {speed}: {gpu} process, default worker",
+                f"10 synthetic paced {speed}", pfac, gb, gpu, "process", "group", True, {},
+                rate=rate))),
     ]
 
 
@@ -367,7 +422,7 @@ def _one(r: Row, args: argparse.Namespace) -> dict[str, Any]:
     os.environ.update(r.env)  # the worker process inherits them
     try:
         row = run_row(r.name, r.factory, r.groups, r.device, r.dispatch, r.messages,
-                      args.transport, r.prebind)
+                      args.transport, r.prebind, r.rate)
     finally:
         for k, v in saved.items():
             if v is None:
@@ -415,13 +470,14 @@ def print_tables(rows: list[dict[str, Any]], gp_rows: list[dict[str, Any]],
                  big_tick_gap: dict[str, float], head: str) -> None:
     print(f"\n{head}")
     print("| run | ticks/s | ratio | repricings | tick→values p50 µs | p99 µs | "
-          "max repricing gap while ticking (data ms) |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+          "max repricing gap while ticking (data ms) | longest a newer spot waited (data ms) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['row']} | {r['ticks_per_second']:,.0f} | "
               f"{_f(r['ratio_to_no_group'], '.2f')} | {_f(r.get('repricings'), ',')} | "
               f"{_f(r.get('latency_us_p50'), ',.0f')} | {_f(r.get('latency_us_p99'), ',.0f')} | "
-              f"{_f(r.get('max_repricing_gap_ms'), ',.1f')} |")
+              f"{_f(r.get('max_repricing_gap_ms'), ',.1f')} | "
+              f"{_f(r.get('max_newer_spot_wait_ms'), ',.1f')} |")
     print(f"10x1,000 feed: largest gap between ticks of one underlying "
           f"{max(big_tick_gap.values()):.1f} ms of data time (the floor of the repricing gap)")
     if not gp_rows:
@@ -442,7 +498,7 @@ def main() -> None:
     json_path = args.json or ROOT / "benchmarks" / "results" / (
         f"between_ticks_{node}_{stamp:%Y-%m-%d}{'_quick' if args.quick else ''}.json")
     one, big = _workloads(args)
-    rows = run_plan(plan(one, big, gpu), args)
+    rows = run_plan(plan(one, big, gpu, args.paced_ticks), args)
     big_tick_gap = _tick_gaps_ms(_tick_times(big.factory))
     capacity = (launch_capacity(one.groups, gpu, "one group")
                 + launch_capacity(big.groups, gpu, "10 x 1,000"))

@@ -68,7 +68,8 @@ def _source_skips(source: Source) -> dict[str, int]:
 FEED_HOLD_SECONDS = 3600.0
 
 
-def _feed_process(factory: SourceFactory, endpoint: str, conn: Any, release: Any) -> None:
+def _feed_process(factory: SourceFactory, endpoint: str, conn: Any, release: Any,
+                  rate: float = 0.0) -> None:
     """Child process: bind, report the endpoint, wait for the subscriber, publish, then keep
     the socket open until the engine has read everything (`release`)."""
     try:
@@ -76,7 +77,7 @@ def _feed_process(factory: SourceFactory, endpoint: str, conn: Any, release: Any
         pub = Publisher(endpoint, zmq.Context())
         conn.send(("endpoint", pub.endpoint))
         pub.wait_for_subscriber(30.0)
-        sent = publish_source(source, pub)
+        sent = publish_source(source, pub, rate)
         conn.send(("source_skipped", _source_skips(source)))
         conn.send(("done", sent))
         # Closing now would lose the tail of the stream when the engine lags: its receive
@@ -112,7 +113,7 @@ class _Feed:
     """The publishing side of a replay, as a thread (inproc) or a process (ipc/tcp)."""
 
     def __init__(self, factory: SourceFactory, transport: str, ctx: zmq.asyncio.Context,
-                 tmpdir: str) -> None:
+                 tmpdir: str, rate: float = 0.0) -> None:
         self.transport = transport
         self.error: str | None = None
         self.sent = 0
@@ -134,7 +135,7 @@ class _Feed:
                 try:
                     self.pub.wait_for_subscriber(30.0)
                     stoppable: Any = _StoppableSource(self.source, self._stop)
-                    self.sent = publish_source(stoppable, self.pub)
+                    self.sent = publish_source(stoppable, self.pub, rate)
                 except BaseException as exc:
                     self.error = f"{type(exc).__name__}: {exc}"
 
@@ -147,7 +148,7 @@ class _Feed:
             self.conn, child = mpctx.Pipe(duplex=False)
             self._release = mpctx.Event()
             self.proc = mpctx.Process(target=_feed_process,
-                                      args=(factory, endpoint, child, self._release),
+                                      args=(factory, endpoint, child, self._release, rate),
                                       daemon=True)
             self.proc.start()
             kind, value = "error", "feed process did not start within 60 s"
@@ -225,11 +226,15 @@ async def replay_async(
     config: EngineConfig | None = None,
     option_book: Any = None,
     progress: Callable[[int], None] | None = None,
+    publish_rate: float = 0.0,
 ) -> ReplayResult:
+    """Replay `factory`'s records through the engine. `publish_rate` > 0 paces the feed at
+    that many messages per second (a market played back at a chosen speed, as a live
+    feed would arrive); 0 publishes as fast as the engine takes them."""
     config = config or EngineConfig()
     ctx = zmq.asyncio.Context()
     tmpdir = tempfile.mkdtemp(prefix="replay-ipc-")
-    feed = _Feed(factory, config.transport, ctx, tmpdir)
+    feed = _Feed(factory, config.transport, ctx, tmpdir, publish_rate)
     sub = Subscriber(feed.endpoint, ctx, limits=config.validation)
     last_progress = 0
     failed = True
@@ -272,8 +277,10 @@ async def replay_async(
 
 
 def replay(factory: SourceFactory, strategy: Strategy, config: EngineConfig | None = None,
-           option_book: Any = None, progress: Callable[[int], None] | None = None) -> ReplayResult:
-    return asyncio.run(replay_async(factory, strategy, config, option_book, progress))
+           option_book: Any = None, progress: Callable[[int], None] | None = None,
+           publish_rate: float = 0.0) -> ReplayResult:
+    return asyncio.run(replay_async(factory, strategy, config, option_book, progress,
+                                    publish_rate))
 
 
 async def raw_limit_async(factory: SourceFactory, transport: str = "inproc") -> tuple[int, float]:

@@ -298,3 +298,35 @@ def test_bad_worker_setting_is_a_user_error_before_the_worker_starts(
     monkeypatch.setenv(name, value)
     with pytest.raises(UserError, match=name):
         OptionBook([group()], device="cpu", dispatch="process")
+
+
+def test_newer_spot_wait_is_the_brute_force_per_tick_wait() -> None:
+    """The benchmark's 'longest a newer spot waited' against a per-tick brute force: for
+    every tick after the first repricing, the data time until the first repricing at or
+    after it (seeded random tick and repricing times, no pauses)."""
+    from benchmarks.between_ticks import newer_spot_waits_ms
+
+    rng = np.random.default_rng(11)
+    for _ in range(200):
+        ticks = np.cumsum(rng.integers(1, 5_000_000, rng.integers(2, 60))).astype(np.int64)
+        k = int(rng.integers(2, len(ticks) + 1))
+        repriced = np.sort(rng.choice(ticks, size=k, replace=False))
+        worst = 0
+        for t in ticks.tolist():
+            if t <= repriced[0]:
+                continue
+            nxt = [r for r in repriced.tolist() if r >= t]
+            if nxt:
+                worst = max(worst, nxt[0] - t)
+        assert newer_spot_waits_ms(repriced, ticks) == worst / 1e6
+
+
+def test_a_paced_replay_takes_the_time_its_rate_says() -> None:
+    """publish_rate paces the feed: 3,000 ticks at 10,000 a second take about 0.3 s (the
+    publisher's clock starts before the engine's; unpaced they take a few ms), and every
+    tick still arrives."""
+    factory = functools.partial(SyntheticMarket, n_symbols=2, n_ticks=3_000, seed=3,
+                                tick_rate=50.0)
+    res = replay(factory, SmaCross(), EngineConfig(transport="ipc"), publish_rate=10_000.0)
+    assert res.engine.stats.market_data == 3_000
+    assert res.wall_seconds >= 0.2  # the pacing sleeps to the rate every 64 messages
