@@ -243,7 +243,10 @@ async def replay_async(
         t0 = time.perf_counter()
         feed.start()
         while not engine.finished:
-            if not await sub.socket.poll(250):
+            # repricings finished while the feed is quiet are collected within a
+            # millisecond, not when the next batch arrives (a paced feed idles between)
+            busy = engine.poll_options()
+            if not await sub.socket.poll(1 if busy else 250):
                 if not feed.alive():
                     # the feed ended; anything it sent is already queued: drain once more
                     if await sub.socket.poll(500):

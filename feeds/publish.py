@@ -76,6 +76,9 @@ class _Stream:
         self.topics = topics
         self.session = session
         self.rate = rate
+        # a paced stream leaves in steps of about a millisecond (at most 64 messages): a
+        # market played back at its own speed arrives tick by tick, not in 6 ms bursts
+        self.pace_every = max(1, min(64, int(rate // 1000))) if rate > 0 else 64
         self.heartbeat_s = heartbeat_s
         self.sent = 0
         self.beats = 0
@@ -105,13 +108,14 @@ class _Stream:
             send(topics[kind][sym], more)
             send(payloads[a:b])
             sent += 1
-            if sent % 64 == 0:
+            if sent % self.pace_every == 0:
                 self._pace(sent)
         self.sent = sent
         self.last_ts = int(chunk["ts"][hi - 1])
 
     def _pace(self, sent: int) -> None:
-        """Every 64 messages: a heartbeat when one is due, and a sleep when ahead of `rate`."""
+        """Every `pace_every` messages: a heartbeat when one is due, and a sleep when ahead
+        of `rate`."""
         now = time.perf_counter()
         if self.heartbeat_s > 0 and now - self.last_beat >= self.heartbeat_s:
             self.heartbeat(self.last_ts)
