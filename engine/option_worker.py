@@ -9,11 +9,11 @@ the tick's timestamp and the time of the request into a shared-memory slot per g
 when it could launch the group at once, and only then does a tick write its request; other
 ticks are kept in the client as the group's pending one (one flag read and one list store)
 and the first tick that finds WANT raised, or the next poll() (after every received batch),
-sends the newest. OPTION_REQUEST_EVERY=k also sends every k-th held tick (1: every tick):
-more repricings for a slower tick path (`request_every`). A busy underlying
-ticks far faster than the GPU reprices, so nearly every tick is superseded before the
-worker could use it: such a tick costs the engine 0.53 µs in all, against 0.74 µs when
-every tick wrote a request (2-core dev VM, worker stopped, best of three). The worker
+sends the newest. A busy underlying ticks far faster than the GPU reprices, so nearly every
+tick is superseded before the worker could use it: such a tick costs the engine 0.53 µs in
+all, against 0.74 µs when every tick wrote a request (2-core dev VM, worker stopped, best
+of three). OPTION_REQUEST_EVERY=k also sends every k-th held tick (1: every tick): more
+repricings for a slower tick path (`request_every`; the default 4 sits between). The worker
 (`worker_main`) spins over its batches, each a
 `gpu.option_batch.BatchPricer`: up to OPTION_WORKER_SLOTS launches are in flight per batch
 (each its own buffers and stream), spaced a slot's share of a launch's latency apart, so
@@ -104,10 +104,10 @@ PROFILE_ENV = "OPTION_WORKER_PROFILE"
 TIMING_ENV = "OPTION_WORKER_TIMING"
 DEFAULT_SLOTS = 2
 DEFAULT_SPACING = 1.0
-#: OPTION_REQUEST_EVERY: 0 (default) requests only on demand; k >= 1 also every k-th held
-#: tick (1: a request on every tick, the protocol before requests on demand)
+#: OPTION_REQUEST_EVERY: 0 requests only on demand; k >= 1 also every k-th held tick (the
+#: default 4; 1: a request on every tick, the protocol before requests on demand)
 REQUEST_EVERY_ENV = "OPTION_REQUEST_EVERY"
-DEFAULT_REQUEST_EVERY = 0
+DEFAULT_REQUEST_EVERY = 4
 
 
 class _Layout:
@@ -427,12 +427,13 @@ class _Batch:
 
 def request_every() -> int:
     """How many held ticks make a request written anyway, from OPTION_REQUEST_EVERY (an
-    integer >= 0). 0, the default: none, requests go only on demand. k >= 1: every k-th
-    tick held while the worker wanted none is written too (1: a request on every tick),
-    so a recent spot is already waiting when the worker gets ready. It trades the
-    tick path for repricings: on the H200 host the SPY group got about twice the
-    repricings with 1 (97-103k per replay against 43-53k) and its replay ran at 0.85-0.92
-    of the ticks/s without options, against 0.97-0.99 on demand."""
+    integer >= 0). 0: none, requests go only on demand. k >= 1: every k-th tick held
+    while the worker wanted none is written too (1: a request on every tick), so a recent
+    spot is already waiting when the worker gets ready. It trades the tick path for
+    repricings. SPY replays with the 102-option group on the H200 host, 2026-11-23, the
+    median over 8-21 rounds of each row's ticks/s over the same round's replay without
+    options, and its repricings per replay: 0 gave 0.97 and 61k, 4 (the default) 0.92
+    and 89k, 1 0.87 and 103k (benchmarks/results/h200-2026-11-23-session2)."""
     from engine.errors import UserError
 
     raw = os.environ.get(REQUEST_EVERY_ENV, str(DEFAULT_REQUEST_EVERY))

@@ -7,11 +7,14 @@ event loop never waits on the GPU. On the CPU the codes are computed at once.
 On CUDA a bar close is one copy of the feature panel from pinned memory, one pre-bound
 launch (`gpu.launch.bind`: numba's per-call argument typing done once per symbol count)
 writing the codes straight into mapped host memory (no copy back), and one reused event
-polled through the driver (`gpu.launch.event_query`). Measured on the H200 host
-(2026-11-22, benchmarks/results/h200-2026-11-23-between-ticks): 132-169 µs a bar close from
-1 rule x 128 symbols to 50 x 1,000, against 178-216 µs with numba's ordinary launch; the
-CPU twin takes 13 µs (1 x 128) to 392 µs (50 x 1,000), so the GPU pays only for large
-ensembles over many symbols.
+polled through the driver (`gpu.launch.event_query`); the copy, the launch and the event
+record are each one ctypes call into the driver (`gpu.launch`). Measured on the H200 host
+(2026-11-23, four runs, benchmarks/results/h200-2026-11-23-session2), a bar close takes
+26-32 µs at 1 rule x 128 symbols, 44-49 µs at 1 x 1,000, 36-44 µs at 50 x 128 and 64-70 µs
+at 50 x 1,000, against 152-296 µs with numba's ordinary launch; the CPU twin takes 13-15,
+41-46, 55-62 and 346-417 µs. So the GPU pays from a 50-rule ensemble, ties the CPU at one
+rule over 1,000 symbols, and costs twice the CPU twin for one rule over 128 symbols (the
+GPU's fixed round trip: copy, launch, completion seen by the host).
 
 `--device auto` does not mean "the GPU whenever there is one": for a few rules over a few
 symbols a launch, two copies and the event polling cost more than the CPU twin's whole
