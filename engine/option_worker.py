@@ -431,9 +431,9 @@ def request_every() -> int:
     while the worker wanted none is written too (1: a request on every tick), so a recent
     spot is already waiting when the worker gets ready. It trades the tick path for
     repricings. SPY replays with the 102-option group on the H200 host, 2026-11-23, the
-    median over 8-27 rounds of each row's ticks/s over the same round's replay without
-    options, and its repricings per replay: 0 gave 0.94 and 59k, 4 (the default) 0.92
-    and 89k, 1 0.86 and 97k (benchmarks/results/h200-2026-11-23-session2/pooled.md)."""
+    median over 11-27 rounds of each row's ticks/s over the same round's replay without
+    options, and its repricings per replay: 0 gave 0.94 and 59k, 4 (the default) 0.90
+    and 87k, 1 0.86 and 97k (benchmarks/results/h200-2026-11-23-session2/pooled.md)."""
     from engine.errors import UserError
 
     raw = os.environ.get(REQUEST_EVERY_ENV, str(DEFAULT_REQUEST_EVERY))

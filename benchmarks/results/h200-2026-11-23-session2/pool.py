@@ -18,15 +18,17 @@ HERE = Path(__file__).resolve().parent
 RUNS = {3: "between_ticks_run3.json", 4: "between_ticks_run4.json",
         5: "between_ticks_run5.json", 6: "between_ticks_run6.json", 7: "between_ticks_run7.json",
         9: "between_ticks_run9.json", 10: "between_ticks_run10.json",
-        11: "between_ticks_run11.json"}
+        11: "between_ticks_run11.json", 12: "between_ticks_run12.json"}
 
 
 def protocol(run: int, name: str) -> str | None:
     """The request protocol and launch path of a SPY row, or None (not pooled)."""
     if name.startswith("10x") or name == "no group" or "spaced" in name:
         return None
-    if "default worker" in name:  # the default changed: every tick in run 3, on demand later
-        return "every tick, ctypes" if run == 3 else "only on demand"
+    if "default worker" in name:  # the default changed during the session
+        if run == 3:
+            return "every tick, ctypes"
+        return "on demand + every 4th held tick" if run == 12 else "only on demand"
     if "+ 2 launches in flight" in name:
         return "before: numba launcher, rows regathered, every tick"
     if "2 in flight, + ctypes" in name:
