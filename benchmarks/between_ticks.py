@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
+from benchmarks.common import scoped_env  # noqa: E402
 from engine.config import EngineConfig, load_config  # noqa: E402
 from engine.option_book import OptionBook, OptionGroupConfig  # noqa: E402
 from engine.replay import replay  # noqa: E402
@@ -418,17 +419,9 @@ def plan(one: Row, big: Row, gpu: str, paced_ticks: int = 100_000) -> list[Row]:
 
 def _one(r: Row, args: argparse.Namespace) -> dict[str, Any]:
     print(f"... {r.name}", file=sys.stderr, flush=True)
-    saved = {k: os.environ.get(k) for k in r.env}
-    os.environ.update(r.env)  # the worker process inherits them
-    try:
+    with scoped_env(r.env):  # the worker process inherits them
         row = run_row(r.name, r.factory, r.groups, r.device, r.dispatch, r.messages,
                       args.transport, r.prebind, r.rate)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     row["workload"], row["env"] = r.workload, dict(r.env)
     print(f"    {row['ticks_per_second']:,.0f} ticks/s, repricings "
           f"{row.get('repricings', '-')}, p50 {row.get('latency_us_p50')}", file=sys.stderr)

@@ -1,5 +1,5 @@
 """Helpers every benchmark script shares: progress lines, timing medians, the device
-choice, the GPU's name and the JSON result file.
+choice, the GPU's name, settings scoped to a block and the JSON result file.
 
 Scripts run as `python benchmarks/NAME.py`: each puts the repository root on `sys.path`
 first, then imports `benchmarks.common` like the project's packages.
@@ -7,11 +7,13 @@ first, then imports `benchmarks.common` like the project's packages.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +53,22 @@ def gpu_name() -> str:
 
     name = cuda.get_current_device().name
     return name.decode() if isinstance(name, bytes) else str(name)
+
+
+@contextlib.contextmanager
+def scoped_env(env: dict[str, str]) -> Iterator[None]:
+    """Set environment variables for a block (child processes started in it inherit them)
+    and put back what was there before."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def write_json(path: Path, result: Any, **dumps: Any) -> None:

@@ -38,7 +38,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import gpu_name, log, write_json  # noqa: E402
+from benchmarks.common import gpu_name, log, scoped_env, write_json  # noqa: E402
 from engine.config import load_config  # noqa: E402
 from engine.option_worker import WorkerClient  # noqa: E402
 
@@ -89,22 +89,13 @@ def run_variant(name: str, env: dict[str, str], device: str, seconds: float,
                 tmp: Path) -> dict[str, Any]:
     cfg = load_config(ROOT / "examples" / "spy_options.toml").options[0]
     timing = tmp / f"timing{len(list(tmp.iterdir()))}"
-    saved = {k: os.environ.get(k) for k in (*env, "OPTION_WORKER_TIMING")}
-    os.environ.update(env)
-    os.environ["OPTION_WORKER_TIMING"] = str(timing)
-    try:
+    with scoped_env({**env, "OPTION_WORKER_TIMING": str(timing)}):
         client = WorkerClient([cfg], device, "America/New_York")
         try:
             drive(client, 0.3)  # first launches, warm caches: not counted
             row = drive(client, seconds)
         finally:
             client.close()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     files = glob.glob(f"{timing}.*")
     if files:
         steps = json.loads(Path(files[0]).read_text())

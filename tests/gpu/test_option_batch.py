@@ -92,12 +92,17 @@ def test_cuda_batch_with_launches_in_flight_agrees_with_the_cpu_twin() -> None:
                                    atol=1e-6)
 
 
+def random_groups(seed: int) -> list[np.ndarray]:
+    """Three groups of American options (40, 300 and 7), random strikes, expiries, rights."""
+    rng = np.random.default_rng(seed)
+    return [option_params(100.0, rng.uniform(60, 140, n), rng.uniform(0.01, 2.0, n), 0.3,
+                          0.02, rng.random(n) < 0.5, True) for n in (40, 300, 7)]
+
+
 @pytest.mark.gpu
 def test_prebound_batch_launch_equals_the_ordinary_launch(monkeypatch: pytest.MonkeyPatch
                                                           ) -> None:
-    rng = np.random.default_rng(2)
-    rows = [option_params(100.0, rng.uniform(60, 140, n), rng.uniform(0.01, 2.0, n), 0.3,
-                          0.02, rng.random(n) < 0.5, True) for n in (40, 300, 7)]
+    rows = random_groups(2)
     monkeypatch.setenv("GPU_OPTIONS_PREBIND", "1")
     bound = BatchPricer([len(r) for r in rows], "seed", "cuda", slots=3)
     monkeypatch.setenv("GPU_OPTIONS_PREBIND", "0")
@@ -172,9 +177,7 @@ def test_cuda_rows_in_place_agree_with_the_twin() -> None:
 def test_raw_driver_launch_equals_numbas_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
     """The ctypes cuLaunchKernel path (GPU_RAW_LAUNCH=1) against numba's own launcher for
     bound launches (=0), bit for bit, over three batch shapes and in-place spot updates."""
-    rng = np.random.default_rng(3)
-    rows = [option_params(100.0, rng.uniform(60, 140, n), rng.uniform(0.01, 2.0, n), 0.3,
-                          0.02, rng.random(n) < 0.5, True) for n in (40, 300, 7)]
+    rows = random_groups(3)
     monkeypatch.setenv("GPU_RAW_LAUNCH", "1")
     raw = BatchPricer([len(r) for r in rows], "seed", "cuda", slots=2)
     monkeypatch.setenv("GPU_RAW_LAUNCH", "0")
