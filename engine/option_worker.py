@@ -221,9 +221,14 @@ class WorkerClient:
         ticks[0] += 1
         q = self._q
         for g in groups:
-            if q[HEADER + SLOT * g + WANT]:
+            b = HEADER + SLOT * g
+            if q[b + WANT]:
                 self._request(g, spot, ts, time.perf_counter_ns())
                 continue
+            if q[b + RES] != self._seen[g]:
+                # a repricing finished: take it now, before the worker's next one replaces
+                # it (results wait for no request; with 2 in flight they would be lost)
+                self._collect(g)
             held = (spot, ts, time.perf_counter_ns())
             self._unsent += 1
             if self._unsent >= self._send_every:  # keep a recent spot (and results) moving
