@@ -107,7 +107,7 @@ DEFAULT_SPACING = 1.0
 #: OPTION_REQUEST_EVERY: 0 requests only on demand; k >= 1 also every k-th held tick (the
 #: default 4; 1: a request on every tick, the protocol before requests on demand)
 REQUEST_EVERY_ENV = "OPTION_REQUEST_EVERY"
-DEFAULT_REQUEST_EVERY = 4
+DEFAULT_REQUEST_EVERY = 0
 
 
 class _Layout:
