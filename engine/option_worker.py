@@ -13,7 +13,8 @@ sends the newest. A busy underlying ticks far faster than the GPU reprices, so n
 tick is superseded before the worker could use it: such a tick costs the engine 0.53 µs in
 all, against 0.74 µs when every tick wrote a request (2-core dev VM, worker stopped, best
 of three). OPTION_REQUEST_EVERY=k also sends every k-th held tick (1: every tick): more
-repricings for a slower tick path (`request_every`; the default 4 sits between). The worker
+repricings for a slower tick path (`request_every`). A held tick still collects a finished
+repricing (one more flag read), so no result waits for a request. The worker
 (`worker_main`) spins over its batches, each a
 `gpu.option_batch.BatchPricer`: up to OPTION_WORKER_SLOTS launches are in flight per batch
 (each its own buffers and stream), spaced a slot's share of a launch's latency apart, so
@@ -104,8 +105,8 @@ PROFILE_ENV = "OPTION_WORKER_PROFILE"
 TIMING_ENV = "OPTION_WORKER_TIMING"
 DEFAULT_SLOTS = 2
 DEFAULT_SPACING = 1.0
-#: OPTION_REQUEST_EVERY: 0 requests only on demand; k >= 1 also every k-th held tick (the
-#: default 4; 1: a request on every tick, the protocol before requests on demand)
+#: OPTION_REQUEST_EVERY: 0 (the default) requests only on demand; k >= 1 also every k-th
+#: held tick (1: a request on every tick, the protocol before requests on demand)
 REQUEST_EVERY_ENV = "OPTION_REQUEST_EVERY"
 DEFAULT_REQUEST_EVERY = 0
 
@@ -432,13 +433,14 @@ class _Batch:
 
 def request_every() -> int:
     """How many held ticks make a request written anyway, from OPTION_REQUEST_EVERY (an
-    integer >= 0). 0: none, requests go only on demand. k >= 1: every k-th tick held
-    while the worker wanted none is written too (1: a request on every tick), so a recent
-    spot is already waiting when the worker gets ready. It trades the tick path for
-    repricings. SPY replays with the 102-option group on the H200 host, 2026-11-23, the
-    median over 11-27 rounds of each row's ticks/s over the same round's replay without
-    options, and its repricings per replay: 0 gave 0.94 and 59k, 4 (the default) 0.90
-    and 87k, 1 0.86 and 97k (benchmarks/results/h200-2026-11-23-session2/pooled.md)."""
+    integer >= 0). 0, the default: none, requests go only on demand. k >= 1: every k-th
+    tick held while the worker wanted none is written too (1: a request on every tick),
+    so a recent spot is already waiting when the worker gets ready. It trades the tick
+    path for repricings. SPY replays with the 102-option group on the H200 host,
+    2026-11-23, the median of each round's ticks/s over the same round's replay without
+    options, and the repricings per replay: 0 gave 0.87 and 95k (7 rounds), 4 0.75 and
+    135k (7), 1 0.86 and 101k (28; benchmarks/results/h200-2026-11-23-session2/pooled.md;
+    the host's speed moved by up to 20 % between rounds)."""
     from engine.errors import UserError
 
     raw = os.environ.get(REQUEST_EVERY_ENV, str(DEFAULT_REQUEST_EVERY))

@@ -18,25 +18,32 @@ HERE = Path(__file__).resolve().parent
 RUNS = {3: "between_ticks_run3.json", 4: "between_ticks_run4.json",
         5: "between_ticks_run5.json", 6: "between_ticks_run6.json", 7: "between_ticks_run7.json",
         9: "between_ticks_run9.json", 10: "between_ticks_run10.json",
-        11: "between_ticks_run11.json", 12: "between_ticks_run12.json"}
+        11: "between_ticks_run11.json", 12: "between_ticks_run12.json",
+        13: "between_ticks_run13.json", 14: "between_ticks_run14.json"}
 
 
 def protocol(run: int, name: str) -> str | None:
-    """The request protocol and launch path of a SPY row, or None (not pooled)."""
+    """The request protocol and launch path of a SPY row, or None (not pooled). From run 13
+    on, a held tick also collects a finished repricing (before, only a written request or
+    a poll did, and a result replaced before either came was never seen by the engine)."""
     if name.startswith("10x") or name == "no group" or "spaced" in name:
         return None
+    late = ", held ticks collect" if run >= 13 else ""
     if "default worker" in name:  # the default changed during the session
         if run == 3:
             return "every tick, ctypes"
-        return "on demand + every 4th held tick" if run == 12 else "only on demand"
+        return ("on demand + every 4th held tick" + late if run in (12, 13)
+                else "only on demand")
+    if "only on demand" in name:
+        return "only on demand" + late
+    if "every 4th" in name:
+        return "on demand + every 4th held tick" + late
     if "+ 2 launches in flight" in name:
         return "before: numba launcher, rows regathered, every tick"
     if "2 in flight, + ctypes" in name:
         return "every tick, ctypes"
-    if "only on demand" in name or name.endswith("+ requests on demand"):
+    if name.endswith("+ requests on demand"):
         return "only on demand"
-    if "every 4th" in name:
-        return "on demand + every 4th held tick"
     if "rows in place" in name:
         return "rows in place, numba launcher, every tick"
     return None
