@@ -10,11 +10,12 @@ when it could launch the group at once, and only then does a tick write its requ
 ticks are kept in the client as the group's pending one (one flag read and one list store)
 and the first tick that finds WANT raised, or the next poll() (after every received batch),
 sends the newest. A busy underlying ticks far faster than the GPU reprices, so nearly every
-tick is superseded before the worker could use it: such a tick costs the engine 0.53 µs in
-all, against 0.74 µs when every tick wrote a request (2-core dev VM, worker stopped, best
-of three). OPTION_REQUEST_EVERY=k also sends every k-th held tick (1: every tick): more
-repricings for a slower tick path (`request_every`). A held tick still collects a finished
-repricing (one more flag read), so no result waits for a request. The worker
+tick is superseded before the worker could use it: such a tick costs the engine 0.57 µs in
+all (its results check included), against 0.74 µs when every tick wrote a request (2-core
+dev VM, worker stopped, best of three). OPTION_REQUEST_EVERY=k also sends every k-th held
+tick (1: every tick): more repricings for a slower tick path (`request_every`). A held
+tick still collects a finished repricing (one more shared-memory read), so no result waits
+for a request. The worker
 (`worker_main`) spins over its batches, each a
 `gpu.option_batch.BatchPricer`: up to OPTION_WORKER_SLOTS launches are in flight per batch
 (each its own buffers and stream), spaced a slot's share of a launch's latency apart, so
