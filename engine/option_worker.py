@@ -165,8 +165,8 @@ class WorkerClient:
         self._requests = [0] * len(configs)  # requests made per group
         #: per group, the newest tick (spot, ts, t0) kept while the worker did not want one
         self._pending: list[tuple[float, int, int] | None] = [None] * len(configs)
-        #: ticks held since the last request written; at OPTION_REQUEST_EVERY one is sent
-        self._unsent = 0
+        #: per group, ticks held since its last request; at OPTION_REQUEST_EVERY one is sent
+        self._unsent = [0] * len(configs)
         self._send_every = request_every()
         self._out: list[OptionValue | OptionGroupValues] = []  # collected, not yet polled
         self._seq = 0
@@ -213,9 +213,10 @@ class WorkerClient:
         calls this directly on every tick of an underlying. Requests go on demand: only
         while the worker has raised the group's WANT flag (a free launch slot, the
         spacing passed) is the request written (four shared-memory stores); otherwise
-        the tick is kept as the group's pending one (one list store), and sent by the
-        first tick or poll() that finds WANT raised. Most ticks of a busy underlying are
-        superseded before the worker could take them, so they cost one flag read."""
+        the tick is kept as the group's pending one (one list store) and sent by the
+        first tick that finds WANT raised or by the next poll(). Most ticks of a busy
+        underlying are superseded before the worker could take them, so they cost a flag
+        read and a results check."""
         entry = self._by_symbol.get(symbol)
         if entry is None or not (0.0 < spot < math.inf):  # NaN fails too: never priced
             return
@@ -232,8 +233,9 @@ class WorkerClient:
                 # it (results wait for no request; with 2 in flight they would be lost)
                 self._collect(g)
             held = (spot, ts, time.perf_counter_ns())
-            self._unsent += 1
-            if self._unsent >= self._send_every:  # keep a recent spot (and results) moving
+            unsent = self._unsent
+            unsent[g] += 1
+            if unsent[g] >= self._send_every:  # keep a recent spot waiting for the worker
                 self._request(g, *held)
             else:
                 self._pending[g] = held
@@ -251,7 +253,7 @@ class WorkerClient:
         q[s + REQ_T0] = t0
         q[b] = n
         self._pending[g] = None
-        self._unsent = 0
+        self._unsent[g] = 0
         if q[b + RES] != self._seen[g]:
             self._collect(g)
 
@@ -280,9 +282,9 @@ class WorkerClient:
             held = pending[g]
             if held is not None:
                 # sent whether or not the worker wants it yet: the engine polls after each
-                # batch of ticks, and while it receives and decodes the next one the worker
-                # may get ready; it then finds this newest spot waiting (measured on the
-                # H200 host: holding it until WANT halved the repricings of the SPY group)
+                # batch of ticks and while it is idle, and the newest spot must not wait
+                # for a later tick that may never come (a quiet underlying); the worker
+                # takes it as soon as it is ready
                 self._request(g, *held)
             elif q[HEADER + SLOT * g + RES] != seen[g]:
                 self._collect(g)
@@ -524,8 +526,9 @@ class _Server:
         #: the WANT flag as this side last wrote it (written only when it changes)
         self.wanted = [False] * len(configs)
         self.want_since = [0] * len(configs)
-        #: WANT raised -> request taken (ns), per launch that waited for one (diagnostics)
-        self.waits: collections.deque[int] = collections.deque(maxlen=1 << 20)
+        #: WANT raised -> request taken (ns), per launch that waited for one; kept only
+        #: under OPTION_WORKER_TIMING (a diagnostic, not the hot path's business)
+        self.waits: collections.deque[int] | None = None
         self.spacing = worker_settings()[1]
 
     def collect(self, batch: _Batch) -> bool:
@@ -589,7 +592,8 @@ class _Server:
             if self.wanted[g]:  # after the read: a request written meanwhile stays for later
                 q[b + WANT] = 0
                 self.wanted[g] = False
-                self.waits.append(now - self.want_since[g])
+                if self.waits is not None:
+                    self.waits.append(now - self.want_since[g])
             self.launches[g] += 1
             q[b + LAUNCHES] = self.launches[g]
             grp = self.groups[g]
@@ -674,7 +678,7 @@ class _StepTimes:
                   "cpu_s": use.ru_utime + use.ru_stime, "involuntary_switches": use.ru_nivcsw,
                   "voluntary_switches": use.ru_nvcsw,
                   "launch_latency_us": [b.latency_ns / 1e3 for b in server.batches]}
-        waits = np.array(server.waits, dtype=np.float64) / 1e3
+        waits = np.array(server.waits or (), dtype=np.float64) / 1e3
         if waits.size:  # how long a raised WANT waited for the engine's request
             report["want_wait_us"] = {"launches": int(waits.size),
                                       "p50": float(np.median(waits)),
@@ -689,6 +693,7 @@ def _serve(shm: shared_memory.SharedMemory, q: Any, configs: list[Any], device: 
     timing_to = os.environ.get(TIMING_ENV)
     times = _StepTimes() if timing_to else None
     if times is not None:  # instance attributes shadow the methods the loop calls
+        server.waits = collections.deque(maxlen=1 << 20)
         server.collect = times.wrap("collect", server.collect)  # type: ignore[method-assign]
         server.launch = times.wrap("launch", server.launch)  # type: ignore[method-assign]
     q[READY] = 1

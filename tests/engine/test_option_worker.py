@@ -111,3 +111,41 @@ def test_cuda_worker_with_launches_in_flight_in_the_simulator(
         check(got, asked, configs, exact=False)
     finally:
         book.close()
+
+
+def test_held_ticks_count_per_group_and_collect_finished_results(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The engine's side alone (the worker stopped, WANT lowered by hand, real shared
+    memory): with OPTION_REQUEST_EVERY=2 each group writes a request on every 2nd of its
+    own held ticks, whatever the other underlying does; a held tick takes a result the
+    worker published; poll() sends the newest held tick."""
+    from engine.option_worker import HEADER, RES, RES_T0, RES_TS, SLOT, STOP, WANT, WorkerClient
+
+    monkeypatch.setenv("OPTION_REQUEST_EVERY", "2")
+    client = WorkerClient([cfg("ABC", (100.0,)), cfg("DEF", (40.0,))], "cpu", "UTC")
+    try:
+        q = client._q
+        q[STOP] = 1
+        client._proc.wait(30)
+        for g in (0, 1):
+            q[HEADER + SLOT * g + WANT] = 0
+        for i in range(3):  # A, B, A, B, A, B
+            client.on_underlying_tick("ABC", 100.0 + i, TS0 + i)
+            client.on_underlying_tick("DEF", 40.0 + i, TS0 + i)
+        assert client._requests == [1, 1]  # the 2nd tick of each; the 3rd is held
+        assert client._pending[0] == (102.0, TS0 + 2, client._pending[0][2])  # type: ignore[index]
+        b = HEADER + SLOT * 0  # the worker publishes a result for ABC (seqlock even)
+        q[b + RES_TS], q[b + RES_T0] = TS0, 1
+        q[b + RES] = 2
+        client.on_underlying_tick("ABC", 103.0, TS0 + 3)  # held (4th), and collects
+        assert client.repricings == 1
+        assert client._requests == [2, 1]  # the 4th tick is the 2nd held one: sent
+        client.on_underlying_tick("DEF", 43.0, TS0 + 3)  # DEF's 2nd held tick: sent
+        assert client._requests == [2, 2] and client._pending[1] is None
+        client.on_underlying_tick("DEF", 44.0, TS0 + 4)
+        assert client._pending[1] is not None
+        client.poll()  # the newest held tick goes out with the poll
+        assert client._requests == [2, 3] and client._pending[1] is None
+        assert client.ticks == 9
+    finally:
+        client.close()
