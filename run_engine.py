@@ -87,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.json:  # refused before the work, not after it
             check_writable_file(args.json, "--json")
+        from engine.affinity import check_env, pin_engine
+
+        check_env()  # CPU placement (ENGINE_CPUS, REPLAY_FEED_CPUS, OPTION_WORKER_CPUS)
+        pin_engine()
         results: dict[str, Any] = module.run(args)
         if args.json:
             try:

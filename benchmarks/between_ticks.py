@@ -318,6 +318,11 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--only", default="",
                     help="keep only rows whose name contains one of these (semicolons)")
     ap.add_argument("--no-gp", action="store_true", help="leave out the GP bar-close table")
+    ap.add_argument("--no-capacity", action="store_true",
+                    help="leave out the pricer-alone launch capacity")
+    ap.add_argument("--placement", choices=("os", "cores", "both"), default="os",
+                    help="os: the scheduler places the processes; cores: engine, feed and "
+                         "worker pinned to different physical cores; both: every row twice")
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs of every row (interleaved rounds; medians reported)")
     ap.add_argument("--json", type=Path, default=None)
@@ -417,11 +422,35 @@ def plan(one: Row, big: Row, gpu: str, paced_ticks: int = 100_000) -> list[Row]:
     ]
 
 
+def pinned(rows: list[Row]) -> list[Row]:
+    """Each row again with the engine, the feed and the option worker pinned to CPUs of
+    different physical cores (engine.affinity): the engine two (its zmq I/O thread runs
+    beside it), the feed and the worker one each. The ratio is then to the pinned
+    replay without options."""
+    from engine.affinity import ENGINE_ENV, FEED_ENV, WORKER_ENV, distinct_cores
+
+    cpus = distinct_cores(4)
+    if len(cpus) < 4:
+        raise SystemExit(f"--placement cores needs 4 physical cores, this host has {len(cpus)}")
+    env = {ENGINE_ENV: f"{cpus[0]},{cpus[1]}", FEED_ENV: str(cpus[2]),
+           WORKER_ENV: str(cpus[3])}
+    return [r._replace(name=f"{r.name} [pinned]", workload=f"{r.workload} [pinned]",
+                       env={**r.env, **env}) for r in rows]
+
+
 def _one(r: Row, args: argparse.Namespace) -> dict[str, Any]:
+    from engine.affinity import ENGINE_ENV, pin_engine
+
     print(f"... {r.name}", file=sys.stderr, flush=True)
+    before = os.sched_getaffinity(0)
     with scoped_env(r.env):  # the worker process inherits them
-        row = run_row(r.name, r.factory, r.groups, r.device, r.dispatch, r.messages,
-                      args.transport, r.prebind, r.rate)
+        try:
+            if ENGINE_ENV in r.env:
+                pin_engine()
+            row = run_row(r.name, r.factory, r.groups, r.device, r.dispatch, r.messages,
+                          args.transport, r.prebind, r.rate)
+        finally:
+            os.sched_setaffinity(0, before)
     row["workload"], row["env"] = r.workload, dict(r.env)
     print(f"    {row['ticks_per_second']:,.0f} ticks/s, repricings "
           f"{row.get('repricings', '-')}, p50 {row.get('latency_us_p50')}", file=sys.stderr)
@@ -434,8 +463,11 @@ def run_plan(rows: list[Row], args: argparse.Namespace) -> list[dict[str, Any]]:
     runs' ticks/s and repricings, and its ratio to the no-group row's median run."""
     skip = {s.strip() for s in args.skip.split(";") if s.strip()}
     only = [s.strip() for s in args.only.split(";") if s.strip()]
-    kept = [r for r in rows if r.name not in skip
+    kept = [r for r in rows if r.name.removesuffix(" [pinned]") not in skip
             and not (only and r.groups and not any(o in r.name for o in only))]
+    # a replay without options only for workloads that still have a row to compare
+    wanted = {r.workload for r in kept if r.groups}
+    kept = [r for r in kept if r.groups or r.workload in wanted or not only]
     runs: dict[str, list[dict[str, Any]]] = {r.name: [] for r in kept}
     for _ in range(max(1, args.repeat)):
         for r in kept:
@@ -491,10 +523,13 @@ def main() -> None:
     json_path = args.json or ROOT / "benchmarks" / "results" / (
         f"between_ticks_{node}_{stamp:%Y-%m-%d}{'_quick' if args.quick else ''}.json")
     one, big = _workloads(args)
-    rows = run_plan(plan(one, big, gpu, args.paced_ticks), args)
+    planned = plan(one, big, gpu, args.paced_ticks)
+    if args.placement != "os":
+        planned = ([] if args.placement == "cores" else planned) + pinned(planned)
+    rows = run_plan(planned, args)
     big_tick_gap = _tick_gaps_ms(_tick_times(big.factory))
-    capacity = (launch_capacity(one.groups, gpu, "one group")
-                + launch_capacity(big.groups, gpu, "10 x 1,000"))
+    capacity = [] if args.no_capacity else (launch_capacity(one.groups, gpu, "one group")
+                                            + launch_capacity(big.groups, gpu, "10 x 1,000"))
     gp_rows = [] if args.no_gp else gp_bar_close(
         [(1, 128), (1, 1000), (50, 128), (50, 1000)], gpu)
     head = (f"workload: {one.workload}; transport {args.transport}; machine {node} "

@@ -3,6 +3,7 @@
 # Usage on the GPU machine (after the wheel install line of ../shared/tools/device-wheels.sh):
 #   bash benchmarks/gpu_suite.sh [tests] [indicators] [options] [gp] [experiment] [gp_eval]
 #                                [ising] [timeseries] [subset] [islands]   (islands: on two GPUs)
+#                                [gp_round_trip] [placement]
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-benchmarks/out}
@@ -23,6 +24,12 @@ for s in "${steps[@]}"; do
     timeseries) timeout 200 python3 benchmarks/timeseries.py --json "$OUT/timeseries.json" 2>&1 | tail -25 ;;
     subset) timeout 200 python3 benchmarks/subset.py --json "$OUT/subset.json" 2>&1 | tail -25 ;;
     islands) timeout 300 python3 benchmarks/gp_islands.py --json "$OUT/gp_islands_scaling.json" 2>&1 | grep -v "repaired\|distributed\." | tail -20 ;;
+    gp_round_trip) timeout 300 python3 benchmarks/gp_round_trip.py --json "$OUT/gp_round_trip.json" 2>&1 | tail -12 ;;
+    placement)  # the SPY replay with the default worker, scheduler-placed and pinned
+      lscpu | grep -iE "^(CPU\(s\)|Thread|Core|Socket|Model name|NUMA)" ;
+      timeout 560 python3 benchmarks/between_ticks.py --only "cuda process, default worker" \
+        --skip "cuda process, default worker, launches spaced 0.5;cuda process, default worker, launches spaced 0;10x1,000: cuda process, default worker (2 in flight per group, no batching);10x1,000 paced 1x: cuda process, default worker;10x1,000 paced 10x: cuda process, default worker" \
+        --placement both --repeat "${REPEAT:-3}" --no-gp --no-capacity --json "$OUT/placement.json" 2>&1 | grep -v "^\.\.\. " | tail -30 ;;
     experiment) timeout 560 python3 benchmarks/gp_experiment.py --json "$OUT/gp_experiment.json" 2>&1 | tail -40 ;;
   esac
 done

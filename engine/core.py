@@ -42,6 +42,13 @@ log = logging.getLogger(__name__)
 
 NS = 1_000_000_000
 OPTION_VALUES_KEPT = 100_000
+#: what a symbol's tick needs beyond the bar update (Engine._flagged)
+NOT_FLAGGED, FLAGGED, SPOT_ONLY = 0, 1, 2
+
+
+def _no_option_tick(symbol: str, spot: float, ts: int) -> None:
+    """The option hook of an engine without an option book (never called: no symbol is
+    SPOT_ONLY there)."""
 
 
 @dataclass
@@ -79,8 +86,11 @@ class Engine:
         self.orders.risk_check = risk_check
         self.orders.on_entry_void = self._entry_void
         self.sym_index: dict[str, int] = {s: i for i, s in enumerate(self.symbols)}
-        # per symbol: does a tick need more than the bar update? (see _on_flagged_tick)
-        self._flagged = [True] * n
+        # per symbol: does a tick need more than the bar update? NOT_FLAGGED: no; SPOT_ONLY:
+        # only its option groups' spot (the option book's hook, called from the hot loop
+        # itself: an underlying ticks on every trade of a one-symbol feed); FLAGGED: the
+        # rare per-tick work of _on_flagged_tick
+        self._flagged = [FLAGGED] * n
         self._underlying = [False] * n
         if self.option_book is not None:
             for s in self.option_book.underlyings:
@@ -108,7 +118,7 @@ class Engine:
         self.bars.add_symbol()
         self.orders.add_symbol()
         self.decisions.add_symbol()
-        self._flagged.append(True)
+        self._flagged.append(FLAGGED)
         self._underlying.append(
             self.option_book is not None and symbol in self.option_book.underlyings
         )
@@ -128,6 +138,11 @@ class Engine:
         bars = self.bars
         o, h, l, c, v = bars.o, bars.h, bars.l, bars.c, bars.v
         flagged = self._flagged
+        book = self.option_book
+        option_tick = _no_option_tick
+        if book is not None:
+            book.begin_batch()
+            option_tick = book.on_underlying_tick
         clock = self.clock
         boundary = clock.next_boundary
         n_trades = 0
@@ -153,8 +168,12 @@ class Engine:
                     l[sym] = p
                 c[sym] = p
                 v[sym] += msg.size
-                if flagged[sym]:
-                    self._on_flagged_tick(sym, msg)
+                f = flagged[sym]
+                if f:
+                    if f == SPOT_ONLY:  # an option underlying with nothing else to do
+                        option_tick(msg.symbol, p, msg.ts)
+                    else:
+                        self._on_flagged_tick(sym, msg)
             else:
                 self.stats.trades += n_trades
                 n_trades = 0
@@ -182,14 +201,13 @@ class Engine:
         return bool(self.option_book.in_flight)
 
     def _on_flagged_tick(self, sym: int, msg: Trade) -> None:
-        """Rare per-tick work: first trade of a symbol, pending orders, option groups."""
+        """Rare per-tick work: first trade of a symbol, pending orders, and then the option
+        groups of an underlying (whose other ticks go straight to the book: SPOT_ONLY)."""
         p = msg.price
         first = self.bars.first_price
         has_pending = self.orders.has_pending
-        if self._underlying[sym]:  # every tick of an underlying: keep this path short
+        if self._underlying[sym]:
             self.option_book.on_underlying_tick(msg.symbol, p, msg.ts)
-            if not has_pending[sym] and first[sym] == first[sym]:
-                return
         if first[sym] != first[sym]:
             first[sym] = p
         if has_pending[sym]:
@@ -200,8 +218,10 @@ class Engine:
         """Whether a tick of `sym` needs `_on_flagged_tick` (first price, pending orders,
         an option group's underlying)."""
         first = self.bars.first_price[sym]
-        self._flagged[sym] = (first != first or self.orders.has_pending[sym]
-                              or self._underlying[sym])
+        if first != first or self.orders.has_pending[sym]:
+            self._flagged[sym] = FLAGGED
+        else:
+            self._flagged[sym] = SPOT_ONLY if self._underlying[sym] else NOT_FLAGGED
 
     async def _on_other(self, msg: Message) -> None:
         t = type(msg)
@@ -292,7 +312,7 @@ class Engine:
     def _place(self, sym: int, side: int, reason: str, ts: int) -> None:
         """A decision's order, at the last trade (or bar close) seen."""
         if self.orders.place(sym, side, reason, self.bars.c[sym], ts):
-            self._flagged[sym] = True  # the next tick fills it
+            self._flagged[sym] = FLAGGED  # the next tick fills it
 
     def _entry_void(self, sym: int) -> None:
         """An entry came to nothing: intend what is held, so intent and position agree."""

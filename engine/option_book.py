@@ -291,6 +291,12 @@ class OptionBook:
 
     # -- ticks ---------------------------------------------------------------------------
 
+    def begin_batch(self) -> None:
+        """The engine starts applying a received batch: the worker's client dates the
+        ticks it holds from now (one clock read a batch, not one a tick)."""
+        if self._worker is not None:
+            self._worker.batch_t0 = time.perf_counter_ns()
+
     def on_underlying_tick(self, symbol: str, spot: float, ts: int) -> None:
         """A new underlying price: reprice its groups (launch, or remember if busy)."""
         if not (0.0 < spot < math.inf):  # NaN fails too; called on every underlying tick

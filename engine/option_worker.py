@@ -110,6 +110,7 @@ DEFAULT_SPACING = 1.0
 #: held tick (1: a request on every tick, the protocol before requests on demand)
 REQUEST_EVERY_ENV = "OPTION_REQUEST_EVERY"
 DEFAULT_REQUEST_EVERY = 0
+_INF = math.inf
 
 
 class _Layout:
@@ -138,9 +139,11 @@ class WorkerClient:
     """The engine's side: request repricings and collect results through shared memory."""
 
     def __init__(self, configs: list[Any], device: str, timezone: str) -> None:
+        from engine.affinity import WORKER_ENV, cpus_from_env
         from engine.option_book import contract_symbols
 
         worker_settings()  # a bad OPTION_WORKER_* value: the user's error, before any start
+        cpus_from_env(WORKER_ENV)
         self.configs = configs
         self.device = device
         # the contracts' symbols, by the same recipe as the worker (no pricer needed here)
@@ -156,18 +159,26 @@ class WorkerClient:
         self._res = self.layout.result_views(self._shm.buf)
         #: each group's (3, n) results as one flat byte view (read with one copy)
         self._res_bytes = [r.reshape(-1).view(np.uint8) for r in self._res]
-        # per underlying: its groups and a one-cell tick counter (cheaper than a dict count)
-        self._by_symbol: dict[str, tuple[list[int], list[int]]] = {}
+        # per underlying: its groups, each with the offsets of its WANT and RES words, and
+        # a one-cell tick counter (cheaper than a dict count)
+        self._by_symbol: dict[str, tuple[list[tuple[int, int, int]], list[int]]] = {}
         for g, c in enumerate(configs):
-            self._by_symbol.setdefault(c.underlying, ([], [0]))[0].append(g)
+            b = HEADER + SLOT * g
+            self._by_symbol.setdefault(c.underlying, ([], [0]))[0].append(
+                (g, b + WANT, b + RES))
         self.underlyings = set(self._by_symbol)
         self._seen = [0] * len(configs)  # result counter last read per group
         self._requests = [0] * len(configs)  # requests made per group
-        #: per group, the newest tick (spot, ts, t0) kept while the worker did not want one
-        self._pending: list[tuple[float, int, int] | None] = [None] * len(configs)
+        #: per group, the newest tick (spot, ts) kept while the worker did not want one;
+        #: it is dated from the start of the engine's batch (`batch_t0`) when it is sent
+        self._pending: list[tuple[float, int] | None] = [None] * len(configs)
+        #: when the engine began applying its current batch (OptionBook.begin_batch): the
+        #: held ticks' arrival, read once a batch instead of a clock read a tick
+        self.batch_t0 = time.perf_counter_ns()
         #: per group, ticks held since its last request; at OPTION_REQUEST_EVERY one is sent
         self._unsent = [0] * len(configs)
         self._send_every = request_every()
+        self._counts_held = self._send_every != sys.maxsize
         self._out: list[OptionValue | OptionGroupValues] = []  # collected, not yet polled
         self._seq = 0
         self.latencies_ns: list[int] = []
@@ -218,27 +229,33 @@ class WorkerClient:
         underlying are superseded before the worker could take them, so they cost a flag
         read and a results check."""
         entry = self._by_symbol.get(symbol)
-        if entry is None or not (0.0 < spot < math.inf):  # NaN fails too: never priced
+        if entry is None or not (0.0 < spot < _INF):  # NaN fails too: never priced
             return
         groups, ticks = entry
         ticks[0] += 1
-        q = self._q
-        for g in groups:
-            b = HEADER + SLOT * g
-            if q[b + WANT]:
+        q, seen = self._q, self._seen
+        for g, want, res in groups:
+            if q[want]:
                 self._request(g, spot, ts, time.perf_counter_ns())
                 continue
-            if q[b + RES] != self._seen[g]:
+            if q[res] != seen[g]:
                 # a repricing finished: take it now, before the worker's next one replaces
                 # it (results wait for no request; with 2 in flight they would be lost)
                 self._collect(g)
-            held = (spot, ts, time.perf_counter_ns())
-            unsent = self._unsent
-            unsent[g] += 1
-            if unsent[g] >= self._send_every:  # keep a recent spot waiting for the worker
-                self._request(g, *held)
+            if self._counts_held:
+                self._hold_counted(g, spot, ts)
             else:
-                self._pending[g] = held
+                self._pending[g] = (spot, ts)
+
+    def _hold_counted(self, g: int, spot: float, ts: int) -> None:
+        """OPTION_REQUEST_EVERY=k: every k-th tick held for group g is written anyway, so a
+        recent spot is already waiting when the worker gets ready."""
+        unsent = self._unsent
+        unsent[g] += 1
+        if unsent[g] >= self._send_every:
+            self._request(g, spot, ts, time.perf_counter_ns())
+        else:
+            self._pending[g] = (spot, ts)
 
     def _request(self, g: int, spot: float, ts: int, t0: int) -> None:
         """Write request n for group g into slot n % 2, then publish n; collect g's
@@ -285,7 +302,7 @@ class WorkerClient:
                 # batch of ticks and while it is idle, and the newest spot must not wait
                 # for a later tick that may never come (a quiet underlying); the worker
                 # takes it as soon as it is ready
-                self._request(g, *held)
+                self._request(g, held[0], held[1], self.batch_t0)
             elif q[HEADER + SLOT * g + RES] != seen[g]:
                 self._collect(g)
         out = self._out
@@ -382,6 +399,9 @@ def worker_main(shm_name: str, configs: list[Any], device: str, timezone: str,
     from multiprocessing import resource_tracker
     from zoneinfo import ZoneInfo
 
+    from engine.affinity import WORKER_ENV, pin_from_env
+
+    pin_from_env(WORKER_ENV)  # checked by the client before the start: cannot fail here
     shm = shared_memory.SharedMemory(name=shm_name)
     # the engine owns the segment; without this the tracker would unlink it twice
     resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]

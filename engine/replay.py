@@ -23,6 +23,7 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
+from engine.affinity import FEED_ENV, cpus_from_env, pin_from_env
 from engine.config import EngineConfig
 from engine.core import Engine
 from engine.errors import UserError
@@ -73,6 +74,7 @@ def _feed_process(factory: SourceFactory, endpoint: str, conn: Any, release: Any
     """Child process: bind, report the endpoint, wait for the subscriber, publish, then keep
     the socket open until the engine has read everything (`release`)."""
     try:
+        pin_from_env(FEED_ENV)  # checked by the parent before the start
         source = factory()
         pub = Publisher(endpoint, zmq.Context())
         conn.send(("endpoint", pub.endpoint))
@@ -144,6 +146,7 @@ class _Feed:
             self.proc = None
         else:
             self.thread = None
+            cpus_from_env(FEED_ENV)  # a typo is the user's one-line error, not the child's
             mpctx = mp.get_context("spawn")
             self.conn, child = mpctx.Pipe(duplex=False)
             self._release = mpctx.Event()

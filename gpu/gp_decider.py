@@ -35,11 +35,22 @@ import numpy as np
 from numba import cuda
 
 from gpu.device import Resolved, quiet_event_polling, resolve_device
-from gpu.gp_eval import I8, THREADS_PER_BLOCK, _blocks, _check_programs, _codes_cpu, _codes_kernel
+from gpu.gp_eval import (
+    I8,
+    THREADS_PER_BLOCK,
+    _blocks,
+    _check_programs,
+    _codes_cpu,
+    _codes_rows_kernel,
+)
 from gpu.launch import bind, event_query, event_recorder, host_to_device_copier, untimed_event
 from gpu.terminals import N_TERMINALS
 
 quiet_event_polling()
+
+
+def _nothing() -> None:
+    """The panel copy of a kernel that reads mapped host memory."""
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +58,17 @@ log = logging.getLogger(__name__)
 BREAK_EVEN: dict[tuple[int, int], dict[str, Any]] = {}
 #: timed bar closes per backend (after one warm-up each); the median decides
 CALIBRATION_ROUNDS = 7
+PANEL_MODES = ("auto", "copy", "mapped")
+
+
+def mapped_panel_pays(n_programs: int, n_symbols: int) -> bool:
+    """Whether the kernel should read the features from mapped host memory rather than
+    from a device copy, where no calibration chose (`choose_backend`): every thread reads
+    its stock's 31 features over the bus, so a stock's row crosses it once per program.
+    On the H200 host (2026-11-23, benchmarks/gp_round_trip.py) mapped took 20.5 µs
+    against 22.5 with the copy at 1 rule x 128 symbols, but 37.1 against 33.0 at
+    1 x 1,000 and 76 against 33 at 50 x 128."""
+    return n_programs == 1 and n_symbols <= 256
 
 
 class AsyncDecider:
@@ -59,10 +81,15 @@ class AsyncDecider:
     """
 
     def __init__(self, programs: np.ndarray, lengths: np.ndarray, device: str = "auto",
-                 prebind: bool = True) -> None:
+                 prebind: bool = True, panel: str = "auto") -> None:
         self.programs, self.lengths = _check_programs(programs, lengths)
         #: pre-bound launches (False: numba's ordinary launch, for comparison)
         self.prebind = prebind
+        if panel not in PANEL_MODES:
+            raise ValueError(f"panel must be one of {PANEL_MODES}, got {panel!r}")
+        #: how the features reach the GPU: "copy" (pinned panel copied to the device),
+        #: "mapped" (the kernel reads mapped host memory), "auto" (`mapped_panel_pays`)
+        self.panel = panel
         self.requested = device
         self.device: Resolved = resolve_device(device, "GP strategy")
         self._cuda_ready = self.device == "cuda"
@@ -74,6 +101,7 @@ class AsyncDecider:
         self._launch: Any = None
         self._pending = False  # a CUDA launch whose codes were not taken yet
         self._n_symbols = -1
+        self._buffers_for: tuple[int, str] = (-1, "")
         if self.device == "cuda":
             self._stream = cuda.stream()
             self._d_programs = cuda.to_device(self.programs, stream=self._stream)
@@ -96,26 +124,38 @@ class AsyncDecider:
             feats = rng.normal(size=(n_symbols, N_TERMINALS)).astype(np.float32)
             times: dict[str, float] = {}
             codes: dict[str, I8] = {}
-            for backend in ("cpu", "cuda"):
-                self.device = backend
-                codes[backend] = self._bar_close(feats)  # warm-up (and buffers)
+            requested_panel = self.panel
+            # on CUDA both ways the features can travel when the panel is "auto"
+            modes = ("copy", "mapped") if requested_panel == "auto" else (requested_panel,)
+            candidates: list[tuple[Resolved, str]] = [("cpu", requested_panel)]
+            candidates += [("cuda", m) for m in modes]
+            for backend, mode in candidates:
+                name = backend if backend == "cpu" else f"cuda_{mode}"
+                self.device, self.panel = backend, mode
+                codes[name] = self._bar_close(feats)  # warm-up (and buffers)
                 samples = []
                 for _ in range(CALIBRATION_ROUNDS):
                     t0 = time.perf_counter()
                     self._bar_close(feats)
                     samples.append(time.perf_counter() - t0)
-                times[backend] = statistics.median(samples)
+                times[name] = statistics.median(samples)
+            best_cuda = min((n for n in times if n != "cpu"), key=times.__getitem__)
+            times["cuda"] = times[best_cuda]
             choice: Resolved = "cuda" if times["cuda"] < times["cpu"] else "cpu"
             BREAK_EVEN[key] = {
                 "n_programs": key[0], "n_symbols": key[1], "cpu_us": times["cpu"] * 1e6,
                 "cuda_us": times["cuda"] * 1e6, "choice": choice,
-                "codes_agree": bool(np.array_equal(codes["cpu"], codes["cuda"])),
+                "panel": best_cuda.removeprefix("cuda_"),
+                **{f"{n}_us": t * 1e6 for n, t in times.items() if n.startswith("cuda_")},
+                "codes_agree": all(np.array_equal(codes["cpu"], c) for c in codes.values()),
             }
             log.info("GP strategy: %d rules x %d symbols, a bar close takes %.0f us on the "
-                     "CPU and %.0f us on CUDA: runs on %s", key[0], key[1],
-                     times["cpu"] * 1e6, times["cuda"] * 1e6, choice)
+                     "CPU and %.0f us on CUDA (features %s): runs on %s", key[0], key[1],
+                     times["cpu"] * 1e6, times["cuda"] * 1e6, BREAK_EVEN[key]["panel"],
+                     choice)
         self.calibration = BREAK_EVEN[key]
         self.device = self.calibration["choice"]
+        self.panel = self.calibration["panel"]
         return self.device
 
     def _bar_close(self, features: np.ndarray) -> I8:
@@ -126,29 +166,45 @@ class AsyncDecider:
         return self.result().copy()
 
     def _buffers(self, n_symbols: int) -> None:
-        """Buffers for `n_symbols` and the launch bound to them: a pinned panel copied to
-        the device, codes written straight into mapped host memory (no copy back), one
-        reused event; the launch pre-bound (gpu/launch.py) where it codes like numba's."""
+        """Buffers for `n_symbols` and the launch bound to them: the feature matrix in
+        mapped host memory read by the kernel (`mapped_panel_pays`) or in pinned memory
+        copied to the device, codes written straight into mapped host memory (no copy
+        back), one reused event; the launch pre-bound (gpu/launch.py) where it codes like
+        numba's. The kernel takes the engine's (n_symbols, 31) layout as it is, so filling
+        the buffer is one contiguous copy (a transpose cost 18 µs at 1,000 symbols)."""
         n = self.programs.shape[0]
-        self._h_panel = cuda.pinned_array((1, N_TERMINALS, n_symbols), np.float32)
-        self._d_panel = cuda.device_array((1, N_TERMINALS, n_symbols), np.float32)
+        self._mapped = (self.panel == "mapped"
+                        or (self.panel == "auto" and mapped_panel_pays(n, n_symbols)))
         self._d_out = cuda.mapped_array((n, 1, n_symbols), np.int8)
         self._h_out = np.asarray(self._d_out)
         self._n_symbols = n_symbols
+        self._buffers_for = (n_symbols, self.panel)
         self._grid = _blocks(n * n_symbols)
-        self._args = (self._d_programs, self._d_lengths, self._d_panel, 0, 1, self._d_out)
         self._launch = None
-        # the panel's copy and the event's record as single driver calls where they can be
-        self._copy = host_to_device_copier(self._d_panel, self._h_panel, self._stream)
         self._record = event_recorder(self._event, self._stream)
+        shape = (n_symbols, N_TERMINALS)
+        if self._mapped:
+            # the kernel reads the features over the bus: no copy to queue
+            mapped = cuda.mapped_array(shape, np.float32)
+            self._h_panel = np.asarray(mapped)
+            self._args: tuple[Any, ...] = (self._d_programs, self._d_lengths, mapped,
+                                           self._d_out)
+            self._copy = _nothing
+        else:
+            self._h_panel = cuda.pinned_array(shape, np.float32)
+            self._d_panel = cuda.device_array(shape, np.float32)
+            self._args = (self._d_programs, self._d_lengths, self._d_panel, self._d_out)
+            # the panel's copy as a single driver call where it can be
+            self._copy = host_to_device_copier(self._d_panel, self._h_panel, self._stream)
+        self._kernel = _codes_rows_kernel
         if not self.prebind:
             return
         self._h_panel[...] = np.random.default_rng(1).normal(size=self._h_panel.shape)
-        self._d_panel.copy_to_device(self._h_panel, stream=self._stream)
-        _codes_kernel[self._grid, THREADS_PER_BLOCK, self._stream](*self._args)
+        self._copy_ordinary()
+        self._kernel[self._grid, THREADS_PER_BLOCK, self._stream](*self._args)
         self._stream.synchronize()
         reference = self._h_out.copy()
-        go = bind(_codes_kernel, self._args, self._stream, THREADS_PER_BLOCK)
+        go = bind(self._kernel, self._args, self._stream, THREADS_PER_BLOCK)
         if go is None:
             return
         self._h_out[...] = -1
@@ -156,6 +212,10 @@ class AsyncDecider:
         self._stream.synchronize()
         if np.array_equal(self._h_out, reference):
             self._launch = go
+
+    def _copy_ordinary(self) -> None:
+        if not self._mapped:
+            self._d_panel.copy_to_device(self._h_panel, stream=self._stream)
 
     def start(self, features: np.ndarray) -> None:
         feats = np.asarray(features, np.float32)
@@ -175,16 +235,16 @@ class AsyncDecider:
             # the mapped codes (a caller that started again without taking the codes, e.g.
             # a cancelled bar close): let them finish before the buffers are reused or freed
             self._event.synchronize()
-        if n_symbols != self._n_symbols:
+        if (n_symbols, self.panel) != self._buffers_for:
             self._buffers(n_symbols)
-        self._h_panel[0] = feats.T
+        self._h_panel[...] = feats
         if self._launch is not None:
             self._copy()
             self._launch(self._grid)
             self._record()
         else:  # numba's ordinary path throughout (the comparison, or no binding)
-            self._d_panel.copy_to_device(self._h_panel, stream=self._stream)
-            _codes_kernel[self._grid, THREADS_PER_BLOCK, self._stream](*self._args)
+            self._copy_ordinary()
+            self._kernel[self._grid, THREADS_PER_BLOCK, self._stream](*self._args)
             self._event.record(self._stream)
         self._result = None
         self._pending = True

@@ -126,6 +126,22 @@ def _codes_kernel(programs: Any, lengths: Any, panel: Any, day0: int, day1: int,
         out[i, d - day0, s] = _decide_dev(programs[i], lengths[i], panel[d], s)
 
 
+@cuda.jit(cache=cuda_kernel_cache())
+def _codes_rows_kernel(programs: Any, lengths: Any, rows: Any, out: Any) -> None:
+    """Decision codes out[:, 0, :] of one bar close from the engine's feature matrix `rows`
+    (n_stocks, 31) as it is, in device memory or read straight from mapped host memory.
+    Each thread first loads its stock's 31 features into a local copy (a constant-count
+    loop the compiler unrolls, so over the bus the loads travel together rather than one
+    round trip per terminal the interpreter reaches), then interprets its program."""
+    i, s = program_and_stock(programs.shape[0], rows.shape[0])
+    if i < 0:
+        return
+    local = cuda.local.array((N_TERMINALS, 1), numba.float32)
+    for k in range(N_TERMINALS):
+        local[k, 0] = rows[s, k]
+    out[i, 0, s] = _decide_dev(programs[i], lengths[i], local, 0)
+
+
 def _blocks(n_threads: int) -> int:
     return max(1, math.ceil(n_threads / THREADS_PER_BLOCK))
 

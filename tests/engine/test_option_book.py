@@ -224,3 +224,36 @@ def test_a_group_whose_underlying_never_ticks_is_named(caplog: pytest.LogCapture
     book.on_underlying_tick("XYZ", 50.0, TS0)
     asyncio.run(book.drain())
     assert book.summary()["never_priced"] == []
+
+
+async def test_engine_hands_every_underlying_tick_to_the_book_on_either_tick_path() -> None:
+    """An underlying with nothing else to do goes straight from the hot loop to the book
+    (SPOT_ONLY); its first tick, and ticks while an order waits to fill, take the general
+    path (FLAGGED), which reaches the book too. Every tick of the underlying is counted
+    by the book, whichever path it took, and a plain symbol needs neither."""
+    from engine.config import EngineConfig
+    from engine.core import FLAGGED, NOT_FLAGGED, SPOT_ONLY, Engine
+    from feeds.messages import Trade
+    from strategies.sma_cross import SmaCross
+
+    book = OptionBook([small_group(strikes=(100.0,), rights=("C",))], device="cpu",
+                      dispatch="inline")
+    eng = Engine(["ABC", "XYZ"], SmaCross(), EngineConfig(), option_book=book)
+    abc, xyz = eng.sym_index["ABC"], eng.sym_index["XYZ"]
+    seq = iter(range(1, 1000))
+
+    def trades(*pairs: tuple[str, float]) -> list[Trade]:
+        return [Trade(next(seq), TS0 + i * NS // 1000, s, p, 1.0) for i, (s, p) in
+                enumerate(pairs)]
+
+    await eng.process(trades(("ABC", 100.0), ("XYZ", 50.0)))  # first prices: FLAGGED
+    assert eng._flagged[abc] == SPOT_ONLY and eng._flagged[xyz] == NOT_FLAGGED
+    await eng.process(trades(("ABC", 100.5), ("XYZ", 50.5), ("ABC", 101.0)))
+    eng._place(abc, 1, "test", TS0)  # an order waits for ABC's next tick
+    assert eng._flagged[abc] == FLAGGED
+    await eng.process(trades(("ABC", 101.5), ("ABC", 102.0)))  # fills, then SPOT_ONLY
+    assert eng._flagged[abc] == SPOT_ONLY
+    assert eng.stats.fills == 1
+    assert book._ticks == 5  # every ABC tick, none of XYZ's
+    await book.drain()
+    book.close()

@@ -119,7 +119,20 @@ def test_held_ticks_count_per_group_and_collect_finished_results(
     memory): with OPTION_REQUEST_EVERY=2 each group writes a request on every 2nd of its
     own held ticks, whatever the other underlying does; a held tick takes a result the
     worker published; poll() sends the newest held tick."""
-    from engine.option_worker import HEADER, RES, RES_T0, RES_TS, SLOT, STOP, WANT, WorkerClient
+    from engine.option_worker import (
+        HEADER,
+        REQ_SLOT,
+        REQ_SPOT,
+        REQ_T0,
+        REQ_TS,
+        RES,
+        RES_T0,
+        RES_TS,
+        SLOT,
+        STOP,
+        WANT,
+        WorkerClient,
+    )
 
     monkeypatch.setenv("OPTION_REQUEST_EVERY", "2")
     client = WorkerClient([cfg("ABC", (100.0,)), cfg("DEF", (40.0,))], "cpu", "UTC")
@@ -133,7 +146,7 @@ def test_held_ticks_count_per_group_and_collect_finished_results(
             client.on_underlying_tick("ABC", 100.0 + i, TS0 + i)
             client.on_underlying_tick("DEF", 40.0 + i, TS0 + i)
         assert client._requests == [1, 1]  # the 2nd tick of each; the 3rd is held
-        assert client._pending[0] == (102.0, TS0 + 2, client._pending[0][2])  # type: ignore[index]
+        assert client._pending[0] == (102.0, TS0 + 2)
         b = HEADER + SLOT * 0  # the worker publishes a result for ABC (seqlock even)
         q[b + RES_TS], q[b + RES_T0] = TS0, 1
         q[b + RES] = 2
@@ -144,8 +157,12 @@ def test_held_ticks_count_per_group_and_collect_finished_results(
         assert client._requests == [2, 2] and client._pending[1] is None
         client.on_underlying_tick("DEF", 44.0, TS0 + 4)
         assert client._pending[1] is not None
-        client.poll()  # the newest held tick goes out with the poll
+        client.batch_t0 = 12345  # the engine's batch began then (OptionBook.begin_batch)
+        client.poll()  # the newest held tick goes out with the poll, dated from its batch
         assert client._requests == [2, 3] and client._pending[1] is None
+        s1 = HEADER + SLOT * 1 + REQ_SLOT * (3 & 1)
+        assert client._d[s1 + REQ_SPOT] == 44.0 and q[s1 + REQ_TS] == TS0 + 4
+        assert q[s1 + REQ_T0] == 12345
         assert client.ticks == 9
     finally:
         client.close()

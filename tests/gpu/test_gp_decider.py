@@ -7,6 +7,7 @@ import pytest
 
 from gpu.device import cuda_present
 from gpu.gp_decider import AsyncDecider
+from gpu.terminals import N_FLOAT
 from strategies.gp.init import ramped_half_and_half
 from strategies.gp.representation import rules_programs
 
@@ -33,3 +34,28 @@ def test_cuda_decider_codes_equal_the_cpu_twin_across_sizes_and_switches() -> No
     np.testing.assert_array_equal(fast._bar_close(feats), want)
     fast.device = "cuda"
     np.testing.assert_array_equal(fast._bar_close(feats), want)
+
+
+@pytest.mark.skipif(not cuda_present(), reason="no CUDA device or simulator")
+@pytest.mark.parametrize("n_rules", [1, 3])
+def test_features_read_from_mapped_memory_give_the_twins_codes(n_rules: int) -> None:
+    """The kernel that reads the features straight from mapped host memory (no copy)
+    against the CPU twin and the copying kernel, over fresh features at every bar close
+    (a stale panel would repeat the previous codes) and a change of size."""
+    progs, lengths = programs(n_rules)
+    cpu = AsyncDecider(progs, lengths, "cpu")
+    mapped = AsyncDecider(progs, lengths, "cuda", panel="mapped")
+    copied = AsyncDecider(progs, lengths, "cuda", panel="copy")
+    auto = AsyncDecider(progs, lengths, "cuda")
+    rng = np.random.default_rng(11)
+    for n_symbols in (7, 7, 7, 130, 2):
+        feats = rng.normal(size=(n_symbols, 31)).astype(np.float32)
+        feats[:, N_FLOAT:] = rng.random(size=(n_symbols, 31 - N_FLOAT)) > 0.5  # booleans
+        want = cpu._bar_close(feats)
+        np.testing.assert_array_equal(mapped._bar_close(feats), want)
+        np.testing.assert_array_equal(copied._bar_close(feats), want)
+        np.testing.assert_array_equal(auto._bar_close(feats), want)
+    assert mapped._mapped and not copied._mapped
+    assert auto._mapped == (n_rules == 1)  # mapped_panel_pays
+    with pytest.raises(ValueError, match="panel must be one of"):
+        AsyncDecider(progs, lengths, "cpu", panel="zero-copy")

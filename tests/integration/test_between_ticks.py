@@ -206,6 +206,10 @@ def test_gp_auto_device_measures_both_backends_and_keeps_the_faster() -> None:
     assert cal["cpu_us"] > 0 and cal["cuda_us"] > 0 and cal["codes_agree"]
     faster = "cuda" if cal["cuda_us"] < cal["cpu_us"] else "cpu"
     assert cal["choice"] == faster == auto.device
+    # on CUDA both ways the features travel were timed; the faster one is kept
+    assert cal["cuda_us"] == min(cal["cuda_copy_us"], cal["cuda_mapped_us"])
+    assert cal["panel"] == ("copy" if cal["cuda_copy_us"] <= cal["cuda_mapped_us"]
+                            else "mapped") == auto._decider.panel
     again = GPEnsemble(rules, device="auto")  # the same size: the kept measurement
     again.reset([f"T{i}" for i in range(5)])
     assert again._decider.calibration is cal
