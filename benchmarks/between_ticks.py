@@ -159,7 +159,11 @@ def run_row(name: str, factory: functools.partial[Any], groups: list[OptionGroup
     startup = time.perf_counter() - t_start
     try:
         cfg = EngineConfig(transport=transport)  # type: ignore[arg-type]
+        # the engine process's CPU time (its zmq I/O thread included; the feed and the
+        # worker are other processes): steadier than wall time on a host others share
+        cpu0 = time.process_time()
         res = replay(factory, SmaCross(), cfg, option_book=book, publish_rate=publish_rate)
+        engine_cpu = time.process_time() - cpu0
         stats = res.engine.stats
         row: dict[str, Any] = {
             "row": name, "device": device if groups else None,
@@ -168,6 +172,8 @@ def run_row(name: str, factory: functools.partial[Any], groups: list[OptionGroup
             "ticks": stats.market_data, "seconds": res.wall_seconds,
             "ticks_per_second": stats.market_data / res.wall_seconds,
             "option_values": stats.option_values, "startup_seconds": startup,
+            "engine_cpu_seconds": engine_cpu,
+            "engine_cpu_us_per_tick": engine_cpu / max(stats.market_data, 1) * 1e6,
         }
         if book is not None:
             s = book.summary()
@@ -479,6 +485,8 @@ def run_plan(rows: list[Row], args: argparse.Namespace) -> list[dict[str, Any]]:
         row = dict(rs[(len(rs) - 1) // 2])  # the median run (the lower one of two)
         row["ticks_per_second_runs"] = [x["ticks_per_second"] for x in runs[r.name]]
         row["repricings_runs"] = [x.get("repricings") for x in runs[r.name]]
+        row["engine_cpu_us_per_tick_runs"] = [x["engine_cpu_us_per_tick"]
+                                              for x in runs[r.name]]
         if not r.groups:
             base[r.workload] = row["ticks_per_second"]
         row["ratio_to_no_group"] = (row["ticks_per_second"] / base[r.workload]

@@ -179,6 +179,7 @@ class WorkerClient:
         self._unsent = [0] * len(configs)
         self._send_every = request_every()
         self._counts_held = self._send_every != sys.maxsize
+        self._every_tick = self._send_every == 1  # OPTION_REQUEST_EVERY=1: no holding
         self._out: list[OptionValue | OptionGroupValues] = []  # collected, not yet polled
         self._seq = 0
         self.latencies_ns: list[int] = []
@@ -235,7 +236,7 @@ class WorkerClient:
         ticks[0] += 1
         q, seen = self._q, self._seen
         for g, want, res in groups:
-            if q[want]:
+            if q[want] or self._every_tick:
                 self._request(g, spot, ts, time.perf_counter_ns())
                 continue
             if q[res] != seen[g]:
