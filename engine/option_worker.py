@@ -5,18 +5,21 @@ copying results) is taken from the tick loop, even on a thread, because of the G
 second process owns the pricers: the engine's side (`WorkerClient`) writes the newest spot,
 the tick's timestamp and the time of the request into a shared-memory slot per group, and
 `poll()` reads a counter per group and, when it moved, copies the finished arrays out (one
-`OptionGroupValues` message). Requests go on demand: the worker raises a group's WANT flag
-when it could launch the group at once, and only then does a tick write its request; other
-ticks are kept in the client as the group's pending one (one flag read and one list store)
-and the first tick that finds WANT raised, or the next poll() (after every received batch),
-sends the newest. A busy underlying ticks far faster than the GPU reprices, so nearly every
-tick is superseded before the worker could use it: such a tick costs the engine 0.57 µs in
-all (its results check included), against 0.74 µs when every tick wrote a request (2-core
-dev VM, worker stopped, best of three). OPTION_REQUEST_EVERY=k also sends every k-th held
-tick (1: every tick): more repricings for a slower tick path (`request_every`). A held
-tick still collects a finished repricing (one more shared-memory read), so no result waits
-for a request. The worker
-(`worker_main`) spins over its batches, each a
+`OptionGroupValues` message). By default every tick of an underlying writes its request
+(four stores; an underlying with nothing else to do reaches the client straight from the
+engine's hot loop); the worker takes the newest when it can launch. Requests can also go
+on demand (OPTION_REQUEST_EVERY=0): the worker raises a group's WANT flag when it could
+launch the group at once, and only then does a tick write its request; other ticks are
+kept in the client as the group's pending one (one list store, dated from the start of
+the engine's batch) and the first tick that finds WANT raised, or the next poll() (after
+every received batch), sends the newest. k >= 2 sends every k-th held tick as well
+(`request_every`). On demand a tick costs the engine about 0.43 µs in all, a written request
+about 0.84 µs (2-core dev VM, worker stopped, 2026-11-23); on the H200 host the SPY replay kept
+the same share of its tick rate either way (0.92-0.93 of the replay without options,
+pooled over 12-15 rounds), but on demand the engine received half the repricings (about
+53k a replay against 103k), since ticks wait in the client while it receives and decodes.
+A held tick still collects a finished repricing (one more shared-memory read), so no
+result waits for a request. The worker (`worker_main`) spins over its batches, each a
 `gpu.option_batch.BatchPricer`: up to OPTION_WORKER_SLOTS launches are in flight per batch
 (each its own buffers and stream), spaced a slot's share of a launch's latency apart, so
 the GPU works on the next spot while the previous results are still on their way.
@@ -106,10 +109,10 @@ PROFILE_ENV = "OPTION_WORKER_PROFILE"
 TIMING_ENV = "OPTION_WORKER_TIMING"
 DEFAULT_SLOTS = 2
 DEFAULT_SPACING = 1.0
-#: OPTION_REQUEST_EVERY: 0 (the default) requests only on demand; k >= 1 also every k-th
-#: held tick (1: a request on every tick, the protocol before requests on demand)
+#: OPTION_REQUEST_EVERY: 1 (the default) a request on every tick; 0 requests only on
+#: demand; k >= 2 on demand and every k-th held tick
 REQUEST_EVERY_ENV = "OPTION_REQUEST_EVERY"
-DEFAULT_REQUEST_EVERY = 0
+DEFAULT_REQUEST_EVERY = 1
 _INF = math.inf
 
 
@@ -222,13 +225,12 @@ class WorkerClient:
 
     def on_underlying_tick(self, symbol: str, spot: float, ts: int) -> None:
         """Ask for the groups of `symbol` at `spot` (the newest request wins); the engine
-        calls this directly on every tick of an underlying. Requests go on demand: only
-        while the worker has raised the group's WANT flag (a free launch slot, the
-        spacing passed) is the request written (four shared-memory stores); otherwise
-        the tick is kept as the group's pending one (one list store) and sent by the
-        first tick that finds WANT raised or by the next poll(). Most ticks of a busy
-        underlying are superseded before the worker could take them, so they cost a flag
-        read and a results check."""
+        calls this directly on every tick of an underlying. By default the request is
+        written at once (four shared-memory stores). On demand (OPTION_REQUEST_EVERY=0)
+        it is written only while the worker has raised the group's WANT flag (a free
+        launch slot, the spacing passed); otherwise the tick is kept as the group's
+        pending one (one list store) and sent by the first tick that finds WANT raised
+        or by the next poll(), at the cost of a flag read and a results check."""
         entry = self._by_symbol.get(symbol)
         if entry is None or not (0.0 < spot < _INF):  # NaN fails too: never priced
             return
@@ -457,14 +459,15 @@ class _Batch:
 
 def request_every() -> int:
     """How many held ticks make a request written anyway, from OPTION_REQUEST_EVERY (an
-    integer >= 0). 0, the default: none, requests go only on demand. k >= 1: every k-th
-    tick held while the worker wanted none is written too (1: a request on every tick),
-    so a recent spot is already waiting when the worker gets ready. It trades the tick
-    path for repricings. SPY replays with the 102-option group on the H200 host,
-    2026-11-23, the median of each round's ticks/s over the same round's replay without
-    options, and the repricings per replay: 0 gave 0.87 and 95k (7 rounds), 4 0.75 and
-    135k (7), 1 0.86 and 101k (28; benchmarks/results/h200-2026-11-23-session2/pooled.md;
-    the host's speed moved by up to 20 % between rounds)."""
+    integer >= 0). 1, the default: every tick writes its request. 0: none, requests go
+    only on demand. k >= 2: every k-th tick held while the worker wanted none is written
+    too, so a recent spot is already waiting when the worker gets ready. SPY replays
+    with the 102-option group on the H200 host, 2026-11-23 (third session, after the
+    underlying's ticks went straight from the hot loop to the client), the median of
+    each round's ticks/s over the same round's replay without options and the
+    repricings per replay: 1 gave 0.93 and 103k (12 rounds), 0 0.92 and 53k (15
+    rounds; benchmarks/results/h200-2026-11-23-session3/pooled.md; the host's speed
+    moved by up to 40 % between rounds)."""
     from engine.errors import UserError
 
     raw = os.environ.get(REQUEST_EVERY_ENV, str(DEFAULT_REQUEST_EVERY))
