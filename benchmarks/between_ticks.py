@@ -424,7 +424,13 @@ def plan(one: Row, big: Row, gpu: str, paced_ticks: int = 100_000) -> list[Row]:
                 rate=rate),
             Row(f"10x1,000 paced {speed}: {gpu} process, default worker",
                 f"10 synthetic paced {speed}", pfac, gb, gpu, "process", "group", True, {},
-                rate=rate))),
+                rate=rate),
+            Row(f"10x1,000 paced {speed}: {gpu} process, 1 launch in flight per group",
+                f"10 synthetic paced {speed}", pfac, gb, gpu, "process", "group", True,
+                {"OPTION_WORKER_SLOTS": "1"}, rate=rate),
+            Row(f"10x1,000 paced {speed}: {gpu} process, 1 in flight, requests on demand",
+                f"10 synthetic paced {speed}", pfac, gb, gpu, "process", "group", True,
+                {"OPTION_WORKER_SLOTS": "1", "OPTION_REQUEST_EVERY": "0"}, rate=rate))),
     ]
 
 
