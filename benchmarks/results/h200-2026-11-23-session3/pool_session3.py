@@ -1,8 +1,8 @@
 """Pool the SPY rows of this folder's between_ticks runs by request protocol and placement.
 
 Each round's ticks/s of a row is divided by the same round's replay without options (pinned
-rows by the pinned replay without options), and rounds of the same protocol are pooled. Run
-5 and 7 also recorded the engine process's CPU time per tick; its ratio (no group's CPU time per
+rows by the pinned replay without options), and rounds of the same protocol are pooled. Runs
+5, 7 and 8 also recorded the engine process's CPU time per tick; its ratio (no group's CPU time per
 tick over the row's) is pooled where present.
 
     python benchmarks/results/h200-2026-11-23-session3/pool_session3.py
@@ -16,11 +16,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 RUNS = {2: "between_ticks_run2_placement.json", 4: "between_ticks_run4_placement.json",
-        5: "between_ticks_run5.json", 7: "between_ticks_run7.json"}
+        5: "between_ticks_run5.json", 7: "between_ticks_run7.json",
+        8: "between_ticks_run8.json"}
 
 
-def protocol(name: str) -> str | None:
-    """The request protocol of a SPY row, or None (a replay without options, 10 x 1,000)."""
+def protocol(run: int, name: str) -> str | None:
+    """The request protocol of a SPY row, or None (a replay without options, 10 x 1,000).
+    The default worker requested only on demand up to run 7 and on every tick from run 8."""
     if name.startswith("10x") or name.startswith("no group"):
         return None
     place = " [pinned]" if name.endswith("[pinned]") else ""
@@ -29,7 +31,7 @@ def protocol(name: str) -> str | None:
     if "2 in flight, + ctypes" in name:
         return "every tick" + place
     if "default worker" in name:
-        return "only on demand (the default in these runs)" + place
+        return ("every tick" if run >= 8 else "only on demand") + place
     return None
 
 
@@ -39,11 +41,11 @@ def _range(xs: list[float], fmt: str) -> str:
 
 def main() -> None:
     pool: dict[str, dict[str, list[float]]] = {}
-    for name in RUNS.values():
+    for run, name in RUNS.items():
         rows = json.loads((HERE / name).read_text())["rows"]
         base = {r["workload"]: r for r in rows if r.get("repricings") is None}
         for r in rows:
-            p = protocol(r["row"])
+            p = protocol(run, r["row"])
             if p is None:
                 continue
             b = base[r["workload"]]
@@ -57,7 +59,7 @@ def main() -> None:
             entry["rep"] += [float(x) for x in r["repricings_runs"]]
             entry["p50"].append(r["latency_us_p50"])
             entry["p99"].append(r["latency_us_p99"])
-    print("| protocol | rounds | ratio median [range] | engine CPU ratio (runs 5, 7) | "
+    print("| protocol | rounds | ratio median [range] | engine CPU ratio (runs 5, 7, 8) | "
           "repricings median [range] | p50 µs (row medians) | p99 µs (row medians) |")
     print("|---|---:|---|---|---|---|---|")
     for p, e in pool.items():
