@@ -115,6 +115,28 @@ def _repriced_ts(values: Any) -> dict[str, np.ndarray]:
     return {s: np.array(sorted(v), dtype=np.int64) for s, v in ts.items()}
 
 
+def worst_waits(repriced: np.ndarray, ticks: np.ndarray, k: int = 5
+                ) -> list[tuple[float, int]]:
+    """The k longest newer-spot waits of one group (as `newer_spot_waits_ms`, pauses
+    longer than QUIET_NS left out) as (wait ms, data time ns of the repricing that ended
+    it): where in the replay the longest waits happened."""
+    if len(repriced) < 2 or len(ticks) < 2:
+        return []
+    a, b = repriced[:-1], repriced[1:]
+    first = np.searchsorted(ticks, a, side="right")
+    first_ts = np.where(first < len(ticks), ticks[np.minimum(first, len(ticks) - 1)], b)
+    wait = np.where(first_ts < b, b - first_ts, 0)
+    pause = np.diff(ticks)
+    lo = np.searchsorted(ticks, a, side="left")
+    hi = np.searchsorted(ticks, b, side="right")
+    for i in np.argsort(wait)[::-1]:
+        i0, i1 = int(lo[i]), int(hi[i])
+        if i1 - 1 > i0 and pause[i0:i1 - 1].max() > QUIET_NS:
+            wait[i] = 0
+    top = np.argsort(wait)[::-1][:k]
+    return [(float(wait[i] / 1e6), int(b[i])) for i in top if wait[i] > 0]
+
+
 def newer_spot_waits_ms(repriced: np.ndarray, ticks: np.ndarray) -> float:
     """The longest a newer spot waited, in data time, for a repricing of its group: over
     consecutive repricings a < b, b minus the first tick after a (0 when no tick came in
@@ -188,6 +210,13 @@ def run_row(name: str, factory: functools.partial[Any], groups: list[OptionGroup
             waits = [newer_spot_waits_ms(r, tick_times[s]) for s, r in
                      _repriced_ts(res.engine.option_values).items() if s in tick_times]
             row["max_newer_spot_wait_ms"] = max(waits) if waits else None
+            # where the longest waits fell: seconds of data time from the feed's first tick
+            start = min(int(t[0]) for t in tick_times.values() if len(t))
+            top = [(w, s, (at - start) / 1e9) for s, r in
+                   _repriced_ts(res.engine.option_values).items() if s in tick_times
+                   for w, at in worst_waits(r, tick_times[s])]
+            row["longest_newer_spot_waits"] = [
+                {"ms": w, "group": s, "at_s": at} for w, s, at in sorted(top, reverse=True)[:8]]
             row["gap_window_messages"] = len(res.engine.option_values)
     finally:
         if book is not None:

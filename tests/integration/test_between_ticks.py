@@ -308,7 +308,7 @@ def test_newer_spot_wait_is_the_brute_force_per_tick_wait() -> None:
     """The benchmark's 'longest a newer spot waited' against a per-tick brute force: for
     every tick after the first repricing, the data time until the first repricing at or
     after it (seeded random tick and repricing times, no pauses)."""
-    from benchmarks.between_ticks import newer_spot_waits_ms
+    from benchmarks.between_ticks import newer_spot_waits_ms, worst_waits
 
     rng = np.random.default_rng(11)
     for _ in range(200):
@@ -323,6 +323,10 @@ def test_newer_spot_wait_is_the_brute_force_per_tick_wait() -> None:
             if nxt:
                 worst = max(worst, nxt[0] - t)
         assert newer_spot_waits_ms(repriced, ticks) == worst / 1e6
+        top = worst_waits(repriced, ticks, k=3)  # where: the same longest wait first
+        assert (top[0][0] if top else 0.0) == worst / 1e6
+        assert all(w1 >= w2 for (w1, _), (w2, _) in zip(top, top[1:], strict=False))
+        assert all(at in repriced for _, at in top)
 
 
 def test_a_paced_replay_takes_the_time_its_rate_says() -> None:
