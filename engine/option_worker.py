@@ -713,6 +713,8 @@ class _StepTimes:
 
 def _serve(shm: shared_memory.SharedMemory, q: Any, configs: list[Any], device: str,
            tz: Any, parent_pid: int) -> None:
+    from engine.gcpause import freeze_for_life
+
     server = _Server(shm, q, configs, device, tz)
     timing_to = os.environ.get(TIMING_ENV)
     times = _StepTimes() if timing_to else None
@@ -720,6 +722,9 @@ def _serve(shm: shared_memory.SharedMemory, q: Any, configs: list[Any], device: 
         server.waits = collections.deque(maxlen=1 << 20)
         server.collect = times.wrap("collect", server.collect)  # type: ignore[method-assign]
         server.launch = times.wrap("launch", server.launch)  # type: ignore[method-assign]
+    # the pricers, numba and CUDA are built: keep them out of full collections, which
+    # would stop the spinning loop for milliseconds (engine.gcpause)
+    freeze_for_life()
     q[READY] = 1
     try:
         server.run(parent_pid)

@@ -27,6 +27,7 @@ from engine.affinity import FEED_ENV, cpus_from_env, pin_from_env
 from engine.config import EngineConfig
 from engine.core import Engine
 from engine.errors import UserError
+from engine.gcpause import startup_objects_frozen
 from feeds.publish import publish_source
 from feeds.records import Source
 from feeds.transport import Publisher, Subscriber
@@ -241,8 +242,10 @@ async def replay_async(
     sub = Subscriber(feed.endpoint, ctx, limits=config.validation)
     last_progress = 0
     failed = True
+    frozen = contextlib.ExitStack()
     try:
         engine = Engine(list(feed.source.symbols), strategy, config, option_book=option_book)
+        frozen.enter_context(startup_objects_frozen())  # no full collection walks them
         t0 = time.perf_counter()
         feed.start()
         while not engine.finished:
@@ -264,6 +267,7 @@ async def replay_async(
         wall = time.perf_counter() - t0
         failed = False
     finally:
+        frozen.close()
         # the subscriber goes first: with no subscriber the publisher drops instead of
         # blocking, so the feed thread can see the stop and end before its socket closes
         sub.close()

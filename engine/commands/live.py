@@ -26,6 +26,7 @@ import zmq.asyncio
 
 from engine.config import load_config
 from engine.errors import UserError
+from engine.gcpause import startup_objects_frozen
 from engine.journal import Journal, JournalError
 from gpu.device import resolve_device
 
@@ -139,7 +140,8 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
         log.info("%s, ticks from %s, orders on %s, journal %s (%d fills, restored: %s)%s",
                  strategy.name, args.ticks, out.endpoint, args.journal, len(state.fills),
                  daemon.restored, ", CURVE on" if curve else "")
-        await daemon.run(stop, status_now, topics)
+        with startup_objects_frozen():  # no full collection walks the start-up objects
+            await daemon.run(stop, status_now, topics)
         daemon.shutdown_snapshot()
         status = daemon.status()
         status["status"] = "stopped"
