@@ -6,8 +6,11 @@ Records come in numpy chunks, encoded a chunk at a time by a compiled encoder
 
 from __future__ import annotations
 
+import queue
+import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 import zmq
@@ -45,13 +48,85 @@ def publish_source(
     encoder = ChunkEncoder(list(source.symbols), bar_duration_ns)
     stream = _Stream(publisher, encoder.topics, session, rate, heartbeat_s)
     end = None if count is None else skip + count
-    index = 0  # position in the whole stream of the chunk's first message
-    complete = True
+    encoded = _encoded(source, encoder)
+    ahead = _Prefetch(encoded) if rate > 0 else None
+    try:
+        complete = _send_all(ahead if ahead is not None else encoded, stream, skip, end,
+                             progress)
+    finally:
+        if ahead is not None:
+            ahead.close()
+    stream.heartbeat(stream.last_ts, final=complete)
+    publisher.sent += stream.sent + stream.beats
+    return stream.sent
+
+
+Encoded = tuple[np.ndarray, bytes, np.ndarray]
+
+
+def _encoded(source: Source, encoder: ChunkEncoder) -> Iterator[Encoded]:
+    """Each non-empty chunk with its encoded messages (in order: the encoder numbers them)."""
     for chunk in source.chunks():
+        if chunk.shape[0]:
+            payloads, offsets = encoder.encode(chunk)
+            yield chunk, payloads, offsets
+
+
+class _Prefetch:
+    """The next encoded chunk made on a thread while the current one is sent: a paced
+    stream must not stop for the tens of milliseconds a chunk of 65,536 records takes to
+    draw and encode (a replay paced at the data rate showed every option group waiting
+    10-16 ms at once, at the first chunk boundary). The Python switch interval is cut to
+    0.5 ms meanwhile, so the producer holds the sender off no longer than that."""
+
+    def __init__(self, chunks: Iterator[Encoded]) -> None:
+        self._q: queue.Queue[Encoded | BaseException | None] = queue.Queue(maxsize=1)
+        self._stop = threading.Event()
+        self._switch = sys.getswitchinterval()
+        sys.setswitchinterval(min(self._switch, 0.0005))
+        self._thread = threading.Thread(target=self._run, args=(chunks,),
+                                        name="feed-prefetch", daemon=True)
+        self._thread.start()
+
+    def _put(self, item: Encoded | BaseException | None) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _run(self, chunks: Iterator[Encoded]) -> None:
+        try:
+            for item in chunks:
+                if not self._put(item):
+                    return
+            self._put(None)
+        except BaseException as exc:  # noqa: BLE001 - raised again in the sender
+            self._put(exc)
+
+    def __iter__(self) -> Iterator[Encoded]:
+        while True:
+            item = self._q.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+        sys.setswitchinterval(self._switch)
+
+
+def _send_all(chunks: Iterable[Encoded], stream: _Stream, skip: int, end: int | None,
+              progress: Callable[[int], None] | None) -> bool:
+    """Send messages [skip, end) of the encoded chunks; False when `end` stopped it."""
+    index = 0  # position in the whole stream of the chunk's first message
+    for chunk, payloads, offsets in chunks:
         n = chunk.shape[0]
-        if n == 0:
-            continue
-        payloads, offsets = encoder.encode(chunk)  # every chunk: keeps the sequence numbers
         lo = max(skip - index, 0)
         hi = n if end is None else min(end - index, n)
         index += n
@@ -60,11 +135,8 @@ def publish_source(
             if progress is not None:
                 progress(stream.sent)
         if end is not None and index >= end:
-            complete = False  # stopped by `count`: the stream goes on elsewhere
-            break
-    stream.heartbeat(stream.last_ts, final=complete)
-    publisher.sent += stream.sent + stream.beats
-    return stream.sent
+            return False  # stopped by `count`: the stream goes on elsewhere
+    return True
 
 
 class _Stream:
