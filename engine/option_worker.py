@@ -15,9 +15,10 @@ the engine's batch) and the first tick that finds WANT raised, or the next poll(
 every received batch), sends the newest. k >= 2 sends every k-th held tick as well
 (`request_every`). On demand a tick costs the engine about 0.43 µs in all, a written request
 about 0.84 µs (2-core dev VM, worker stopped, 2026-11-23); on the H200 host the SPY replay kept
-the same share of its tick rate either way (0.92-0.93 of the replay without options,
-pooled over 15 rounds each), but on demand the engine received half the repricings (about
-53k a replay against 102k), since ticks wait in the client while it receives and decodes.
+the same share of its tick rate either way (0.91-0.92 of the replay without options,
+the median of 20 rounds each), but on demand the engine received about half the
+repricings (58k a replay against 102k), since ticks wait in the client while it receives
+and decodes.
 A held tick still collects a finished repricing (one more shared-memory read), so no
 result waits for a request. The worker (`worker_main`) spins over its batches, each a
 `gpu.option_batch.BatchPricer`: up to OPTION_WORKER_SLOTS launches are in flight per batch
@@ -465,7 +466,7 @@ def request_every() -> int:
     with the 102-option group on the H200 host, 2026-11-23 (third session, after the
     underlying's ticks went straight from the hot loop to the client), the median of
     each round's ticks/s over the same round's replay without options and the
-    repricings per replay: 1 gave 0.93 and 102k (15 rounds), 0 0.92 and 53k (15
+    repricings per replay: 1 gave 0.92 and 102k (20 rounds), 0 0.91 and 58k (20
     rounds; benchmarks/results/h200-2026-11-23-session3/pooled.md; the host's speed
     moved by up to 40 % between rounds)."""
     from engine.errors import UserError

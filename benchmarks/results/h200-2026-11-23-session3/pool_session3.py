@@ -2,8 +2,9 @@
 
 Each round's ticks/s of a row is divided by the same round's replay without options (pinned
 rows by the pinned replay without options), and rounds of the same protocol are pooled. Runs
-5, 7 and 8 also recorded the engine process's CPU time per tick; its ratio (no group's CPU time per
-tick over the row's) is pooled where present.
+5, 7, 8 and 17 also recorded the engine process's CPU time per tick; its ratio (no group's
+CPU time per tick over the row's) is pooled where present. From run 8 on the default worker
+requests on every tick.
 
     python benchmarks/results/h200-2026-11-23-session3/pool_session3.py
 """
@@ -17,7 +18,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 RUNS = {2: "between_ticks_run2_placement.json", 4: "between_ticks_run4_placement.json",
         5: "between_ticks_run5.json", 7: "between_ticks_run7.json",
-        8: "between_ticks_run8.json"}
+        8: "between_ticks_run8.json", 17: "between_ticks_run17.json"}
 
 
 def protocol(run: int, name: str) -> str | None:
@@ -26,6 +27,8 @@ def protocol(run: int, name: str) -> str | None:
     if name.startswith("10x") or name.startswith("no group"):
         return None
     place = " [pinned]" if name.endswith("[pinned]") else ""
+    if "only on demand" in name:
+        return "only on demand" + place
     if "every 4th" in name:
         return "on demand + every 4th held tick" + place
     if "2 in flight, + ctypes" in name:
@@ -59,7 +62,7 @@ def main() -> None:
             entry["rep"] += [float(x) for x in r["repricings_runs"]]
             entry["p50"].append(r["latency_us_p50"])
             entry["p99"].append(r["latency_us_p99"])
-    print("| protocol | rounds | ratio median [range] | engine CPU ratio (runs 5, 7, 8) | "
+    print("| protocol | rounds | ratio median [range] | engine CPU ratio (runs 5, 7, 8, 17) | "
           "repricings median [range] | p50 µs (row medians) | p99 µs (row medians) |")
     print("|---|---:|---|---|---|---|---|")
     for p, e in pool.items():
