@@ -4,24 +4,27 @@ The live engine's view of the GP interpreter (`gpu.gp_eval`): at each bar close 
 strategy hands over one feature row per symbol and polls for the buy/sell codes, so the
 event loop never waits on the GPU. On the CPU the codes are computed at once.
 
-On CUDA a bar close is one copy of the feature panel from pinned memory, one pre-bound
-launch (`gpu.launch.bind`: numba's per-call argument typing done once per symbol count)
-writing the codes straight into mapped host memory (no copy back), and one reused event
-polled through the driver (`gpu.launch.event_query`); the copy, the launch and the event
-record are each one ctypes call into the driver (`gpu.launch`). Measured on the H200 host
-(2026-11-23, four runs, benchmarks/results/h200-2026-11-23-session2), a bar close takes
-26-32 µs at 1 rule x 128 symbols, 44-49 µs at 1 x 1,000, 36-44 µs at 50 x 128 and 64-70 µs
-at 50 x 1,000, against 152-296 µs with numba's ordinary launch; the CPU twin takes 13-15,
-41-46, 55-62 and 346-417 µs. So the GPU pays from a 50-rule ensemble, ties the CPU at one
-rule over 1,000 symbols, and costs twice the CPU twin for one rule over 128 symbols (the
-GPU's fixed round trip: copy, launch, completion seen by the host).
+On CUDA a bar close is one contiguous copy of the engine's (n_symbols, 31) feature matrix
+into a pinned buffer, then either one copy of it to the device or none (the kernel reads
+the features straight from mapped host memory, `panel="mapped"`), one pre-bound launch
+(`gpu.launch.bind`: numba's per-call argument typing done once per symbol count) writing
+the codes straight into mapped host memory (no copy back), and one reused event polled
+through the driver (`gpu.launch.event_query`); copy, launch and event record are each one
+ctypes call into the driver (`gpu.launch`). Measured on the H200 host (2026-11-23, third
+session, benchmarks/results/h200-2026-11-23-session3), a bar close took 21 µs at 1 rule x
+128 symbols, 30 µs at 1 x 1,000, 33 µs at 50 x 128 and 51 µs at 50 x 1,000, against 14,
+38, 54 and 378 µs for the CPU twin: CUDA is faster from 1,000 symbols or a 50-rule
+ensemble. At 1 x 128 it is not, and cannot be through a launch: an empty kernel's launch
+until its completion is seen by the host took 10.4-13.1 µs there, as long as the CPU
+twin's whole bar close (10.9-14.0 µs; `benchmarks/gp_round_trip.py` splits the round trip).
 
 `--device auto` does not mean "the GPU whenever there is one": for a few rules over a few
 symbols a launch, two copies and the event polling cost more than the CPU twin's whole
 evaluation. With `device="auto"` on a machine with a GPU, `choose_backend(n_symbols)` times
-one bar close on both backends at the strategy's real size (n_rules x n_symbols), keeps the
-faster one, logs the measurement, and remembers it per size for the process
-(`BREAK_EVEN`), so the measurement is paid once.
+one bar close on the CPU and on CUDA (with the features copied and read from mapped memory,
+when `panel="auto"`) at the strategy's real size (n_rules x n_symbols), keeps the fastest,
+logs the measurement, and remembers it per size for the process (`BREAK_EVEN`), so the
+measurement is paid once.
 """
 
 from __future__ import annotations
