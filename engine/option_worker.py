@@ -13,8 +13,9 @@ launch the group at once, and only then does a tick write its request; other tic
 kept in the client as the group's pending one (one list store, dated from the start of
 the engine's batch) and the first tick that finds WANT raised, or the next poll() (after
 every received batch), sends the newest. k >= 2 sends every k-th held tick as well
-(`request_every`). On demand a tick costs the engine about 0.43 µs in all, a written request
-about 0.84 µs (2-core dev VM, worker stopped, 2026-11-23); on the H200 host the SPY replay kept
+(`request_every`). On demand a tick costs the engine about 0.43 µs in all (0.72 µs when it
+writes its request); a request on every tick, written inline, 0.67 µs (2-core dev VM, worker
+stopped, 2026-11-23, before inlining 0.82-0.85 µs); on the H200 host the SPY replay kept
 the same share of its tick rate either way (0.91-0.92 of the replay without options,
 the median of 20 rounds each), but on demand the engine received about half the
 repricings (58k a replay against 102k), since ticks wait in the client while it receives
@@ -115,6 +116,10 @@ DEFAULT_SPACING = 1.0
 REQUEST_EVERY_ENV = "OPTION_REQUEST_EVERY"
 DEFAULT_REQUEST_EVERY = 1
 _INF = math.inf
+_now_ns = time.perf_counter_ns
+#: a group's words as the tick path uses them: group, REQ, WANT, RES, and the (spot, ts, t0)
+#: words of request slots 0 and 1
+_GroupWords = tuple[int, int, int, int, tuple[int, int, int], tuple[int, int, int]]
 
 
 class _Layout:
@@ -163,13 +168,16 @@ class WorkerClient:
         self._res = self.layout.result_views(self._shm.buf)
         #: each group's (3, n) results as one flat byte view (read with one copy)
         self._res_bytes = [r.reshape(-1).view(np.uint8) for r in self._res]
-        # per underlying: its groups, each with the offsets of its WANT and RES words, and
-        # a one-cell tick counter (cheaper than a dict count)
-        self._by_symbol: dict[str, tuple[list[tuple[int, int, int]], list[int]]] = {}
+        # per underlying: its groups, each with the offsets of its REQ, WANT and RES words
+        # and of its two request slots' (spot, ts, t0) words (the tick path computes no
+        # offset), and a one-cell tick counter (cheaper than a dict count)
+        self._by_symbol: dict[str, tuple[list[_GroupWords], list[int]]] = {}
         for g, c in enumerate(configs):
             b = HEADER + SLOT * g
+            slot0, slot1 = ((s + REQ_SPOT, s + REQ_TS, s + REQ_T0)
+                            for s in (b, b + REQ_SLOT))
             self._by_symbol.setdefault(c.underlying, ([], [0]))[0].append(
-                (g, b + WANT, b + RES))
+                (g, b + REQ, b + WANT, b + RES, slot0, slot1))
         self.underlyings = set(self._by_symbol)
         self._seen = [0] * len(configs)  # result counter last read per group
         self._requests = [0] * len(configs)  # requests made per group
@@ -238,9 +246,23 @@ class WorkerClient:
         groups, ticks = entry
         ticks[0] += 1
         q, seen = self._q, self._seen
-        for g, want, res in groups:
-            if q[want] or self._every_tick:
-                self._request(g, spot, ts, time.perf_counter_ns())
+        for g, req, want, res, slot0, slot1 in groups:
+            if self._every_tick or q[want]:
+                # request n into slot n % 2, then n published (as _request, inlined: this
+                # runs on every tick of the underlying by default)
+                requests = self._requests
+                n = requests[g] + 1
+                requests[g] = n
+                i_spot, i_ts, i_t0 = slot1 if n & 1 else slot0
+                self._d[i_spot] = spot
+                q[i_ts] = ts
+                q[i_t0] = _now_ns()
+                q[req] = n
+                if not self._every_tick:
+                    self._pending[g] = None
+                    self._unsent[g] = 0
+                if q[res] != seen[g]:
+                    self._collect(g)
                 continue
             if q[res] != seen[g]:
                 # a repricing finished: take it now, before the worker's next one replaces

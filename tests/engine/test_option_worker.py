@@ -166,3 +166,45 @@ def test_held_ticks_count_per_group_and_collect_finished_results(
         assert client.ticks == 9
     finally:
         client.close()
+
+
+def test_every_tick_writes_request_n_into_slot_n_mod_2(monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    """The default protocol's inlined write, read back as the worker reads it (the worker
+    stopped, real shared memory): request n is in slot n % 2 and REQ says n."""
+    from engine.option_worker import (
+        HEADER,
+        REQ,
+        REQ_SLOT,
+        REQ_SPOT,
+        REQ_T0,
+        REQ_TS,
+        SLOT,
+        STOP,
+        WANT,
+        WorkerClient,
+    )
+
+    monkeypatch.delenv("OPTION_REQUEST_EVERY", raising=False)  # the default: every tick
+    client = WorkerClient([cfg("ABC", (100.0,)), cfg("DEF", (40.0,))], "cpu", "UTC")
+    try:
+        q = client._q
+        q[STOP] = 1
+        client._proc.wait(30)
+        for g in (0, 1):
+            q[HEADER + SLOT * g + WANT] = 0  # no demand: every tick is written anyway
+        for i in range(5):
+            client.on_underlying_tick("DEF", 40.0 + i, TS0 + i)
+            b = HEADER + SLOT * 1
+            n = q[b + REQ]
+            assert n == i + 1
+            s = b + REQ_SLOT * (n & 1)
+            assert client._d[s + REQ_SPOT] == 40.0 + i and q[s + REQ_TS] == TS0 + i
+            assert q[s + REQ_T0] > 0
+            other = b + REQ_SLOT * ((n + 1) & 1)  # the previous request stays readable
+            if i:
+                assert client._d[other + REQ_SPOT] == 40.0 + i - 1
+        assert q[HEADER + REQ] == 0  # ABC never ticked
+        assert client._pending == [None, None]
+    finally:
+        client.close()
