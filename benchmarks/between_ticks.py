@@ -169,7 +169,8 @@ def _tick_gaps_ms(ticks: dict[str, np.ndarray]) -> dict[str, float]:
 
 def run_row(name: str, factory: functools.partial[Any], groups: list[OptionGroupConfig],
             device: str, dispatch: str, messages: str, transport: str,
-            prebind: bool, publish_rate: float = 0.0) -> dict[str, Any]:
+            prebind: bool, publish_rate: float = 0.0, receive_batch: int = 0
+            ) -> dict[str, Any]:
     groups = [OptionGroupConfig(**{**{f: getattr(g, f) for f in g.__struct_fields__},
                                    "messages": messages}) for g in groups]
     book = None
@@ -180,7 +181,8 @@ def run_row(name: str, factory: functools.partial[Any], groups: list[OptionGroup
         book = OptionBook(groups, device=device, dispatch=dispatch)
     startup = time.perf_counter() - t_start
     try:
-        cfg = EngineConfig(transport=transport)  # type: ignore[arg-type]
+        cfg = EngineConfig(transport=transport,  # type: ignore[arg-type]
+                           receive_batch=receive_batch)
         # the engine process's CPU time (its zmq I/O thread included; the feed and the
         # worker are other processes): steadier than wall time on a host others share
         cpu0 = time.process_time()
@@ -195,6 +197,7 @@ def run_row(name: str, factory: functools.partial[Any], groups: list[OptionGroup
             "ticks_per_second": stats.market_data / res.wall_seconds,
             "option_values": stats.option_values, "startup_seconds": startup,
             "engine_cpu_seconds": engine_cpu,
+            "receive_batch": cfg.receive_batch_for(bool(groups)),
             "engine_cpu_us_per_tick": engine_cpu / max(stats.market_data, 1) * 1e6,
         }
         if book is not None:
@@ -329,6 +332,8 @@ class Row(NamedTuple):
     env: dict[str, str] = {}
     #: ticks per second the feed is paced at (0: as fast as the engine takes them)
     rate: float = 0.0
+    #: messages the engine takes from its socket per batch, at most (0: the default)
+    receive_batch: int = 0
 
 
 #: the worker before this round of changes: one launch in flight per group, numba's query
@@ -435,6 +440,8 @@ def plan(one: Row, big: Row, gpu: str, paced_ticks: int = 100_000) -> list[Row]:
         Row(f"{gpu} process, default worker", wl, fac, g1, gpu, "process", "group", True, {}),
         *(Row(f"{gpu} process, default worker, launches spaced {f}", wl, fac, g1, gpu,
               "process", "group", True, {"OPTION_WORKER_SPACING": f}) for f in ("0.5", "0")),
+        *(Row(f"{gpu} process, default worker, receive batch {k}", wl, fac, g1, gpu,
+              "process", "group", True, receive_batch=k) for k in (8192, 1024, 256)),
         Row("10x1,000: no group", bwl, bfac, []),
         Row(f"10x1,000: {gpu} process (11-22)", bwl, bfac, gb, gpu, "process", "group", True,
             WORKER_BEFORE),
@@ -489,7 +496,7 @@ def _one(r: Row, args: argparse.Namespace) -> dict[str, Any]:
             if ENGINE_ENV in r.env:
                 pin_engine()
             row = run_row(r.name, r.factory, r.groups, r.device, r.dispatch, r.messages,
-                          args.transport, r.prebind, r.rate)
+                          args.transport, r.prebind, r.rate, r.receive_batch)
         finally:
             os.sched_setaffinity(0, before)
     row["workload"], row["env"] = r.workload, dict(r.env)

@@ -42,6 +42,11 @@ class BrokerConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         require_non_negative(self, "broker", ("commission", "slippage_bps"))
 
 
+#: messages taken from the socket per batch, at most (feeds.transport.Subscriber's default)
+RECEIVE_BATCH = 8192
+RECEIVE_BATCH_OPTIONS = 8192
+
+
 class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     #: length of the time bars built from ticks, seconds
     bar_seconds: float = 60.0
@@ -64,6 +69,11 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     risk: RiskLimits = RiskLimits()
     #: the live daemon's snapshots, heartbeat timeout, status, queues ([live] table)
     live: LiveOptions = LiveOptions()
+    #: messages the engine takes from its socket, at most, before it applies them; 0: the
+    #: default (`receive_batch_for`). Smaller batches cost a little per-batch overhead but
+    #: hand option groups their underlying's ticks more evenly: while the engine receives
+    #: and decodes a batch no tick reaches the GPU worker.
+    receive_batch: int = 0
 
 
     def __post_init__(self) -> None:
@@ -78,6 +88,16 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         except (ZoneInfoNotFoundError, ValueError):
             raise ValueError(f"unknown time zone {self.timezone!r}") from None
         SessionSchedule.parse(self.session)  # raises ValueError with the reason
+        if self.receive_batch < 0:
+            raise ValueError(f"receive_batch must be >= 0 (0: the default), got "
+                             f"{self.receive_batch}")
+
+    def receive_batch_for(self, option_groups: bool) -> int:
+        """The receive batch in force: `receive_batch`, or by default RECEIVE_BATCH, and
+        RECEIVE_BATCH_OPTIONS when option groups are repriced between ticks."""
+        if self.receive_batch:
+            return self.receive_batch
+        return RECEIVE_BATCH_OPTIONS if option_groups else RECEIVE_BATCH
 
 
 def load_config(path: str | Path | None) -> EngineConfig:

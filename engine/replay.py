@@ -239,7 +239,8 @@ async def replay_async(
     ctx = zmq.asyncio.Context()
     tmpdir = tempfile.mkdtemp(prefix="replay-ipc-")
     feed = _Feed(factory, config.transport, ctx, tmpdir, publish_rate)
-    sub = Subscriber(feed.endpoint, ctx, limits=config.validation)
+    sub = Subscriber(feed.endpoint, ctx, limits=config.validation,
+                     max_batch=config.receive_batch_for(option_book is not None))
     last_progress = 0
     failed = True
     frozen = contextlib.ExitStack()
