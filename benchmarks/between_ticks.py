@@ -197,7 +197,7 @@ def run_row(name: str, factory: functools.partial[Any], groups: list[OptionGroup
             "ticks_per_second": stats.market_data / res.wall_seconds,
             "option_values": stats.option_values, "startup_seconds": startup,
             "engine_cpu_seconds": engine_cpu,
-            "receive_batch": cfg.receive_batch_for(bool(groups)),
+            "receive_batch": cfg.receive_batch_in_force,
             "engine_cpu_us_per_tick": engine_cpu / max(stats.market_data, 1) * 1e6,
         }
         if book is not None:

@@ -528,7 +528,7 @@ def open_sockets(ctx: zmq.asyncio.Context, ticks: str, orders: str, cfg: EngineC
         # no subscription yet: a feed waits for one, so nothing queues up while the daemon
         # restores its state and compiles (Daemon.run subscribes)
         sub = Subscriber(ticks, ctx, topics=(), limits=cfg.validation,
-                         max_batch=cfg.receive_batch_for(bool(cfg.options)),
+                         max_batch=cfg.receive_batch_in_force,
                          rcvhwm=opts.receive_hwm, max_message_bytes=opts.max_message_bytes,
                          curve_client=curve.client if curve is not None else None,
                          monitor=True)

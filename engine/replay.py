@@ -240,7 +240,7 @@ async def replay_async(
     tmpdir = tempfile.mkdtemp(prefix="replay-ipc-")
     feed = _Feed(factory, config.transport, ctx, tmpdir, publish_rate)
     sub = Subscriber(feed.endpoint, ctx, limits=config.validation,
-                     max_batch=config.receive_batch_for(option_book is not None))
+                     max_batch=config.receive_batch_in_force)
     last_progress = 0
     failed = True
     frozen = contextlib.ExitStack()
