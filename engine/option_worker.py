@@ -489,8 +489,10 @@ def request_every() -> int:
     underlying's ticks went straight from the hot loop to the client), the median of
     each round's ticks/s over the same round's replay without options and the
     repricings per replay: 1 gave 0.92 and 102k (20 rounds), 0 0.91 and 58k (20
-    rounds; benchmarks/results/h200-2026-11-23-session3/pooled.md; the host's speed
-    moved by up to 40 % between rounds)."""
+    rounds); with the request then written inline, 1 gave 0.94 and 77k (13 rounds, the
+    host faster: a shorter replay has fewer repricings;
+    benchmarks/results/h200-2026-11-23-session3/pooled.md; the host's speed moved by up
+    to 40 % between rounds)."""
     from engine.errors import UserError
 
     raw = os.environ.get(REQUEST_EVERY_ENV, str(DEFAULT_REQUEST_EVERY))
