@@ -35,19 +35,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 from numba import cuda  # noqa: E402
 
-from benchmarks.common import gpu_name, log  # noqa: E402
+from benchmarks.common import gpu_name, log, median_seconds  # noqa: E402
 
 SIZES = [(1, 128), (1, 1000), (50, 128), (50, 1000)]
 
 
 def _median_us(step: Any, rounds: int) -> float:
-    step()
-    samples = []
-    for _ in range(rounds):
-        t0 = time.perf_counter_ns()
-        step()
-        samples.append(time.perf_counter_ns() - t0)
-    return statistics.median(samples) / 1e3
+    return median_seconds(step, rounds) * 1e6
 
 
 def breakdown(decider: Any, feats: np.ndarray, rounds: int) -> dict[str, float]:

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from engine.option_book import OptionBook, OptionGroupConfig
+from engine.option_worker import WorkerClient
 from feeds.messages import OptionGroupValues
 from gpu.device import cuda_present
 from gpu.options import make_grid, price_options
@@ -113,6 +114,20 @@ def test_cuda_worker_with_launches_in_flight_in_the_simulator(
         book.close()
 
 
+def stopped_client() -> WorkerClient:
+    """The engine's side of two groups (ABC, DEF) with real shared memory, its worker
+    stopped and both WANT flags lowered by hand, so only the client writes."""
+    from engine.option_worker import HEADER, SLOT, STOP, WANT
+
+    client = WorkerClient([cfg("ABC", (100.0,)), cfg("DEF", (40.0,))], "cpu", "UTC")
+    q = client._q
+    q[STOP] = 1
+    client._proc.wait(30)
+    for g in (0, 1):
+        q[HEADER + SLOT * g + WANT] = 0
+    return client
+
+
 def test_held_ticks_count_per_group_and_collect_finished_results(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The engine's side alone (the worker stopped, WANT lowered by hand, real shared
@@ -129,19 +144,12 @@ def test_held_ticks_count_per_group_and_collect_finished_results(
         RES_T0,
         RES_TS,
         SLOT,
-        STOP,
-        WANT,
-        WorkerClient,
     )
 
     monkeypatch.setenv("OPTION_REQUEST_EVERY", "2")
-    client = WorkerClient([cfg("ABC", (100.0,)), cfg("DEF", (40.0,))], "cpu", "UTC")
+    client = stopped_client()
     try:
         q = client._q
-        q[STOP] = 1
-        client._proc.wait(30)
-        for g in (0, 1):
-            q[HEADER + SLOT * g + WANT] = 0
         for i in range(3):  # A, B, A, B, A, B
             client.on_underlying_tick("ABC", 100.0 + i, TS0 + i)
             client.on_underlying_tick("DEF", 40.0 + i, TS0 + i)
@@ -180,19 +188,12 @@ def test_every_tick_writes_request_n_into_slot_n_mod_2(monkeypatch: pytest.Monke
         REQ_T0,
         REQ_TS,
         SLOT,
-        STOP,
-        WANT,
-        WorkerClient,
     )
 
     monkeypatch.delenv("OPTION_REQUEST_EVERY", raising=False)  # the default: every tick
-    client = WorkerClient([cfg("ABC", (100.0,)), cfg("DEF", (40.0,))], "cpu", "UTC")
+    client = stopped_client()  # no demand: every tick is written anyway
     try:
         q = client._q
-        q[STOP] = 1
-        client._proc.wait(30)
-        for g in (0, 1):
-            q[HEADER + SLOT * g + WANT] = 0  # no demand: every tick is written anyway
         for i in range(5):
             client.on_underlying_tick("DEF", 40.0 + i, TS0 + i)
             b = HEADER + SLOT * 1
