@@ -2,12 +2,16 @@
 
 A full (oldest-generation) collection walks every object the collector tracks. In an engine
 process that has imported numba, numpy, msgspec and pyzmq that is hundreds of thousands of
-objects, so a collection the hot loop's own allocations happen to trigger stops the loop
-for milliseconds. On the H200 host (2026-11-23, benchmarks/results/h200-2026-11-23-session3)
-ten groups of 1,000 options paced at the data rate showed one such stall: the longest a
-newer spot waited, 10-16 ms, fell in every group within the same 9 ms of one replay.
-`gc.freeze()` moves everything alive at the start into a permanent generation that
-collections skip; the loop's own garbage is still collected.
+objects, so a collection the hot loop's own allocations happen to trigger can stop the loop
+for milliseconds. `gc.freeze()` moves everything alive at the start into a permanent
+generation that collections skip; the loop's own garbage is still collected.
+
+What was measured (H200 host, 2026-11-23, benchmarks/results/h200-2026-11-23-session3): it
+was added for a 10-16 ms stall of every option group at once in the paced 10 x 1,000
+replay, but that stall was the feed's (its next 65,536-record chunk drawn while nothing was
+published; fixed in feeds/publish.py): with the freeze alone the wait stayed 11.5 ms (run
+15). Its own effect on the tick rate was not isolated; every later H200 run (16-21) ran
+with it.
 """
 
 from __future__ import annotations
