@@ -19,8 +19,7 @@ stopped, 2026-11-23, before inlining 0.82-0.85 µs); on the H200 host the SPY re
 the same share of its tick rate either way (0.91-0.92 of the replay without options,
 the median of 20 rounds each), but on demand the engine received about half the
 repricings (58k a replay against 102k), since ticks wait in the client while it receives
-and decodes.
-A held tick still collects a finished repricing (one more shared-memory read), so no
+and decodes. A held tick still collects a finished repricing (one more shared-memory read), so no
 result waits for a request. The worker (`worker_main`) spins over its batches, each a
 `gpu.option_batch.BatchPricer`: up to OPTION_WORKER_SLOTS launches are in flight per batch
 (each its own buffers and stream), spaced a slot's share of a launch's latency apart, so
@@ -747,8 +746,8 @@ def _serve(shm: shared_memory.SharedMemory, q: Any, configs: list[Any], device: 
         server.waits = collections.deque(maxlen=1 << 20)
         server.collect = times.wrap("collect", server.collect)  # type: ignore[method-assign]
         server.launch = times.wrap("launch", server.launch)  # type: ignore[method-assign]
-    # the pricers, numba and CUDA are built: keep them out of full collections, which
-    # would stop the spinning loop for milliseconds (engine.gcpause)
+    # the pricers, numba and CUDA are built: full collections need not walk them again
+    # (engine.gcpause, which says what was and was not measured)
     freeze_for_life()
     q[READY] = 1
     try:
