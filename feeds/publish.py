@@ -82,8 +82,7 @@ class _Prefetch:
     def __init__(self, chunks: Iterator[Encoded]) -> None:
         self._q: queue.Queue[Encoded | BaseException | None] = queue.Queue(maxsize=1)
         self._stop = threading.Event()
-        self._switch = sys.getswitchinterval()
-        sys.setswitchinterval(min(self._switch, 0.0005))
+        _short_switch_interval(+1)
         self._thread = threading.Thread(target=self._run, args=(chunks,),
                                         name="feed-prefetch", daemon=True)
         self._thread.start()
@@ -118,7 +117,25 @@ class _Prefetch:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5.0)
-        sys.setswitchinterval(self._switch)
+        _short_switch_interval(-1)
+
+
+#: paced streams prefetching in this process, and the switch interval before the first
+_switching: dict[str, float] = {"streams": 0, "before": 0.0}
+_switching_lock = threading.Lock()
+
+
+def _short_switch_interval(delta: int) -> None:
+    """Count a paced stream in (+1) or out (-1): the first in shortens the interpreter's
+    switch interval to 0.5 ms, the last out restores it (two feeds in one process, e.g. two
+    inproc replays, must not leave it short or restore it early)."""
+    with _switching_lock:
+        if delta > 0 and _switching["streams"] == 0:
+            _switching["before"] = sys.getswitchinterval()
+            sys.setswitchinterval(min(_switching["before"], 0.0005))
+        _switching["streams"] += delta
+        if delta < 0 and _switching["streams"] == 0:
+            sys.setswitchinterval(_switching["before"])
 
 
 def _send_all(chunks: Iterable[Encoded], stream: _Stream, skip: int, end: int | None,

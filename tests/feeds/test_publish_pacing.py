@@ -90,3 +90,24 @@ def test_a_source_failing_while_prefetched_fails_the_publisher() -> None:
     finally:
         pub.close()
         ctx.term()
+
+
+def test_overlapping_paced_streams_restore_the_switch_interval_once_both_end() -> None:
+    """Two paced publishers in one process (two inproc replays), the one that started
+    first ending first: the interval is the original once both are done, not the short
+    one the second found when it started."""
+    import sys
+
+    before = sys.getswitchinterval()
+    ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
+    pubs = [Publisher(f"inproc://overlap{i}", ctx) for i in range(2)]
+    first = threading.Thread(target=publish_source, args=(SlowChunks(1), pubs[0]),
+                             kwargs={"rate": RATE})
+    first.start()
+    time.sleep(0.02)
+    publish_source(SlowChunks(3), pubs[1], rate=RATE)  # still sending when the first ends
+    first.join()
+    for p in pubs:
+        p.close()
+    ctx.term()
+    assert sys.getswitchinterval() == before
