@@ -259,12 +259,18 @@ class OptionBook:
         self.values_published = 0
         self._worker: Any = None
         self._configs = list(groups)
+        #: every how many accepted trades of an underlying the engine hands its spot to
+        #: the book from validation (`Validator.tap_trades`); 0: every tick, from the hot
+        #: loop. The worker process's (OPTION_TAP_EVERY); in-process dispatch keeps 0
+        self.tap_every = 0
         if dispatch == "process":
             from engine.option_worker import WorkerClient
 
             self._worker = WorkerClient(list(groups), self.device, timezone)
             # the engine calls the worker's request directly: no layer on the tick path
             self.on_underlying_tick = self._worker.on_underlying_tick  # type: ignore[method-assign]
+            self.collect = self._worker.collect  # type: ignore[method-assign]
+            self.tap_every = self._worker.tap_every
             return
         warmed: set[tuple[object, ...]] = set()
         for cfg in groups:
@@ -321,6 +327,11 @@ class OptionBook:
                         self._collect(g)
                 continue
             self._launch(g, spot, ts)
+
+    def collect(self) -> None:
+        """Take the repricings that finished (handed out by the next `poll`); the engine
+        calls it while it applies a batch whose spots came from validation. In-process
+        dispatch collects on its own ticks and polls: nothing to do."""
 
     def _launch(self, g: _Group, spot: float, ts: int) -> None:
         prepare_launch(g, spot, ts, self.tz)

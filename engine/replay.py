@@ -261,7 +261,7 @@ async def replay_async(
                     raise UserError(f"replay feed stopped before the end of data: "
                                     f"{feed.error or 'no final heartbeat received'}")
                 continue
-            await engine.consume(await sub.raw_batch(), sub.validator)
+            await engine.consume(await sub.lazy_batch(), sub.validator)
             if progress is not None and engine.stats.market_data - last_progress >= 250_000:
                 last_progress = engine.stats.market_data
                 progress(engine.stats.market_data)
@@ -317,7 +317,7 @@ async def raw_limit_async(factory: SourceFactory, transport: str = "inproc") -> 
                 if not feed.alive() and not await sub.socket.poll(500):
                     raise UserError(f"feed stopped early: {feed.error}")
                 continue
-            for _topic, payload in await sub.raw_batch():
+            for _topic, payload in await sub.lazy_batch():
                 m = decode(payload)
                 n += 1
                 if type(m) is Heartbeat and m.final:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import zmq
@@ -144,45 +144,61 @@ class Subscriber:
         self.max_batch = max_batch
 
     async def raw_batch(self) -> list[Any]:
-        """One await for the first message, then non-blocking receives until empty.
+        """One await for the first message, then non-blocking receives until empty (or
+        `max_batch` messages): the frames of every message that is ready (`_drain`)."""
+        return list(self._drain(await self.socket.recv_multipart()))
+
+    async def lazy_batch(self) -> Iterator[Any]:
+        """As `raw_batch`, but the frames after the first are received as they are
+        consumed: `Validator.validate_many(await sub.lazy_batch())` receives and validates
+        in one pass, so a tapped trade (`Validator.tap_trades`) is handed out while the
+        rest of the batch is still on the socket. The drain counts its messages into the
+        validator's `received` when it ends."""
+        return self._drain(await self.socket.recv_multipart(), self.validator)
+
+    def _drain(self, first: list[bytes], counted: Validator | None = None) -> Iterator[Any]:
+        """`first`, then non-blocking receives until the socket is empty.
 
         The drain calls `recv` twice per message with plain int flags: pyzmq's
         `recv_multipart` and the RCVMORE option cost several microseconds per message in
         Python, more than everything else the engine does. A frame pair that does not look
         like [topic, MessagePack array] takes a slow path that reads RCVMORE; a message with
         the wrong number of frames is counted as bad framing (a lone frame may take the
-        message after it along).
+        message after it along). `counted`: the validator whose `received` counts the
+        messages drained (where the consumer cannot take a length).
         """
-        first = await self.socket.recv_multipart()
-        out: list[Any] = [first]
-        append = out.append
+        yield first
+        n = 1
         sock = self._sync
         recv = sock.recv
         noblock = _NOBLOCK
         try:
             for _ in range(self.max_batch - 1):
                 topic = recv(noblock)
+                n += 1
                 try:
                     payload = recv(noblock)
                 except zmq.Again:
-                    append([topic])  # a lone frame: bad framing
+                    yield [topic]  # a lone frame: bad framing
                     break
                 try:  # every payload is a MessagePack fixarray (0x90..0x9f)
                     aligned = payload[0] >> 4 == 9 and topic[1] == 46  # 46 = "."
                 except IndexError:
                     aligned = False
                 if aligned:
-                    append((topic, payload))
+                    yield (topic, payload)
                     continue
                 # unusual: read the rest of this message, so a wrong frame count is seen as
                 # such and a two-frame message with a bad payload is judged by its content
                 frames = [topic, payload]
                 while sock.getsockopt(zmq.RCVMORE):
                     frames.append(recv(0))
-                append(frames)
+                yield frames
         except zmq.Again:
             pass
-        return out
+        finally:
+            if counted is not None:
+                counted.received += n
 
     async def batch(self) -> list[Message]:
         """Every ready message, validated (the engine's hot path is Engine.consume, which

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Iterable, Sized
 from typing import Any
 
 import msgspec
@@ -90,6 +90,10 @@ class ValidationLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
 _NO_TS = -(1 << 63)
 
 
+def _no_tap(trade: Trade) -> None:
+    """The tap while none is set (never called: every countdown is 0)."""
+
+
 def _symbol_state(band: float, earliest: int) -> list[Any]:
     """One symbol's state, one list so the hot path pays one dict lookup per tick:
     [band, last accepted price (0.0: none), last price x band (inf: none), the earliest
@@ -118,9 +122,15 @@ class Validator:
         self.decoder = make_decoder()
         self.skipped = SkipCounter(what="skipped")
         #: each stream (topic) seen: [its last sequence number, the symbol of its last
-        #: message, that symbol's state]; the symbol saves the per-symbol lookup while a
-        #: stream carries one symbol, as a feed's streams do
+        #: message, that symbol's state, that symbol's tap countdown (a one-item list: trades
+        #: still to accept before the next is handed to the tap) or None when the symbol is
+        #: not tapped]; the symbol saves the
+        #: per-symbol lookup while a stream carries one symbol, as a feed's streams do
         self._topics: dict[bytes, list[Any]] = {}
+        #: `tap_trades`: the symbols whose accepted trades are handed out, how often, to whom
+        self._tap: Callable[[Trade], object] = _no_tap
+        self._tap_every = 0
+        self._tap_countdowns: dict[str, list[int]] = {}
         #: symbols accepted so far (checked once each), with their state (`_symbol_state`)
         self._sym: dict[str, list[Any]] = {}
         #: the stream's clock: the newest timestamp accepted on any symbol (None: no message)
@@ -159,7 +169,7 @@ class Validator:
     @last_seq.setter
     def last_seq(self, positions: dict[bytes, int]) -> None:
         """Stream positions restored (the journal's); streams not in `positions` are new."""
-        self._topics = {t: [int(s), None, None] for t, s in positions.items()}
+        self._topics = {t: [int(s), None, None, None] for t, s in positions.items()}
 
     @property
     def known(self) -> set[str]:
@@ -208,12 +218,29 @@ class Validator:
         st = self._sym[sym] = _symbol_state(band, self._earliest)
         return st
 
+    def tap_trades(self, symbols: Collection[str], every: int,
+                   tap: Callable[[Trade], object]) -> None:
+        """Hand every `every`-th trade of `symbols` that `validate_many` accepts to `tap`,
+        at once, while the rest of the batch is still being validated (and, where the
+        frames come from a lazy drain, received): the option book's newest spots reach
+        the GPU worker during the whole batch, not only once the engine applies it.
+        Counted per symbol, over every stream and session. Only trades that passed every
+        check are handed out; `every` = 0 (or no symbols) stops the tap. A tap that raises
+        is a bug of the caller's and propagates."""
+        if every < 0:
+            raise ValueError(f"every must be >= 0, got {every}")
+        self._tap_countdowns = {s: [every] for s in symbols} if every else {}
+        self._tap_every = every
+        self._tap = tap if every else _no_tap
+        for tr in self._topics.values():
+            tr[3] = self._tap_countdowns.get(tr[1]) if tr[1] is not None else None
+
     def validate(self, frames: list[bytes] | tuple[bytes, ...]) -> Message | None:
         """The message of one frame pair if it passes every check, else None (counted)."""
         out = self.validate_many((frames,))
         return out[0] if out else None
 
-    def validate_many(self, batch: Sequence[Any]) -> list[Message]:
+    def validate_many(self, batch: Iterable[Any]) -> list[Message]:
         """The messages of a batch of frame pairs that pass every check, in order; every
         other frame is counted under one kind and skipped. Nothing a peer sends raises.
 
@@ -222,6 +249,9 @@ class Validator:
         test of every rule at once, two dict lookups on the topic and one on the symbol
         per tick (it is the engine's hot path); other kinds and every rejection leave the
         fast branch, and a rejection finds its reason in `_trade_rejection`.
+
+        `batch` may be a lazy drain of the socket (an iterator): frames are then received
+        as they are validated, and the drain counts them into `received` itself.
         """
         out: list[Message] = []
         append = out.append
@@ -233,6 +263,7 @@ class Validator:
         clock = _NO_TS if self.clock is None else self.clock
         # a message may not run ahead of the clock by more than the skew (no clock: none)
         horizon = latest if self.clock is None else clock + skew
+        tap, tap_every = self._tap, self._tap_every
         for frames in batch:
             try:
                 topic, payload = frames  # a frame pair, else bad framing
@@ -269,6 +300,14 @@ class Validator:
                         clock = ts
                         horizon = ts + skew
                     append(msg)
+                    countdown = tr[3]
+                    if countdown is not None:  # a tapped symbol (option underlyings)
+                        k = countdown[0]
+                        if k == 1:
+                            countdown[0] = tap_every
+                            tap(msg)
+                        else:
+                            countdown[0] = k - 1
                 else:
                     self.skipped.add(self._trade_rejection(msg, st, horizon), 1, msg)
                 continue
@@ -281,7 +320,8 @@ class Validator:
                 clock = self.clock
                 horizon = clock + skew
         self.clock = None if clock == _NO_TS else clock
-        self.received += len(batch)
+        if isinstance(batch, Sized):
+            self.received += len(batch)
         return out
 
     def _undecodable(self, exc: Exception, frames: Any) -> None:
@@ -316,7 +356,7 @@ class Validator:
         else:
             self.skipped.add("sequence_gap", msg.seq - expected, msg)
         if tr is None:
-            tr = self._topics[topic] = [0, None, None]
+            tr = self._topics[topic] = [0, None, None, None]
         return tr
 
     def _symbol_state(self, msg: Message, tr: list[Any]) -> list[Any] | None:
@@ -329,6 +369,7 @@ class Validator:
             if st is None or st is _NO_SYMBOL:
                 return st  # not remembered for the stream: a non-heartbeat "" is refused
         tr[1], tr[2] = sym, st
+        tr[3] = self._tap_countdowns.get(sym)
         return st
 
     def _trade_rejection(self, t: Trade, st: list[Any], horizon: int) -> str:

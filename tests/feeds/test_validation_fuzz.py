@@ -352,3 +352,48 @@ def test_a_stream_carrying_several_symbols_checks_each_symbol() -> None:
     assert v.skipped.counts == {"price_outlier": 1, "time_backwards": 1, "bad_symbol": 2}
     assert v.last_price == {"AAA": 10.5, "BBB": 1000.0}
     assert v.last_seq == {b"T.A": 6, b"H.": 2}
+
+
+@pytest.mark.parametrize(("seed", "every"), [(21, 1), (22, 3), (23, 8)])
+def test_tap_hands_out_every_kth_accepted_trade_of_its_symbols(seed: int, every: int) -> None:
+    """The tap (spots for the option worker, taken during validation) sees only trades the
+    validator accepts, of the tapped symbols, every `every`-th per stream, in order, as the
+    very objects the batch returns; the validator's verdicts are those of an untapped one.
+    Hostile fuzzed frames in batches of random sizes; the tap is switched off halfway."""
+    frames = FrameFuzzer(seed=seed).frames(12_000)
+    tapped_syms = {"AAA", "CCC"}
+    plain, v = Validator(), Validator()
+    seen: list[Trade] = []
+    v.tap_trades(tapped_syms, every, seen.append)
+    r = random.Random(seed)
+    got: list[Any] = []
+    i = 0
+    half = len(frames) // 2
+    while i < len(frames):
+        n = r.randrange(1, 700)
+        if i < half <= i + n:
+            n = half - i
+        got.extend(v.validate_many(frames[i:i + n]))
+        i += n
+        if i == half:
+            v.tap_trades(tapped_syms, 0, seen.append)  # off: nothing more is handed out
+    ref = [m for f in frames if (m := plain.validate(f)) is not None]
+    assert [encode(m) for m in got] == [encode(m) for m in ref]
+    assert v.skipped.counts == plain.skipped.counts
+    # what the tap should have seen: per stream, every `every`-th accepted trade of a tapped
+    # symbol in the first half (the streams are the topics; counted in acceptance order)
+    first_half = Validator()
+    accepted = first_half.validate_many(frames[:half])
+    want: list[Trade] = []
+    count: dict[tuple[str, str], int] = {}
+    for m in accepted:
+        if type(m) is Trade and m.symbol in tapped_syms:
+            key = ("T", m.symbol)
+            count[key] = count.get(key, 0) + 1
+            if count[key] % every == 0:
+                want.append(m)
+    assert [encode(m) for m in seen] == [encode(m) for m in want]
+    assert all(any(s is m for m in got) for s in seen[:50])  # the batch's own objects
+    assert all(0.0 < t.price < math.inf for t in seen)
+    with pytest.raises(ValueError, match="every"):
+        v.tap_trades(tapped_syms, -1, seen.append)

@@ -294,7 +294,10 @@ def test_worker_failure_is_a_clear_error_and_close_frees_everything(
                                               ("OPTION_WORKER_SPACING", "-1"),
                                               ("OPTION_WORKER_BATCH", "true"),
                                               ("OPTION_REQUEST_EVERY", "-1"),
-                                              ("OPTION_REQUEST_EVERY", "4.5")])
+                                              ("OPTION_REQUEST_EVERY", "4.5"),
+                                              ("OPTION_TAP_EVERY", "-2"),
+                                              ("OPTION_TAP_EVERY", "eight"),
+                                              ("OPTION_TAP_EVERY", "")])
 def test_bad_worker_setting_is_a_user_error_before_the_worker_starts(
         monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
     from engine.errors import UserError
@@ -338,3 +341,73 @@ def test_a_paced_replay_takes_the_time_its_rate_says() -> None:
     res = replay(factory, SmaCross(), EngineConfig(transport="ipc"), publish_rate=10_000.0)
     assert res.engine.stats.market_data == 3_000
     assert res.wall_seconds >= 0.2  # the pacing sleeps to the rate every 64 messages
+
+
+def test_engine_hands_the_worker_validated_spots_in_data_order(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With spots from validation (OPTION_TAP_EVERY=3) the worker's book gets every third
+    accepted trade of the underlying while the batch is validated, and the batch's newest
+    once it is applied (unless that one was just handed out): never a rejected price,
+    never an older spot after a newer one, the newest of every batch always. The first
+    tick and an order's fill (the engine's general path) wait for the batch's end too.
+    The values come from a real worker process (CPU backend)."""
+    from engine.core import Engine
+    from feeds.messages import Trade
+    from feeds.validation import Validator
+
+    monkeypatch.setenv("OPTION_TAP_EVERY", "3")
+    cfg = group(strikes=(100.0,), expiries=(30,), rights=("C",))
+    book = OptionBook([cfg], device="cpu", dispatch="process")
+    asked: list[tuple[str, float, int]] = []
+    to_worker = book.on_underlying_tick
+
+    def recorded(symbol: str, spot: float, ts: int) -> None:
+        asked.append((symbol, spot, ts))
+        to_worker(symbol, spot, ts)
+
+    book.on_underlying_tick = recorded  # type: ignore[method-assign]
+    try:
+        assert book.tap_every == 3
+        eng = Engine(["ABC", "XYZ"], SmaCross(), EngineConfig(), option_book=book)
+        validator = Validator()
+        rng = np.random.default_rng(8)
+        seq = {"ABC": 0, "XYZ": 0}
+        ts = TS0
+        want: list[tuple[str, float, int]] = []
+        accepted = 0
+        for batch in range(40):
+            frames = []
+            newest = None
+            tapped_last = False
+            for _ in range(int(rng.integers(1, 60))):
+                sym = "ABC" if rng.random() < 0.6 else "XYZ"
+                seq[sym] += 1
+                ts += int(rng.integers(1, 10**6))
+                price = float(100.0 * np.exp(rng.normal(0, 0.001)))
+                bad = rng.random() < 0.08
+                if bad:
+                    price = float(rng.choice([np.nan, -1.0, 0.0, np.inf, 1e6]))
+                frames.append((f"T.{sym}".encode(), encode(Trade(seq[sym], ts, sym, price,
+                                                                   1.0))))
+                if sym == "ABC" and not bad:
+                    accepted += 1
+                    newest = ("ABC", price, ts)
+                    tapped_last = accepted % 3 == 0
+                    if tapped_last:
+                        want.append(newest)
+            if newest is not None and not tapped_last:
+                want.append(newest)
+            if batch == 20:  # an order waits for ABC's next tick: the general path
+                eng._place(eng.sym_index["ABC"], 1, "test", ts)
+            asyncio.run(eng.consume(frames, validator))
+        assert eng.stats.fills == 1
+        assert asked == want
+        assert [a[2] for a in asked] == sorted({a[2] for a in asked})  # in data order
+        msgs = groups_only([m for m in eng.option_values if isinstance(m, OptionGroupValues)]
+                           + asyncio.run(book.drain()))
+        assert msgs[-1].spot == want[-1][1] and msgs[-1].ts == want[-1][2]
+        assert [m.ts for m in msgs] == sorted(m.ts for m in msgs)
+        p, _, _ = reference(msgs[-1].spot, cfg)
+        assert msgs[-1].prices().tolist() == p.tolist()
+    finally:
+        book.close()

@@ -6,6 +6,7 @@ import asyncio
 import math
 
 import msgspec
+import numpy as np
 import pytest
 import zmq
 import zmq.asyncio
@@ -258,3 +259,52 @@ def test_engine_fused_path_equals_validate_then_process() -> None:
     assert [p.equity for p in fus_e.equity_curve] == [p.equity for p in ref_e.equity_curve]
     assert fus_e.finished and ref_e.stats.fills > 0
 
+
+
+async def test_lazy_drain_validates_like_the_list_drain_on_a_real_socket() -> None:
+    """`lazy_batch` (frames received while they are validated, the replay's path) against
+    `raw_batch` on a second subscriber of the same publisher: the same messages, the same
+    counts of bad input, the same number received; a tap sees trades before the drain
+    has emptied the socket (it runs inside it)."""
+    ctx = zmq.asyncio.Context()
+    pub = Publisher("inproc://lazy", zmq.Context.shadow(ctx.underlying))
+    lazy = Subscriber("inproc://lazy", ctx, max_batch=300)
+    listed = Subscriber("inproc://lazy", ctx, max_batch=300)
+    await asyncio.get_running_loop().run_in_executor(None, pub.wait_for_subscriber, 5.0)
+    await asyncio.sleep(0.1)  # both subscriptions in place
+    rng = np.random.default_rng(4)
+    for i in range(2_000):
+        seq = i + 1
+        x = rng.random()
+        if x < 0.02:
+            pub.send_raw(b"T.A", b"\xc1 not msgpack")
+        elif x < 0.03:
+            pub.socket.send(b"T.A")  # a lone frame
+        elif x < 0.04:
+            pub.send(Trade(seq, 1000 + i, "A", math.nan, 1.0))
+        else:
+            pub.send(Trade(seq, 1000 + i, "A" if x < 0.7 else "B", 10.0 + rng.random(), 1.0))
+    pub.send(Heartbeat(1, 5000, "", True))
+    tapped_while_receiving: list[bool] = []
+    lazy.validator.tap_trades(
+        {"A"}, 5, lambda t: tapped_while_receiving.append(bool(lazy._sync.poll(0))))
+
+    async def drain(sub: Subscriber, lazily: bool) -> list:
+        got: list = []
+        while not (got and isinstance(got[-1], Heartbeat) and got[-1].final):
+            if lazily:
+                got.extend(sub.validator.validate_many(await sub.lazy_batch()))
+            else:
+                got.extend(sub.validator.validate_many(await sub.raw_batch()))
+        return got
+
+    a = await asyncio.wait_for(drain(lazy, True), 10.0)
+    b = await asyncio.wait_for(drain(listed, False), 10.0)
+    assert [encode(m) for m in a] == [encode(m) for m in b]
+    assert lazy.validator.skipped.counts == listed.validator.skipped.counts
+    assert lazy.validator.skipped.counts.get("bad_price", 0) >= 1
+    assert lazy.validator.received == listed.validator.received
+    assert len(tapped_while_receiving) >= 100 and any(tapped_while_receiving)
+    for s in (pub, lazy, listed):
+        s.close()
+    ctx.destroy(linger=0)
