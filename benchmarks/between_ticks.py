@@ -339,9 +339,13 @@ class Row(NamedTuple):
 #: the worker before this round of changes: one launch in flight per group, numba's query
 WORKER_BEFORE = {"OPTION_WORKER_SLOTS": "1", "OPTION_WORKER_BATCH": "0",
                  "GPU_FAST_EVENT_QUERY": "0", "GPU_RAW_LAUNCH": "0",
-                 "OPTION_BATCH_IN_PLACE": "0", "OPTION_REQUEST_EVERY": "1"}
+                 "OPTION_BATCH_IN_PLACE": "0", "OPTION_REQUEST_EVERY": "1",
+                 "OPTION_TAP_EVERY": "0"}
 #: this round (11-23, second session): rows kept in place, the driver called through ctypes
 NEW_PATH = {"GPU_RAW_LAUNCH": "1", "OPTION_BATCH_IN_PLACE": "1"}
+#: the worker's spots from the engine's hot loop on every tick, as before 11-23's fourth
+#: session (the default now takes them from validation: OPTION_TAP_EVERY)
+HOT_LOOP = {"OPTION_TAP_EVERY": "0"}
 
 
 def _args() -> argparse.Namespace:
@@ -357,6 +361,8 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--skip", default="", help="row names to leave out, separated by semicolons")
     ap.add_argument("--only", default="",
                     help="keep only rows whose name contains one of these (semicolons)")
+    ap.add_argument("--exact", action="store_true",
+                    help="--only names whole rows (the name with {gpu} as 'cuda' or 'cpu')")
     ap.add_argument("--no-gp", action="store_true", help="leave out the GP bar-close table")
     ap.add_argument("--no-capacity", action="store_true",
                     help="leave out the pricer-alone launch capacity")
@@ -438,6 +444,10 @@ def plan(one: Row, big: Row, gpu: str, paced_ticks: int = 100_000) -> list[Row]:
             g1, gpu, "process", "group", True, {**slots[2], **NEW_PATH,
                                                 "OPTION_REQUEST_EVERY": "4"}),
         Row(f"{gpu} process, default worker", wl, fac, g1, gpu, "process", "group", True, {}),
+        Row(f"{gpu} process, default worker, spots from the hot loop (before)", wl, fac, g1,
+            gpu, "process", "group", True, HOT_LOOP),
+        *(Row(f"{gpu} process, default worker, spots from validation every {k}", wl, fac, g1,
+              gpu, "process", "group", True, {"OPTION_TAP_EVERY": str(k)}) for k in (4, 16)),
         *(Row(f"{gpu} process, default worker, launches spaced {f}", wl, fac, g1, gpu,
               "process", "group", True, {"OPTION_WORKER_SPACING": f}) for f in ("0.5", "0")),
         *(Row(f"{gpu} process, default worker, receive batch {k}", wl, fac, g1, gpu,
@@ -455,12 +465,17 @@ def plan(one: Row, big: Row, gpu: str, paced_ticks: int = 100_000) -> list[Row]:
             bwl, bfac, gb, gpu, "process", "group", True, {}),
         Row(f"10x1,000: {gpu} process, 3 launches in flight per group, no batching", bwl,
             bfac, gb, gpu, "process", "group", True, {**slots[3], "OPTION_WORKER_BATCH": "0"}),
+        Row(f"10x1,000: {gpu} process, default worker, spots from the hot loop", bwl, bfac,
+            gb, gpu, "process", "group", True, HOT_LOOP),
         *(r for speed, rate in paced for r in (
             Row(f"10x1,000 paced {speed}: no group", f"10 synthetic paced {speed}", pfac, [],
                 rate=rate),
             Row(f"10x1,000 paced {speed}: {gpu} process, default worker",
                 f"10 synthetic paced {speed}", pfac, gb, gpu, "process", "group", True, {},
                 rate=rate),
+            Row(f"10x1,000 paced {speed}: {gpu} process, default worker, spots from the hot "
+                "loop", f"10 synthetic paced {speed}", pfac, gb, gpu, "process", "group", True,
+                HOT_LOOP, rate=rate),
             Row(f"10x1,000 paced {speed}: {gpu} process, 1 launch in flight per group",
                 f"10 synthetic paced {speed}", pfac, gb, gpu, "process", "group", True,
                 {"OPTION_WORKER_SLOTS": "1"}, rate=rate),
@@ -512,7 +527,8 @@ def run_plan(rows: list[Row], args: argparse.Namespace) -> list[dict[str, Any]]:
     skip = {s.strip() for s in args.skip.split(";") if s.strip()}
     only = [s.strip() for s in args.only.split(";") if s.strip()]
     kept = [r for r in rows if r.name.removesuffix(" [pinned]") not in skip
-            and not (only and r.groups and not any(o in r.name for o in only))]
+            and not (only and r.groups and not any(
+                o == r.name if args.exact else o in r.name for o in only))]
     # a replay without options only for workloads that still have a row to compare
     wanted = {r.workload for r in kept if r.groups}
     kept = [r for r in kept if r.groups or r.workload in wanted or not only]

@@ -403,8 +403,9 @@ def test_engine_hands_the_worker_validated_spots_in_data_order(
         assert eng.stats.fills == 1
         assert asked == want
         assert [a[2] for a in asked] == sorted({a[2] for a in asked})  # in data order
-        msgs = groups_only([m for m in eng.option_values if isinstance(m, OptionGroupValues)]
-                           + asyncio.run(book.drain()))
+        kept: list[OptionValue | OptionGroupValues] = [
+            m for m in eng.option_values if isinstance(m, OptionGroupValues)]
+        msgs = groups_only(kept + asyncio.run(book.drain()))
         assert msgs[-1].spot == want[-1][1] and msgs[-1].ts == want[-1][2]
         assert [m.ts for m in msgs] == sorted(m.ts for m in msgs)
         p, _, _ = reference(msgs[-1].spot, cfg)
