@@ -46,20 +46,9 @@ OPTION_VALUES_KEPT = 100_000
 NOT_FLAGGED, FLAGGED, SPOT_ONLY = 0, 1, 2
 
 
-#: with spots from validation, the hot loop collects finished repricings every this many
-#: underlying ticks (plus one): a repricing that finishes while a batch is applied is taken
-#: within tens of microseconds, not when the batch ends
-COLLECT_MASK = 63
-
-
 def _no_option_tick(symbol: str, spot: float, ts: int) -> None:
     """The option hook of an engine without an option book (never called: no symbol is
     SPOT_ONLY there)."""
-
-
-def _no_collect() -> None:
-    """The collect hook of an engine whose book takes spots from the hot loop (never
-    called)."""
 
 
 @dataclass
@@ -107,18 +96,15 @@ class Engine:
             for s in self.option_book.underlyings:
                 if s in self.sym_index:
                     self._underlying[self.sym_index[s]] = True
-        # Spots from validation (an option book with `tap_every` > 0, the GPU worker's):
-        # every tap_every-th accepted trade of an underlying goes to the book as the
-        # validator accepts it, while the batch is still being received, and the batch's
-        # newest underlying tick once it is applied; the hot loop only keeps that newest
-        # (`_newest_spot`). Without it every underlying tick goes to the book from the hot
-        # loop, which feeds the worker only while a batch is applied.
+        # Spots from validation (an option book with `tap_every` > 0, the GPU worker's,
+        # once `take_spots_from` tapped the validator): every tap_every-th accepted trade
+        # of an underlying goes to the book as the validator accepts it, while the batch
+        # is still being received, and each underlying's newest of the batch right after
+        # validation (`validated`); the hot loop does nothing for an underlying then.
+        # Otherwise every underlying tick goes to the book from the hot loop, which feeds
+        # the worker only while a batch is applied.
         self._tap_every: int = getattr(self.option_book, "tap_every", 0) or 0
         self._tapped_by: Validator | None = None
-        self._newest_spot: list[Trade | None] = [None] * n
-        self._underlying_syms = [i for i, u in enumerate(self._underlying) if u]
-        #: the last trade handed to the book by the tap, per underlying
-        self._last_tapped: dict[str, Trade] = {}
         self.bank = IndicatorBank(max(n, 16))  # spare rows for symbols first seen live
         self._now = 0
         self.equity_curve: list[EquityPoint] = []
@@ -145,9 +131,7 @@ class Engine:
         self._underlying.append(
             self.option_book is not None and symbol in self.option_book.underlyings
         )
-        self._newest_spot.append(None)
-        if self._underlying[i]:
-            self._underlying_syms.append(i)
+
         if len(self.symbols) > self.bank.n_symbols:
             self.bank = self.bank.grown(2 * self.bank.n_symbols)
         return i
@@ -166,15 +150,9 @@ class Engine:
         flagged = self._flagged
         book = self.option_book
         option_tick = _no_option_tick
-        tapped = self._tap_every > 0
-        newest = self._newest_spot
-        collect = _no_collect
         if book is not None:
             book.begin_batch()
             option_tick = book.on_underlying_tick
-            if tapped:
-                collect = book.collect
-        spot_ticks = 0
         clock = self.clock
         boundary = clock.next_boundary
         n_trades = 0
@@ -202,15 +180,10 @@ class Engine:
                 v[sym] += msg.size
                 f = flagged[sym]
                 if f:
-                    if f != SPOT_ONLY:
-                        self._on_flagged_tick(sym, msg)
-                    elif tapped:  # the validator handed out its spots: keep the newest
-                        newest[sym] = msg
-                        spot_ticks += 1
-                        if not spot_ticks & COLLECT_MASK:
-                            collect()
-                    else:  # an option underlying with nothing else to do
+                    if f == SPOT_ONLY:  # an option underlying with nothing else to do
                         option_tick(msg.symbol, p, msg.ts)
+                    else:
+                        self._on_flagged_tick(sym, msg)
             else:
                 self.stats.trades += n_trades
                 n_trades = 0
@@ -219,26 +192,29 @@ class Engine:
         self.stats.trades += n_trades
         if msgs:
             self._now = max(self._now, msgs[-1].ts)
-        if tapped:
-            self._send_newest_spots()
         self.poll_options()
 
-    def _send_newest_spots(self) -> None:
-        """The batch's newest tick of each underlying goes to the book unless the tap
-        already sent it: the newest spot is always priced."""
-        newest, last_tapped = self._newest_spot, self._last_tapped
-        tick = self.option_book.on_underlying_tick
-        for sym in self._underlying_syms:
-            m = newest[sym]
-            if m is not None:
-                newest[sym] = None
-                if m is not last_tapped.get(m.symbol):
-                    tick(m.symbol, m.price, m.ts)
+    def take_spots_from(self, validator: Validator) -> None:
+        """Where the option book takes spots from validation (`tap_every` > 0): tap this
+        validator (once; the one the engine's batches go through), and leave the hot loop
+        nothing to do for an underlying. Call `validated` after every batch it validated."""
+        if not self._tap_every or validator is self._tapped_by:
+            return
+        validator.tap_trades(self.option_book.underlyings, self._tap_every,
+                             self.option_book.on_underlying_tick)
+        self._tapped_by = validator
+        for sym, underlying in enumerate(self._underlying):
+            if underlying:
+                self.refresh_flag(sym)
 
-    def _on_tapped_trade(self, msg: Trade) -> None:
-        """The validator accepted an underlying's trade (`Validator.tap_trades`)."""
-        self._last_tapped[msg.symbol] = msg
-        self.option_book.on_underlying_tick(msg.symbol, msg.price, msg.ts)
+    def validated(self, validator: Validator) -> None:
+        """A batch was validated by the tapped validator: each underlying's newest spot
+        that the tap did not hand out goes to the book now (the newest is always priced;
+        every earlier request was older, so the book sees spots in data order)."""
+        if validator is self._tapped_by:
+            tick = self.option_book.on_underlying_tick
+            for m in validator.untapped_newest():
+                tick(m.symbol, m.price, m.ts)
 
     async def consume(self, frames_batch: Iterable[Any], validator: Validator) -> None:
         """Validate and apply a received batch (bad input counted and dropped): the one
@@ -246,11 +222,10 @@ class Engine:
         daemon's hot path). With an option book that takes spots from validation
         (`tap_every`), the validator hands them out as it accepts them; given a lazy drain
         (`Subscriber.lazy_batch`), while the batch is still being received."""
-        if self._tap_every and validator is not self._tapped_by:
-            validator.tap_trades(self.option_book.underlyings, self._tap_every,
-                                 self._on_tapped_trade)
-            self._tapped_by = validator
-        await self.process(validator.validate_many(frames_batch))
+        self.take_spots_from(validator)
+        msgs = validator.validate_many(frames_batch)
+        self.validated(validator)
+        await self.process(msgs)
 
     def poll_options(self) -> bool:
         """Collect finished option repricings (never blocks); True while any is in flight."""
@@ -268,11 +243,8 @@ class Engine:
         p = msg.price
         first = self.bars.first_price
         has_pending = self.orders.has_pending
-        if self._underlying[sym]:
-            if self._tap_every:  # in data order with the tap: sent with the batch's newest
-                self._newest_spot[sym] = msg
-            else:
-                self.option_book.on_underlying_tick(msg.symbol, p, msg.ts)
+        if self._underlying[sym] and self._tapped_by is None:  # else: from validation
+            self.option_book.on_underlying_tick(msg.symbol, p, msg.ts)
         if first[sym] != first[sym]:
             first[sym] = p
         if has_pending[sym]:
@@ -285,8 +257,10 @@ class Engine:
         first = self.bars.first_price[sym]
         if first != first or self.orders.has_pending[sym]:
             self._flagged[sym] = FLAGGED
-        else:
-            self._flagged[sym] = SPOT_ONLY if self._underlying[sym] else NOT_FLAGGED
+        elif self._underlying[sym] and self._tapped_by is None:
+            self._flagged[sym] = SPOT_ONLY
+        else:  # nothing, or its spots come from validation (`take_spots_from`)
+            self._flagged[sym] = NOT_FLAGGED
 
     async def _on_other(self, msg: Message) -> None:
         t = type(msg)

@@ -269,7 +269,6 @@ class OptionBook:
             self._worker = WorkerClient(list(groups), self.device, timezone)
             # the engine calls the worker's request directly: no layer on the tick path
             self.on_underlying_tick = self._worker.on_underlying_tick  # type: ignore[method-assign]
-            self.collect = self._worker.collect  # type: ignore[method-assign]
             self.tap_every = self._worker.tap_every
             return
         warmed: set[tuple[object, ...]] = set()
@@ -327,11 +326,6 @@ class OptionBook:
                         self._collect(g)
                 continue
             self._launch(g, spot, ts)
-
-    def collect(self) -> None:
-        """Take the repricings that finished (handed out by the next `poll`); the engine
-        calls it while it applies a batch whose spots came from validation. In-process
-        dispatch collects on its own ticks and polls: nothing to do."""
 
     def _launch(self, g: _Group, spot: float, ts: int) -> None:
         prepare_launch(g, spot, ts, self.tz)

@@ -90,8 +90,12 @@ class ValidationLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
 _NO_TS = -(1 << 63)
 
 
-def _no_tap(trade: Trade) -> None:
-    """The tap while none is set (never called: every countdown is 0)."""
+#: what a tap is handed: a trade's symbol, price and time
+Tap = Callable[[str, float, int], object]
+
+
+def _no_tap(symbol: str, price: float, ts: int) -> None:
+    """The tap while none is set (never called: no symbol is tapped)."""
 
 
 def _symbol_state(band: float, earliest: int) -> list[Any]:
@@ -122,15 +126,16 @@ class Validator:
         self.decoder = make_decoder()
         self.skipped = SkipCounter(what="skipped")
         #: each stream (topic) seen: [its last sequence number, the symbol of its last
-        #: message, that symbol's state, that symbol's tap countdown (a one-item list: trades
-        #: still to accept before the next is handed to the tap) or None when the symbol is
-        #: not tapped]; the symbol saves the
+        #: message, that symbol's state, that symbol's tap record (`tap_trades`) or None
+        #: when the symbol is not tapped]; the symbol saves the
         #: per-symbol lookup while a stream carries one symbol, as a feed's streams do
         self._topics: dict[bytes, list[Any]] = {}
         #: `tap_trades`: the symbols whose accepted trades are handed out, how often, to whom
-        self._tap: Callable[[Trade], object] = _no_tap
+        self._tap: Tap = _no_tap
         self._tap_every = 0
-        self._tap_countdowns: dict[str, list[int]] = {}
+        #: per tapped symbol: [trades still to accept before the next is handed to the tap,
+        #: its newest accepted trade not handed to the tap (None: there is none)]
+        self._tap_records: dict[str, list[Any]] = {}
         #: symbols accepted so far (checked once each), with their state (`_symbol_state`)
         self._sym: dict[str, list[Any]] = {}
         #: the stream's clock: the newest timestamp accepted on any symbol (None: no message)
@@ -218,22 +223,34 @@ class Validator:
         st = self._sym[sym] = _symbol_state(band, self._earliest)
         return st
 
-    def tap_trades(self, symbols: Collection[str], every: int,
-                   tap: Callable[[Trade], object]) -> None:
-        """Hand every `every`-th trade of `symbols` that `validate_many` accepts to `tap`,
-        at once, while the rest of the batch is still being validated (and, where the
-        frames come from a lazy drain, received): the option book's newest spots reach
-        the GPU worker during the whole batch, not only once the engine applies it.
-        Counted per symbol, over every stream and session. Only trades that passed every
-        check are handed out; `every` = 0 (or no symbols) stops the tap. A tap that raises
-        is a bug of the caller's and propagates."""
+    def tap_trades(self, symbols: Collection[str], every: int, tap: Tap) -> None:
+        """Hand every `every`-th trade of `symbols` that `validate_many` accepts to `tap`
+        (its symbol, price and time), at once, while the rest of the batch is still being
+        validated (and, where the frames come from a lazy drain, received): the option
+        book's newest spots reach the GPU worker during the whole batch, not only once the
+        engine applies it. Counted per symbol, over every stream and session; the newest
+        accepted trade of each that the tap did not get is kept for `untapped_newest`.
+        Only trades that passed every check are handed out; `every` = 0 (or no symbols)
+        stops the tap. A tap that raises is a bug of the caller's and propagates."""
         if every < 0:
             raise ValueError(f"every must be >= 0, got {every}")
-        self._tap_countdowns = {s: [every] for s in symbols} if every else {}
+        self._tap_records = {s: [every, None] for s in symbols} if every else {}
         self._tap_every = every
         self._tap = tap if every else _no_tap
         for tr in self._topics.values():
-            tr[3] = self._tap_countdowns.get(tr[1]) if tr[1] is not None else None
+            tr[3] = self._tap_records.get(tr[1]) if tr[1] is not None else None
+
+    def untapped_newest(self) -> list[Trade]:
+        """Per tapped symbol, its newest accepted trade if the tap has not had it (one
+        accepted after the symbol's last tapped trade), then forgotten: after a batch, the
+        spots still to send so that every symbol's newest is priced."""
+        out = []
+        for record in self._tap_records.values():
+            newest = record[1]
+            if newest is not None:
+                record[1] = None
+                out.append(newest)
+        return out
 
     def validate(self, frames: list[bytes] | tuple[bytes, ...]) -> Message | None:
         """The message of one frame pair if it passes every check, else None (counted)."""
@@ -300,14 +317,16 @@ class Validator:
                         clock = ts
                         horizon = ts + skew
                     append(msg)
-                    countdown = tr[3]
-                    if countdown is not None:  # a tapped symbol (option underlyings)
-                        k = countdown[0]
+                    record = tr[3]
+                    if record is not None:  # a tapped symbol (an option underlying)
+                        k = record[0]
                         if k == 1:
-                            countdown[0] = tap_every
-                            tap(msg)
+                            record[0] = tap_every
+                            record[1] = None
+                            tap(msg.symbol, p, ts)
                         else:
-                            countdown[0] = k - 1
+                            record[0] = k - 1
+                            record[1] = msg
                 else:
                     self.skipped.add(self._trade_rejection(msg, st, horizon), 1, msg)
                 continue
@@ -369,7 +388,7 @@ class Validator:
             if st is None or st is _NO_SYMBOL:
                 return st  # not remembered for the stream: a non-heartbeat "" is refused
         tr[1], tr[2] = sym, st
-        tr[3] = self._tap_countdowns.get(sym)
+        tr[3] = self._tap_records.get(sym)
         return st
 
     def _trade_rejection(self, t: Trade, st: list[Any], horizon: int) -> str:

@@ -357,14 +357,20 @@ def test_a_stream_carrying_several_symbols_checks_each_symbol() -> None:
 @pytest.mark.parametrize(("seed", "every"), [(21, 1), (22, 3), (23, 8)])
 def test_tap_hands_out_every_kth_accepted_trade_of_its_symbols(seed: int, every: int) -> None:
     """The tap (spots for the option worker, taken during validation) sees only trades the
-    validator accepts, of the tapped symbols, every `every`-th per stream, in order, as the
-    very objects the batch returns; the validator's verdicts are those of an untapped one.
-    Hostile fuzzed frames in batches of random sizes; the tap is switched off halfway."""
+    validator accepts, of the tapped symbols, every `every`-th per symbol, in order; after
+    each batch `untapped_newest` gives each tapped symbol's newest accepted trade that the
+    tap did not get. The validator's verdicts are those of an untapped one. Hostile
+    fuzzed frames in batches of random sizes; the tap is switched off halfway."""
     frames = FrameFuzzer(seed=seed).frames(12_000)
     tapped_syms = {"AAA", "CCC"}
-    plain, v = Validator(), Validator()
-    seen: list[Trade] = []
-    v.tap_trades(tapped_syms, every, seen.append)
+    plain, v, model = Validator(), Validator(), Validator()
+    seen: list[tuple[str, float, int]] = []
+    def tap(symbol: str, price: float, ts: int) -> None:
+        seen.append((symbol, price, ts))
+
+    v.tap_trades(tapped_syms, every, tap)
+    want: list[tuple[str, float, int]] = []
+    count = dict.fromkeys(tapped_syms, 0)
     r = random.Random(seed)
     got: list[Any] = []
     i = 0
@@ -374,26 +380,27 @@ def test_tap_hands_out_every_kth_accepted_trade_of_its_symbols(seed: int, every:
         if i < half <= i + n:
             n = half - i
         got.extend(v.validate_many(frames[i:i + n]))
+        accepted = model.validate_many(frames[i:i + n])  # what the model expects, untapped
+        newest: dict[str, Trade | None] = {}
+        for m in accepted:
+            if i < half and type(m) is Trade and m.symbol in tapped_syms:
+                count[m.symbol] += 1
+                if count[m.symbol] % every == 0:
+                    want.append((m.symbol, m.price, m.ts))
+                    newest[m.symbol] = None
+                else:
+                    newest[m.symbol] = m
+        untapped = v.untapped_newest()
+        assert sorted(encode(m) for m in untapped) == sorted(
+            encode(m) for m in newest.values() if m is not None)
+        assert v.untapped_newest() == []  # forgotten once taken
         i += n
         if i == half:
-            v.tap_trades(tapped_syms, 0, seen.append)  # off: nothing more is handed out
-    ref = [m for f in frames if (m := plain.validate(f)) is not None]
+            v.tap_trades(tapped_syms, 0, tap)  # off: nothing more is handed out
+    ref = [x for f in frames if (x := plain.validate(f)) is not None]
     assert [encode(m) for m in got] == [encode(m) for m in ref]
     assert v.skipped.counts == plain.skipped.counts
-    # what the tap should have seen: per stream, every `every`-th accepted trade of a tapped
-    # symbol in the first half (the streams are the topics; counted in acceptance order)
-    first_half = Validator()
-    accepted = first_half.validate_many(frames[:half])
-    want: list[Trade] = []
-    count: dict[tuple[str, str], int] = {}
-    for m in accepted:
-        if type(m) is Trade and m.symbol in tapped_syms:
-            key = ("T", m.symbol)
-            count[key] = count.get(key, 0) + 1
-            if count[key] % every == 0:
-                want.append(m)
-    assert [encode(m) for m in seen] == [encode(m) for m in want]
-    assert all(any(s is m for m in got) for s in seen[:50])  # the batch's own objects
-    assert all(0.0 < t.price < math.inf for t in seen)
+    assert seen == want and len(want) >= 20
+    assert all(0.0 < p < math.inf for _, p, _ in seen)
     with pytest.raises(ValueError, match="every"):
-        v.tap_trades(tapped_syms, -1, seen.append)
+        v.tap_trades(tapped_syms, -1, tap)

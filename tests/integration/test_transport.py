@@ -287,7 +287,7 @@ async def test_lazy_drain_validates_like_the_list_drain_on_a_real_socket() -> No
     pub.send(Heartbeat(1, 5000, "", True))
     tapped_while_receiving: list[bool] = []
     lazy.validator.tap_trades(
-        {"A"}, 5, lambda t: tapped_while_receiving.append(bool(lazy._sync.poll(0))))
+        {"A"}, 5, lambda s, p, t: tapped_while_receiving.append(bool(lazy._sync.poll(0))))
 
     async def drain(sub: Subscriber, lazily: bool) -> list:
         got: list = []
