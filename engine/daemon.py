@@ -281,7 +281,9 @@ class Daemon:
     async def _step(self, raw: list[Any], t_recv: float, conflate: bool) -> None:
         engine = self.engine
         v = self.validator
+        engine.take_spots_from(v)  # the option worker's spots, handed out while validating
         msgs = v.validate_many(raw)
+        engine.validated(v)
         if v.session != self._session_seen:
             log.info("feed session %s%s", v.session,
                      "" if self._session_seen is None else

@@ -119,9 +119,11 @@ def test_daemon_survives_bad_input_journals_and_restarts(tmp_path: Path) -> None
 
 
 @pytest.mark.slow
-def test_daemon_publishes_option_values(tmp_path: Path) -> None:
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_daemon_publishes_option_values(tmp_path: Path, device: str) -> None:
     """With [[options]] in its config the daemon reprices the group on underlying ticks and
-    publishes theoretical values on its orders endpoint."""
+    publishes theoretical values on its orders endpoint: in process on the CPU, and on
+    CUDA through the GPU worker process, whose spots the daemon's validation hands out."""
     from feeds.messages import OptionValue, make_decoder
 
     cfg = tmp_path / "engine.toml"
@@ -135,7 +137,7 @@ def test_daemon_publishes_option_values(tmp_path: Path) -> None:
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "run_engine.py"), "live", "--ticks", pub.endpoint,
          "--orders", orders, "--journal", str(journal), "--config", str(cfg),
-         "--device", "cpu", "--json", str(status), "--max-seconds", "120"],
+         "--device", device, "--json", str(status), "--max-seconds", "120"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     ctx = zmq.Context()
     values = ctx.socket(zmq.SUB)
