@@ -60,12 +60,12 @@ async def prefilled(factory: functools.partial, with_engine: bool) -> tuple[int,
     t0 = time.perf_counter()
     if engine is not None:
         while not engine.finished:
-            await engine.consume(await sub.raw_batch(), sub.validator)
+            await engine.consume(await sub.lazy_batch(), sub.validator)
         n = engine.stats.market_data
     else:
         done = False
         while not done:
-            for _topic, payload in await sub.raw_batch():
+            for _topic, payload in await sub.lazy_batch():
                 m = decode(payload)
                 n += 1
                 done = type(m) is Heartbeat and m.final
