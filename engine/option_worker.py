@@ -5,15 +5,22 @@ copying results) is taken from the tick loop, even on a thread, because of the G
 second process owns the pricers: the engine's side (`WorkerClient`) writes the newest spot,
 the tick's timestamp and the time of the request into a shared-memory slot per group, and
 `poll()` reads a counter per group and, when it moved, copies the finished arrays out (one
-`OptionGroupValues` message). By default every tick of an underlying writes its request
-(four stores; an underlying with nothing else to do reaches the client straight from the
-engine's hot loop); the worker takes the newest when it can launch. Requests can also go
-on demand (OPTION_REQUEST_EVERY=0): the worker raises a group's WANT flag when it could
-launch the group at once, and only then does a tick write its request; other ticks are
+`OptionGroupValues` message). The engine hands the client its spots from validation: every
+OPTION_TAP_EVERY-th accepted trade of an underlying (default 8) as the validator accepts it,
+while the batch is still being received, and each batch's newest right after validation
+(`engine.core.Engine.take_spots_from`). On the H200 that gave the SPY replay 133k
+repricings a replay at 0.99 of the tick rate without options, against 76k and 0.88 with
+every tick sent from the engine's hot loop (OPTION_TAP_EVERY=0), the median of 20 rounds
+each (benchmarks/results/h200-2026-11-23-session4): the hot loop is a quarter of the
+engine's time, receiving and validating most of the rest. By default every spot handed
+over writes its request (four stores); the worker takes the newest when it can launch.
+Requests can also go on demand (OPTION_REQUEST_EVERY=0): the worker raises a group's WANT flag when it could
+launch the group at once, and only then does a spot write its request; other spots are
 kept in the client as the group's pending one (one list store, dated from the start of
 the engine's batch) and the first tick that finds WANT raised, or the next poll() (after
 every received batch), sends the newest. k >= 2 sends every k-th held tick as well
-(`request_every`). On demand a tick costs the engine about 0.43 µs in all (0.72 µs when it
+(`request_every`). Measured in the third session, with spots from the hot loop: on demand
+a tick cost the engine about 0.43 µs in all (0.72 µs when it
 writes its request); a request on every tick, written inline, 0.67 µs (2-core dev VM, worker
 stopped, 2026-11-23, before inlining 0.82-0.85 µs); on the H200 host the SPY replay kept
 the same share of its tick rate either way (0.91-0.92 of the replay without options,
