@@ -42,7 +42,8 @@ def main() -> None:
         print(f"| {row} | {len(ratio)} | {statistics.median(ratio):.2f} "
               f"[{min(ratio):.2f}-{max(ratio):.2f}] | {statistics.median(reps):,.0f} "
               f"[{min(reps):,.0f}-{max(reps):,.0f}] | {both}/{len(ratio)} | "
-              f"{min(p['p50']):.0f}-{max(p['p50']):.0f} | {min(p['p99']):.0f}-{max(p['p99']):.0f} |")
+              f"{min(p['p50']):.0f}-{max(p['p50']):.0f} | "
+              f"{min(p['p99']):.0f}-{max(p['p99']):.0f} |")
 
 
 if __name__ == "__main__":
