@@ -16,8 +16,8 @@ engine's time, receiving and validating most of the rest. By default every spot 
 over writes its request (four stores); the worker takes the newest when it can launch.
 Requests can also go on demand (OPTION_REQUEST_EVERY=0): the worker raises a group's WANT
 flag when it could launch the group at once, and only then does a spot write its request;
-other spots are kept in the client as the group's pending one (one list store, dated from the start of
-the engine's batch) and the first tick that finds WANT raised, or the next poll() (after
+other spots are kept in the client as the group's pending one (one list store, dated from
+the start of the engine's batch) and the first tick that finds WANT raised, or the next poll() (after
 every received batch), sends the newest. k >= 2 sends every k-th held tick as well
 (`request_every`). Measured in the third session, with spots from the hot loop: on demand
 a tick cost the engine about 0.43 µs in all (0.72 µs when it
