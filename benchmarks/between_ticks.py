@@ -8,12 +8,15 @@ Rows (the same replay over ipc, sma-cross strategy, one process per row's engine
 - in a GPU worker process fed through shared memory, per-contract then group messages;
 - the worker as of 2026-11-22 (one launch in flight per group, numba's event query), then
   each change of this round on top: the driver's event query without numba's exception,
-  2, 3 and 4 launches in flight (gpu/option_batch.py);
+  2, 3 and 4 launches in flight (gpu/option_batch.py); the default worker with spots from
+  validation (the default since 11-23's fourth session: every 8th, and every 4th and 16th)
+  and from the engine's hot loop on every tick (OPTION_TAP_EVERY=0, before);
 and the 10 x 1,000 case: ten groups of 1,000 American options on ten synthetic underlyings
 that tick about every millisecond of data time, without the groups, with the 11-22 worker,
 then the cheap query, one launch for all groups with a new spot, 2 and 3 launches in flight.
 For every row: ticks/s, ratio to the no-group row, repricings, tick -> values latency (p50,
-p99; from the tick's arrival in the engine to the results in the engine's hands), and the
+p99; from the spot's hand-over to the worker's client to the results in the engine's
+hands), and the
 largest data-time gap between consecutive repricings of a group (from the published
 messages). Then the GP bar close: CPU twin, CUDA (pre-bound, mapped codes) and CUDA with
 numba's ordinary launch, and what `--device auto` picks.
@@ -528,7 +531,8 @@ def run_plan(rows: list[Row], args: argparse.Namespace) -> list[dict[str, Any]]:
     only = [s.strip() for s in args.only.split(";") if s.strip()]
     kept = [r for r in rows if r.name.removesuffix(" [pinned]") not in skip
             and not (only and r.groups and not any(
-                o == r.name if args.exact else o in r.name for o in only))]
+                o == r.name.removesuffix(" [pinned]") if args.exact else o in r.name
+                for o in only))]
     # a replay without options only for workloads that still have a row to compare
     wanted = {r.workload for r in kept if r.groups}
     kept = [r for r in kept if r.groups or r.workload in wanted or not only]

@@ -27,8 +27,7 @@ for s in "${steps[@]}"; do
     gp_round_trip) timeout 300 python3 benchmarks/gp_round_trip.py --json "$OUT/gp_round_trip.json" 2>&1 | tail -12 ;;
     placement)  # the SPY replay with the default worker, scheduler-placed and pinned
       lscpu | grep -iE "^(CPU\(s\)|Thread|Core|Socket|Model name|NUMA)" ;
-      timeout 560 python3 benchmarks/between_ticks.py --only "cuda process, default worker" \
-        --skip "cuda process, default worker, launches spaced 0.5;cuda process, default worker, launches spaced 0;10x1,000: cuda process, default worker (2 in flight per group, no batching);10x1,000 paced 1x: cuda process, default worker;10x1,000 paced 10x: cuda process, default worker;cuda process, default worker, receive batch 8192;cuda process, default worker, receive batch 1024;cuda process, default worker, receive batch 256" \
+      timeout 560 python3 benchmarks/between_ticks.py --exact --only "cuda process, default worker" \
         --placement both --repeat "${REPEAT:-3}" --no-gp --no-capacity --json "$OUT/placement.json" 2>&1 | grep -v "^\.\.\. " | tail -30 ;;
     experiment) timeout 560 python3 benchmarks/gp_experiment.py --json "$OUT/gp_experiment.json" 2>&1 | tail -40 ;;
   esac
