@@ -131,7 +131,6 @@ class Engine:
         self._underlying.append(
             self.option_book is not None and symbol in self.option_book.underlyings
         )
-
         if len(self.symbols) > self.bank.n_symbols:
             self.bank = self.bank.grown(2 * self.bank.n_symbols)
         return i

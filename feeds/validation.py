@@ -127,8 +127,8 @@ class Validator:
         self.skipped = SkipCounter(what="skipped")
         #: each stream (topic) seen: [its last sequence number, the symbol of its last
         #: message, that symbol's state, that symbol's tap record (`tap_trades`) or None
-        #: when the symbol is not tapped]; the symbol saves the
-        #: per-symbol lookup while a stream carries one symbol, as a feed's streams do
+        #: when the symbol is not tapped]; the symbol saves the per-symbol lookup while a
+        #: stream carries one symbol, as a feed's streams do
         self._topics: dict[bytes, list[Any]] = {}
         #: `tap_trades`: the symbols whose accepted trades are handed out, how often, to whom
         self._tap: Tap = _no_tap
