@@ -364,6 +364,9 @@ def _args() -> argparse.Namespace:
     ap.add_argument("--skip", default="", help="row names to leave out, separated by semicolons")
     ap.add_argument("--only", default="",
                     help="keep only rows whose name contains one of these (semicolons)")
+    ap.add_argument("--part", choices=("all", "one", "ten"), default="all",
+                    help="one: only the single-group (SPY) rows; ten: only the 10 x 1,000 "
+                         "rows (full speed and paced); the GP table and capacity either way")
     ap.add_argument("--exact", action="store_true",
                     help="--only names whole rows (the name with {gpu} as 'cuda' or 'cpu')")
     ap.add_argument("--no-gp", action="store_true", help="leave out the GP bar-close table")
@@ -594,6 +597,8 @@ def main() -> None:
         f"between_ticks_{node}_{stamp:%Y-%m-%d}{'_quick' if args.quick else ''}.json")
     one, big = _workloads(args)
     planned = plan(one, big, gpu, args.paced_ticks)
+    if args.part != "all":  # the 10 x 1,000 rows' names start with it, none of the others
+        planned = [r for r in planned if r.name.startswith("10x1,000") == (args.part == "ten")]
     if args.placement != "os":
         planned = ([] if args.placement == "cores" else planned) + pinned(planned)
     rows = run_plan(planned, args)
