@@ -410,8 +410,10 @@ class OptionBook:
         return last
 
     def summary(self) -> dict[str, object]:
-        """Counts, latency (tick → results on the engine's side, as observed by poll) and
-        last values."""
+        """Counts, latency (spot handed over → results on the engine's side) and last
+        values. `ticks` counts the spots the book was handed: every good underlying tick,
+        or, with spots from validation (`tap_every`), every tap_every-th accepted trade and
+        each batch's newest; `coalesced_ticks` those never priced (a newer one came first)."""
         if self._worker is not None:
             w = self._worker.stats()
             lat = w["latencies_ns"]
