@@ -107,6 +107,11 @@ def restore(engine: Engine, validator: Validator, snap: dict[str, Any],
         log.warning("snapshot was taken with strategy %s, now %s: its state starts cold",
                     snap["strategy_name"], engine.strategy.name)
     _restore_validator(validator, snap["validator"])
+    # the tick flags derive from this run's option book as much as from the saved state
+    # (a snapshot taken without groups, or with spots from validation, flagged an
+    # underlying NOT_FLAGGED): recomputed, never trusted, or its groups would go unpriced
+    for i in range(len(engine.symbols)):
+        engine.refresh_flag(i)
     engine.broker.orders = list(orders)
     engine.broker.fills = list(fills)
     later_fills = [f for f in fills if f.fill_id > last_fill_id]

@@ -187,3 +187,32 @@ def _close(daemon: Any) -> None:
     daemon.close()
     daemon.sub.socket.close(0)
     daemon.out.socket.close(0)
+
+
+def test_restore_flags_underlyings_for_this_runs_option_book() -> None:
+    """A snapshot taken without option groups (its tick flags say a symbol needs nothing)
+    restored into an engine whose option book prices that symbol: the flags are derived
+    again, so every later tick of the underlying still reaches the book."""
+    from engine.core import SPOT_ONLY
+    from engine.option_book import OptionBook, OptionGroupConfig
+
+    sym = TRADES[0].symbol
+    mine = [t for t in TRADES if t.symbol == sym]
+    first = _engine([], [], [])
+    v1 = Validator()
+    asyncio.run(_feed(first, v1, mine[:500]))
+    state = pickle.loads(pickle.dumps(capture(first, v1, {})))
+    group = OptionGroupConfig(underlying=sym, strikes=(mine[0].price,), expiries=(30,),
+                              rights=("C",), style="european", vol=0.2, rate=0.01,
+                              grid="seed")
+    book = OptionBook([group], device="cpu", dispatch="inline")
+    try:
+        second = Engine(list(state["symbols"]), SmaCross(5, 10),
+                        EngineConfig(bar_seconds=60.0), option_book=book)
+        restore(second, Validator(), state, [], [], 0, 0)
+        assert second._flagged[second.sym_index[sym]] == SPOT_ONLY
+        asked = book._ticks
+        asyncio.run(_feed(second, Validator(), mine[500:600]))
+        assert book._ticks - asked == 100  # every later tick of the underlying
+    finally:
+        book.close()
