@@ -116,6 +116,7 @@ def test_daemon_survives_bad_input_journals_and_restarts(tmp_path: Path) -> None
     with sqlite3.connect(journal) as db:
         assert db.execute("SELECT COUNT(*) FROM fills").fetchone()[0] == s2["fills"]
     pub.close()
+    pub.context.term()  # its own context, not left to the garbage collector
 
 
 @pytest.mark.slow
@@ -161,5 +162,6 @@ def test_daemon_publishes_option_values(tmp_path: Path, device: str) -> None:
     values.close()
     ctx.term()
     pub.close()
+    pub.context.term()  # its own context, not left to the garbage collector
     assert got and all(isinstance(m, OptionValue) and m.underlying == "SYN000" for m in got)
     assert all(m.price > 0 and 0 < m.delta < 1 for m in got)

@@ -71,6 +71,7 @@ async def test_bad_input_is_counted_by_kind_and_skipped(transport: str, tmp_path
     pub.send(Heartbeat(1, 1013, "", True))
     got = await _collect(sub)
     pub.close()
+    pub.context.term()  # its own context: closed here, not by the garbage collector later
     sub.close()
     ctx.destroy(linger=0)
 
