@@ -507,16 +507,22 @@ def request_every() -> int:
     host faster: a shorter replay has fewer repricings;
     benchmarks/results/h200-2026-11-23-session3/pooled.md; the host's speed moved by up
     to 40 % between rounds)."""
+    return _count_from_env(REQUEST_EVERY_ENV, DEFAULT_REQUEST_EVERY) or sys.maxsize
+
+
+def _count_from_env(name: str, default: int) -> int:
+    """An integer >= 0 from the environment variable `name` (`default` when unset); any
+    other text is the user's one-line error."""
     from engine.errors import UserError
 
-    raw = os.environ.get(REQUEST_EVERY_ENV, str(DEFAULT_REQUEST_EVERY))
+    raw = os.environ.get(name, str(default))
     try:
-        every = int(raw)
+        count = int(raw)
     except ValueError:
-        every = 0
-    if every < 0 or str(every) != raw.strip():
-        raise UserError(f"{REQUEST_EVERY_ENV} must be an integer >= 0, got {raw!r}")
-    return every or sys.maxsize
+        count = -1
+    if count < 0 or str(count) != raw.strip():
+        raise UserError(f"{name} must be an integer >= 0, got {raw!r}")
+    return count
 
 
 def tap_every() -> int:
@@ -526,16 +532,7 @@ def tap_every() -> int:
     the engine's hot loop, which feeds the worker only while a batch is applied (the
     receive and the validation of a batch took 65 % of a SPY replay's time on the dev
     machine, the hot loop 23 %)."""
-    from engine.errors import UserError
-
-    raw = os.environ.get(TAP_EVERY_ENV, str(DEFAULT_TAP_EVERY))
-    try:
-        every = int(raw)
-    except ValueError:
-        every = -1
-    if every < 0 or str(every) != raw.strip():
-        raise UserError(f"{TAP_EVERY_ENV} must be an integer >= 0, got {raw!r}")
-    return every
+    return _count_from_env(TAP_EVERY_ENV, DEFAULT_TAP_EVERY)
 
 
 def worker_settings() -> tuple[int, float]:
