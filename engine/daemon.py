@@ -468,9 +468,7 @@ class Daemon:
                 f"p50_us={lat['p50_us']} p99_us={lat['p99_us']}")
 
     def close(self) -> None:
-        with contextlib.suppress(zmq.ZMQError):
-            self.sub.socket.disable_monitor()
-        self._monitor.close(0)
+        self.sub.close_monitor()  # through its owner: see Subscriber.close_monitor
 
     def write_status(self, status: dict[str, Any] | None = None) -> None:
         if self.status_file is None:

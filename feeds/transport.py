@@ -13,6 +13,7 @@ receives on a shadow of the same socket) and hands the whole batch to the consum
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Iterable, Iterator
@@ -133,9 +134,11 @@ class Subscriber:
         for t in topics:
             self.socket.setsockopt(zmq.SUBSCRIBE, t)
         #: with `monitor`, a PAIR socket of the connection's events, from before connecting
+        #: (a synchronous view for non-blocking reads; `close_monitor` closes it)
         self.monitor: zmq.Socket[bytes] | None = None
+        self._monitor_owner: zmq.asyncio.Socket | None = None
         if monitor:
-            self._monitor_owner = self.socket.get_monitor_socket()  # owns the PAIR socket
+            self._monitor_owner = self.socket.get_monitor_socket()
             self.monitor = zmq.Socket.shadow(self._monitor_owner.underlying)
         self.socket.connect(endpoint)
         # a synchronous view of the same socket for the non-blocking drain
@@ -205,5 +208,19 @@ class Subscriber:
         validates with the same `Validator.validate`)."""
         return self.validator.validate_many(await self.raw_batch())
 
+    def close_monitor(self) -> None:
+        """Stop the connection-event monitor and close its PAIR socket through the object
+        that owns it. Closing the shadow in `monitor` instead frees the socket while its
+        owner still counts it open; when the owner is garbage-collected later it closes
+        whatever socket then lives at the freed address (a replay's SUB socket, seen as
+        "closed" in the middle of its run)."""
+        owner, self._monitor_owner, self.monitor = self._monitor_owner, None, None
+        if owner is None:
+            return
+        with contextlib.suppress(zmq.ZMQError):  # the socket may be closed already
+            self.socket.disable_monitor()
+        owner.close(0)
+
     def close(self) -> None:
+        self.close_monitor()
         self.socket.close()

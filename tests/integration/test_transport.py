@@ -309,3 +309,48 @@ async def test_lazy_drain_validates_like_the_list_drain_on_a_real_socket() -> No
     for s in (pub, lazy, listed):
         s.close()
     ctx.destroy(linger=0)
+
+
+def _fresh_sockets_closed_by_collected_subscribers(close: str, rounds: int) -> int:
+    """Each round: a monitored subscriber is closed as `close` says, its context ended, and
+    the subscriber left in a reference cycle (as the daemon's objects are); then fresh
+    sockets are opened and the cycle collected. Returns how many fresh sockets were found
+    closed: a leftover owner of a freed monitor socket closes whatever lives at its address."""
+    import gc
+
+    from engine.daemon import Daemon
+
+    found_closed = 0
+    for i in range(rounds):
+        ctx = zmq.asyncio.Context()
+        sub = Subscriber(f"inproc://monitored-{i}", ctx, monitor=True)
+        if close == "daemon":
+            # Daemon.close on a bare object: only the subscriber is needed for it
+            daemon = Daemon.__new__(Daemon)
+            daemon.sub = sub
+            daemon._monitor = sub.monitor  # type: ignore[assignment]
+            daemon.close()
+            sub.socket.close(0)
+        else:
+            sub.close()
+        ctx.term()
+        sub.cycle = sub  # type: ignore[attr-defined]
+        del sub, ctx
+        fresh_ctx = zmq.asyncio.Context()
+        fresh = [fresh_ctx.socket(zmq.SUB) for _ in range(4)]
+        gc.collect()
+        found_closed += sum(s.closed for s in fresh)
+        for s in fresh:
+            s.close(0)
+        fresh_ctx.term()
+    return found_closed
+
+
+@pytest.mark.parametrize("close", ["subscriber", "daemon"])
+def test_a_closed_monitor_never_closes_a_later_socket(close: str) -> None:
+    """Regression: the daemon closed the monitor through a shadow of its PAIR socket, so
+    the owning object still counted it open; collected later (here in the next test's
+    `gc.collect()`), it closed a replay's freshly opened SUB socket mid-run. Before the
+    fix the daemon case found 6 fresh sockets closed in 30 rounds (the subscriber case
+    hung: `Subscriber.close` left the monitor open, so the context never ended)."""
+    assert _fresh_sockets_closed_by_collected_subscribers(close, rounds=30) == 0
