@@ -10,7 +10,9 @@ Rows (the same replay over ipc, sma-cross strategy, one process per row's engine
   each change of this round on top: the driver's event query without numba's exception,
   2, 3 and 4 launches in flight (gpu/option_batch.py); the default worker with spots from
   validation (the default since 11-23's fourth session: every 8th, and every 4th and 16th)
-  and from the engine's hot loop on every tick (OPTION_TAP_EVERY=0, before);
+  and from the engine's hot loop on every tick (OPTION_TAP_EVERY=0, before); the default
+  worker with the FD kernel's PCR solver (GPU_FD_SOLVER=pcr, before 11-23's fifth session:
+  every other row runs the lanes solver, except the 11-22 worker's, which is all before);
 and the 10 x 1,000 case: ten groups of 1,000 American options on ten synthetic underlyings
 that tick about every millisecond of data time, without the groups, with the 11-22 worker,
 then the cheap query, one launch for all groups with a new spot, 2 and 3 launches in flight.
@@ -343,12 +345,15 @@ class Row(NamedTuple):
 WORKER_BEFORE = {"OPTION_WORKER_SLOTS": "1", "OPTION_WORKER_BATCH": "0",
                  "GPU_FAST_EVENT_QUERY": "0", "GPU_RAW_LAUNCH": "0",
                  "OPTION_BATCH_IN_PLACE": "0", "OPTION_REQUEST_EVERY": "1",
-                 "OPTION_TAP_EVERY": "0"}
+                 "OPTION_TAP_EVERY": "0", "GPU_FD_SOLVER": "pcr"}
 #: this round (11-23, second session): rows kept in place, the driver called through ctypes
 NEW_PATH = {"GPU_RAW_LAUNCH": "1", "OPTION_BATCH_IN_PLACE": "1"}
 #: the worker's spots from the engine's hot loop on every tick, as before 11-23's fourth
 #: session (the default now takes them from validation: OPTION_TAP_EVERY)
 HOT_LOOP = {"OPTION_TAP_EVERY": "0"}
+#: the FD kernel's PCR solver, block per option, as before 11-23's fifth session (the
+#: default now: the lanes solver, gpu.options_core.fd_lanes_kernel)
+PCR_SOLVER = {"GPU_FD_SOLVER": "pcr"}
 
 
 def _args() -> argparse.Namespace:
@@ -452,6 +457,8 @@ def plan(one: Row, big: Row, gpu: str, paced_ticks: int = 100_000) -> list[Row]:
         Row(f"{gpu} process, default worker", wl, fac, g1, gpu, "process", "group", True, {}),
         Row(f"{gpu} process, default worker, spots from the hot loop (before)", wl, fac, g1,
             gpu, "process", "group", True, HOT_LOOP),
+        Row(f"{gpu} process, default worker, PCR solver (before)", wl, fac, g1, gpu,
+            "process", "group", True, PCR_SOLVER),
         *(Row(f"{gpu} process, default worker, spots from validation every {k}", wl, fac, g1,
               gpu, "process", "group", True, {"OPTION_TAP_EVERY": str(k)}) for k in (4, 16)),
         *(Row(f"{gpu} process, default worker, launches spaced {f}", wl, fac, g1, gpu,
@@ -473,6 +480,8 @@ def plan(one: Row, big: Row, gpu: str, paced_ticks: int = 100_000) -> list[Row]:
             bfac, gb, gpu, "process", "group", True, {**slots[3], "OPTION_WORKER_BATCH": "0"}),
         Row(f"10x1,000: {gpu} process, default worker, spots from the hot loop", bwl, bfac,
             gb, gpu, "process", "group", True, HOT_LOOP),
+        Row(f"10x1,000: {gpu} process, default worker, PCR solver (before)", bwl, bfac,
+            gb, gpu, "process", "group", True, PCR_SOLVER),
         *(r for speed, rate in paced for r in (
             Row(f"10x1,000 paced {speed}: no group", f"10 synthetic paced {speed}", pfac, [],
                 rate=rate),
@@ -482,6 +491,9 @@ def plan(one: Row, big: Row, gpu: str, paced_ticks: int = 100_000) -> list[Row]:
             Row(f"10x1,000 paced {speed}: {gpu} process, default worker, spots from the hot "
                 "loop", f"10 synthetic paced {speed}", pfac, gb, gpu, "process", "group", True,
                 HOT_LOOP, rate=rate),
+            Row(f"10x1,000 paced {speed}: {gpu} process, default worker, PCR solver (before)",
+                f"10 synthetic paced {speed}", pfac, gb, gpu, "process", "group", True,
+                PCR_SOLVER, rate=rate),
             Row(f"10x1,000 paced {speed}: {gpu} process, 1 launch in flight per group",
                 f"10 synthetic paced {speed}", pfac, gb, gpu, "process", "group", True,
                 {"OPTION_WORKER_SLOTS": "1"}, rate=rate),

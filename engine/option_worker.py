@@ -537,7 +537,8 @@ def tap_every() -> int:
 
 def worker_settings() -> tuple[int, float]:
     """OPTION_WORKER_SLOTS (an integer, at least 1) and OPTION_WORKER_SPACING (a number,
-    at least 0), with OPTION_WORKER_BATCH and OPTION_WORKER_YIELD checked (0 or 1); the
+    at least 0), with OPTION_WORKER_BATCH and OPTION_WORKER_YIELD checked (0 or 1) and
+    GPU_FD_SOLVER (lanes or pcr); the
     client checks them before it starts the worker, so a mistyped value is one line to
     the user, not a traceback from the worker process."""
     from engine.errors import UserError
@@ -546,6 +547,12 @@ def worker_settings() -> tuple[int, float]:
     for flag in (BATCH_ENV, YIELD_ENV):
         if os.environ.get(flag, "0") not in ("0", "1"):
             raise UserError(f"{flag} must be 0 or 1, got {os.environ[flag]!r}")
+    from gpu.options_core import fd_solver
+
+    try:  # GPU_FD_SOLVER: read where the pricers start, in the worker
+        fd_solver()
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
     raw_slots = os.environ.get(SLOTS_ENV, str(DEFAULT_SLOTS))
     raw_spacing = os.environ.get(SPACING_ENV, str(DEFAULT_SPACING))
     try:

@@ -76,13 +76,15 @@ class BatchPricer:
     """
 
     def __init__(self, sizes: list[int], grid: str | FdGrid, device: str,
-                 slots: int = 2) -> None:
+                 slots: int = 2, solver: str | None = None) -> None:
         if slots < 1:
             raise ValueError(f"slots must be ≥ 1, got {slots}")
         self.grid = make_grid(grid)
         self.device = resolve_device(device, "option batch repricing")
         self.sizes = list(sizes)
         self.total = max(sum(sizes), 1)
+        #: the FD kernel's tridiagonal solver (`core.fd_solver`: GPU_FD_SOLVER, "lanes")
+        self.solver = core.fd_solver(solver)
         self._threads = core.threads_per_option(self.grid.price_steps)
         self._args = self.grid.kernel_args()
         self._slots = [_Slot(self.total, self.device) for _ in range(slots)]
@@ -95,7 +97,7 @@ class BatchPricer:
         #: OPTION_BATCH_IN_PLACE=0: always regather the rows (benchmarks compare both)
         self.in_place = os.environ.get("OPTION_BATCH_IN_PLACE", "1") != "0"
         if self.device == "cuda":
-            self._kernel = core.fd_price_kernel()
+            self._kernel, self._threads = core.fd_kernel(self.grid.price_steps, self.solver)
             self._bind()
 
     @property

@@ -228,9 +228,8 @@ def price_params(
     stream = cuda.stream()
     d_params = cuda.to_device(params, stream=stream)
     d_out = cuda.device_array((n, core.N_OUT), dtype=np.float64, stream=stream)
-    core.fd_price_kernel()[n, core.threads_per_option(g.price_steps), stream](
-        d_params, d_out, *g.kernel_args()
-    )
+    kernel, threads = core.fd_kernel(g.price_steps)
+    kernel[n, threads, stream](d_params, d_out, *g.kernel_args())
     out = d_out.copy_to_host(stream=stream)
     stream.synchronize()
     return _values(out)
@@ -279,7 +278,8 @@ def warm_up(grid: str | FdGrid = "default", device: str = "auto") -> str:
     """Compile the kernels (JIT ≈0.8 s on first use, then disk-cached) before live work."""
     backend = resolve_device(device, "option pricing")
     g = make_grid(grid)
-    tiny = g._replace(price_steps=8, time_steps=2)
+    # the grid's own price steps: the lanes kernel is compiled per rows-per-lane count
+    tiny = g._replace(time_steps=2)
     params = option_params(100.0, 100.0, 0.1, 0.2)
     price_params(params, tiny, backend)
     if backend == "cpu":  # the background repricing's serial twin too, not on the first tick
@@ -301,12 +301,14 @@ class OptionGroupPricer:
 
     def __init__(
         self, params: FloatArray, grid: str | FdGrid = "default", device: str = "auto",
-        background: bool = False,
+        background: bool = False, solver: str | None = None,
     ) -> None:
         check_params(params)
         self.grid = make_grid(grid)
         self.device = resolve_device(device, "option group repricing")
         self.n = params.shape[0]
+        #: the FD kernel's tridiagonal solver (`core.fd_solver`: GPU_FD_SOLVER, "lanes")
+        self.solver = core.fd_solver(solver)
         self._threads = core.threads_per_option(self.grid.price_steps)
         self._args = self.grid.kernel_args()
         self._in_flight = False
@@ -338,7 +340,7 @@ class OptionGroupPricer:
             self._event = cuda.event(timing=False)  # type: ignore[call-arg]
         except TypeError:  # the CUDA simulator's Event takes no arguments
             self._event = cuda.event()
-        self._kernel = core.fd_price_kernel()
+        self._kernel, self._threads = core.fd_kernel(self.grid.price_steps, self.solver)
         self._bound: Any = None
         #: True when launches skip numba's per-call argument typing (see _bind_launch)
         self.prebound = False

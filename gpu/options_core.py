@@ -748,3 +748,365 @@ def threads_per_option(price_steps: int) -> int:
     if price_steps < 4 or nodes > MAX_NODES:
         raise ValueError(f"price_steps must be in [4, {MAX_NODES - 1}], got {price_steps}")
     return (nodes + 31) // 32 * 32
+
+
+# =========================================================================================
+# CUDA kernel, lanes layout: one 32-thread block per option; lane l owns the P consecutive
+# grid rows l·P .. l·P+P−1 (rows past node N are identity rows). Each step solves the
+# tridiagonal system by Thomas's algorithm, its two sweeps run as scans across the lanes:
+# a lane sweeps its own rows, five Hillis–Steele levels carry the sweep across lanes, and
+# a lane adds the carried-in value times a product kept per phase. The LU pivots of the
+# phase's matrix come once per phase from a scan of 2×2 matrix products (float64).
+# Work per step is O(N) (PCR's is O(N log N)) and the 32-thread barriers are cheap, so
+# large groups price several times faster; one option's latency is about PCR's.
+# =========================================================================================
+
+LANES = 32
+SCAN_LEVELS = 5  # 2^5 = LANES
+LANES_MAX_ROWS = MAX_NODES + LANES  # 32·P rows, P ≤ ⌈MAX_NODES/32⌉
+
+
+def rows_per_lane(price_steps: int) -> int:
+    """Rows each lane owns for `price_steps` (N+1 nodes over 32 lanes, rounded up)."""
+    threads_per_option(price_steps)  # validates the range
+    return (price_steps + 1 + LANES - 1) // LANES
+
+
+def _make_fd_lanes_kernel(rows: int) -> Any:
+    """The lanes kernel for P = `rows` rows per lane (P fixes the per-lane arrays)."""
+    P = rows
+
+    def kernel(
+        params: Any,
+        out: Any,
+        price_steps: int,
+        dt_target: float,
+        fixed_steps: int,
+        min_steps: int,
+        rannacher: int,
+        domain: int,
+        smax_mult: float,
+        width: float,
+        compact: bool,
+        smooth: bool,
+    ) -> None:
+        opt: int = cuda.blockIdx.x  # type: ignore[assignment]
+        lane: int = cuda.threadIdx.x  # type: ignore[assignment]
+        row = cuda.shared.array(N_PARAMS, np.float64)
+        sh_v = cuda.shared.array(LANES_MAX_ROWS, np.float32)
+        edge_first = cuda.shared.array(LANES, np.float32)
+        edge_last = cuda.shared.array(LANES, np.float32)
+        buf = cuda.shared.array((2, LANES), np.float32)
+        mbuf = cuda.shared.array((2, 4, LANES), np.float64)
+        c_last = cuda.shared.array(LANES, np.float64)
+        v = cuda.local.array(P, np.float32)
+        pay = cuda.local.array(P, np.float32)
+        e_lo = cuda.local.array(P, np.float32)
+        e_di = cuda.local.array(P, np.float32)
+        e_up = cuda.local.array(P, np.float32)
+        fwd = cuda.local.array(P, np.float32)  # −l_r: y_r = d_r + fwd_r·y_{r−1}
+        fwd_cum = cuda.local.array(P, np.float32)  # Π fwd from the lane's first row to r
+        bwd = cuda.local.array(P, np.float32)  # −c_r/u_r: x_r = y_r/u_r + bwd_r·x_{r+1}
+        bwd_cum = cuda.local.array(P, np.float32)  # Π bwd from r to the lane's last row
+        inv_u = cuda.local.array(P, np.float32)
+        work = cuda.local.array(P, np.float32)
+        a64 = cuda.local.array(P, np.float64)
+        b64 = cuda.local.array(P, np.float64)
+        c64 = cuda.local.array(P, np.float64)
+        fwd_level = cuda.local.array(SCAN_LEVELS, np.float32)
+        bwd_level = cuda.local.array(SCAN_LEVELS, np.float32)
+        if lane < N_PARAMS:
+            row[lane] = params[opt, lane]
+        cuda.syncthreads()  # type: ignore[call-arg]
+        spot = row[SPOT]
+        strike = row[STRIKE]
+        expiry = row[EXPIRY]
+        vol = row[VOL]
+        rate = row[RATE]
+        is_call = row[IS_CALL] > 0.5
+        is_american = _early_exercise_gpu(is_call, row[IS_AMERICAN] > 0.5, rate)
+        if expiry <= 0.0 or vol <= 0.0:  # the same for the whole block
+            if lane == 0:
+                e_price, e_delta, e_gamma, _ = _bs_price_greeks_gpu(
+                    spot, strike, expiry, vol, rate, is_call
+                )
+                if is_american:
+                    e_price = max(e_price, _payoff_gpu(spot, strike, is_call))
+                out[opt, PRICE] = e_price
+                out[opt, DELTA] = e_delta
+                out[opt, GAMMA] = e_gamma
+            return
+
+        n = price_steps
+        s_lo, ds = _grid_bounds_gpu(spot, strike, expiry, vol, domain, smax_mult, width, n)
+        s_hi = s_lo + n * ds
+        m = _time_steps_gpu(expiry, dt_target, fixed_steps, min_steps)
+        dt = expiry / m
+        n_implicit = min(rannacher, m)
+        first = lane * P
+        j_strike = int(math.floor((strike - s_lo) / ds + 0.5))
+        for j in range(P):
+            r = first + j
+            v[j] = np.float32(0.0)
+            pay[j] = np.float32(0.0)
+            if r <= n:
+                s = s_lo + r * ds
+                p = _payoff_gpu(s, strike, is_call)
+                v0 = p
+                if smooth and r >= 1 and r < n:
+                    v0 += ds * _payoff_smoothing_gpu(r - j_strike)
+                v[j] = np.float32(v0)
+                pay[j] = np.float32(p)
+
+        for phase in range(2):
+            theta, step_dt, n_steps, tau0 = _rannacher_phase_gpu(phase, dt, n_implicit, m)
+            if n_steps == 0:
+                continue
+            # this phase's rows: identity at the boundaries and past node N
+            for j in range(P):
+                r = first + j
+                a64[j] = 0.0
+                b64[j] = 1.0
+                c64[j] = 0.0
+                e_lo[j] = np.float32(0.0)
+                e_di[j] = np.float32(0.0)
+                e_up[j] = np.float32(0.0)
+                if r >= 1 and r < n:
+                    al, be, ga, m_b, m_n, m_a = _node_coefficients_gpu(
+                        s_lo + r * ds, ds, vol, rate, compact
+                    )
+                    lo, di, up, x_lo, x_di, x_up = _step_coefficients_gpu(
+                        al, be, ga, m_b, m_n, m_a, theta, step_dt
+                    )
+                    # the same float32 rows as the PCR kernel, solved in float64 here
+                    a64[j] = np.float64(np.float32(lo))
+                    b64[j] = np.float64(np.float32(di))
+                    c64[j] = np.float64(np.float32(up))
+                    e_lo[j] = np.float32(x_lo)
+                    e_di[j] = np.float32(x_di)
+                    e_up[j] = np.float32(x_up)
+            # LU pivots u_r = p_r/p_{r−1}, p_r = b_r·p_{r−1} − a_r·c_{r−1}·p_{r−2}: each lane
+            # multiplies its rows' 2×2 matrices, a scan multiplies across the lanes
+            c_last[lane] = c64[P - 1]
+            cuda.syncthreads()
+            c_prev = 0.0
+            if lane > 0:
+                c_prev = c_last[lane - 1]
+            q00 = 1.0
+            q01 = 0.0
+            q10 = 0.0
+            q11 = 1.0
+            cp = c_prev
+            for j in range(P):
+                t = -a64[j] * cp
+                n00 = b64[j] * q00 + t * q10
+                n01 = b64[j] * q01 + t * q11
+                q10 = q00
+                q11 = q01
+                q00 = n00
+                q01 = n01
+                big = max(abs(q00), abs(q01), abs(q10), abs(q11))
+                q00 /= big
+                q01 /= big
+                q10 /= big
+                q11 /= big
+                cp = c64[j]
+            for level in range(SCAN_LEVELS):
+                k = level % 2
+                mbuf[k, 0, lane] = q00
+                mbuf[k, 1, lane] = q01
+                mbuf[k, 2, lane] = q10
+                mbuf[k, 3, lane] = q11
+                cuda.syncthreads()
+                stride = 1 << level
+                if lane >= stride:  # this lane's product applies after the earlier one
+                    r00 = mbuf[k, 0, lane - stride]
+                    r01 = mbuf[k, 1, lane - stride]
+                    r10 = mbuf[k, 2, lane - stride]
+                    r11 = mbuf[k, 3, lane - stride]
+                    n00 = q00 * r00 + q01 * r10
+                    n01 = q00 * r01 + q01 * r11
+                    n10 = q10 * r00 + q11 * r10
+                    n11 = q10 * r01 + q11 * r11
+                    big = max(abs(n00), abs(n01), abs(n10), abs(n11))
+                    q00 = n00 / big
+                    q01 = n01 / big
+                    q10 = n10 / big
+                    q11 = n11 / big
+            k = SCAN_LEVELS % 2
+            mbuf[k, 0, lane] = q00
+            mbuf[k, 2, lane] = q10
+            cuda.syncthreads()
+            u_prev = 1.0
+            if lane > 0:  # (p_{first−1}, p_{first−2}) = the earlier lanes' product·(1, 0)
+                u_prev = mbuf[k, 0, lane - 1] / mbuf[k, 2, lane - 1]
+            cp = c_prev
+            f_cum = np.float32(1.0)
+            for j in range(P):
+                t = a64[j] * cp
+                f = 0.0
+                u = b64[j]
+                if t != 0.0:
+                    u = b64[j] - t / u_prev
+                if a64[j] != 0.0:
+                    f = -a64[j] / u_prev
+                fwd[j] = np.float32(f)
+                f_cum *= np.float32(f)
+                fwd_cum[j] = f_cum
+                inv_u[j] = np.float32(1.0 / u)
+                bwd[j] = np.float32(-c64[j] / u)
+                u_prev = u
+                cp = c64[j]
+            g_cum = np.float32(1.0)
+            for jj in range(P):
+                j = P - 1 - jj
+                g_cum *= bwd[j]
+                bwd_cum[j] = g_cum
+            # the scans' multipliers of each level (they depend on the matrix only)
+            f_all = f_cum
+            g_all = g_cum
+            for level in range(SCAN_LEVELS):
+                k = level % 2
+                buf[k, lane] = f_all
+                mbuf[k, 0, lane] = np.float64(g_all)
+                cuda.syncthreads()
+                stride = 1 << level
+                fwd_level[level] = f_all
+                bwd_level[level] = g_all
+                if lane >= stride:
+                    f_all *= buf[k, lane - stride]
+                if lane + stride < LANES:
+                    g_all *= np.float32(mbuf[k, 0, lane + stride])
+            cuda.syncthreads()
+
+            for step in range(n_steps):
+                edge_first[lane] = v[0]
+                edge_last[lane] = v[P - 1]
+                cuda.syncthreads()
+                v_before = np.float32(0.0)
+                v_after = np.float32(0.0)
+                if lane > 0:
+                    v_before = edge_last[lane - 1]
+                if lane < LANES - 1:
+                    v_after = edge_first[lane + 1]
+                # every lane computes the boundary values (no divergent exp in the loop)
+                tau = tau0 + (step + 1) * step_dt
+                v_lo, v_hi = _boundary_values_gpu(
+                    strike, tau, rate, s_lo, s_hi, is_call, is_american
+                )
+                d_lo = np.float32(v_lo)
+                d_hi = np.float32(v_hi)
+                # right-hand side, then the forward sweep over this lane's rows
+                y = np.float32(0.0)
+                for j in range(P):
+                    r = first + j
+                    below = v_before
+                    if j > 0:
+                        below = v[j - 1]
+                    above = v_after
+                    if j < P - 1:
+                        above = v[j + 1]
+                    d = e_lo[j] * below + e_di[j] * v[j] + e_up[j] * above
+                    if r == 0:
+                        d = d_lo
+                    elif r == n:
+                        d = d_hi
+                    y = d + fwd[j] * y
+                    work[j] = y
+                # carry the forward sweep across the lanes
+                acc = y
+                for level in range(SCAN_LEVELS):
+                    k = level % 2
+                    buf[k, lane] = acc
+                    cuda.syncthreads()
+                    stride = 1 << level
+                    if lane >= stride:
+                        acc += fwd_level[level] * buf[k, lane - stride]
+                k = SCAN_LEVELS % 2
+                buf[k, lane] = acc
+                cuda.syncthreads()
+                carry = np.float32(0.0)
+                if lane > 0:
+                    carry = buf[k, lane - 1]
+                # backward sweep over this lane's rows (with the carried-in forward value)
+                x = np.float32(0.0)
+                for jj in range(P):
+                    j = P - 1 - jj
+                    yj = work[j] + fwd_cum[j] * carry
+                    x = yj * inv_u[j] + bwd[j] * x
+                    work[j] = x
+                acc = x
+                for level in range(SCAN_LEVELS):
+                    k = level % 2  # buffer 0: the carry above was read from buffer 1
+                    buf[k, lane] = acc
+                    cuda.syncthreads()
+                    stride = 1 << level
+                    if lane + stride < LANES:
+                        acc += bwd_level[level] * buf[k, lane + stride]
+                k = SCAN_LEVELS % 2
+                buf[k, lane] = acc
+                cuda.syncthreads()
+                carry = np.float32(0.0)
+                if lane < LANES - 1:
+                    carry = buf[k, lane + 1]
+                for j in range(P):
+                    x = work[j] + bwd_cum[j] * carry
+                    if is_american and first + j <= n:
+                        x = max(x, pay[j])
+                    v[j] = x
+                cuda.syncthreads()
+        for j in range(P):
+            sh_v[first + j] = v[j]
+        cuda.syncthreads()
+        if lane == 0:
+            f = (spot - s_lo) / ds
+            jn = min(max(int(math.floor(f + 0.5)), 2), n - 2)
+            v_price, v_delta, v_gamma = _interpolate_gpu(
+                np.float64(sh_v[jn - 2]),
+                np.float64(sh_v[jn - 1]),
+                np.float64(sh_v[jn]),
+                np.float64(sh_v[jn + 1]),
+                np.float64(sh_v[jn + 2]),
+                f - jn,
+                ds,
+            )
+            if is_american:
+                v_price = max(v_price, _payoff_gpu(spot, strike, is_call))
+            out[opt, PRICE] = v_price
+            out[opt, DELTA] = v_delta
+            out[opt, GAMMA] = v_gamma
+
+    return kernel
+
+
+def fd_lanes_kernel(price_steps: int) -> Any:
+    """The compiled lanes kernel for `price_steps` (one per rows-per-lane count; launch
+    with blockDim = LANES, one block per option)."""
+    rows = rows_per_lane(price_steps)
+    key = f"lanes{rows}"
+    kern = _kernel_cache.get(key)
+    if kern is None:
+        simulated = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
+        kern = cuda.jit(cache=not simulated)(_make_fd_lanes_kernel(rows))
+        _kernel_cache[key] = kern
+    return kern
+
+
+#: the FD kernel's tridiagonal solvers: "lanes" (the default) or "pcr" (before)
+FD_SOLVERS = ("lanes", "pcr")
+
+
+def fd_solver(choice: str | None = None) -> str:
+    """The solver to use: `choice`, else the GPU_FD_SOLVER setting, else "lanes"."""
+    name = choice if choice is not None else os.environ.get("GPU_FD_SOLVER", "lanes")
+    if name not in FD_SOLVERS:
+        raise ValueError(f"GPU_FD_SOLVER must be one of {', '.join(FD_SOLVERS)}, got {name!r}")
+    return name
+
+
+def fd_kernel(price_steps: int, solver: str | None = None) -> tuple[Any, int]:
+    """(compiled FD kernel, threads per block) for `price_steps`; launch one block per
+    option row. Both solvers take the same arguments and fill the same outputs."""
+    if fd_solver(solver) == "pcr":
+        return fd_price_kernel(), threads_per_option(price_steps)
+    return fd_lanes_kernel(price_steps), LANES

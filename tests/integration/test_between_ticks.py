@@ -297,7 +297,9 @@ def test_worker_failure_is_a_clear_error_and_close_frees_everything(
                                               ("OPTION_REQUEST_EVERY", "4.5"),
                                               ("OPTION_TAP_EVERY", "-2"),
                                               ("OPTION_TAP_EVERY", "eight"),
-                                              ("OPTION_TAP_EVERY", "")])
+                                              ("OPTION_TAP_EVERY", ""),
+                                              ("GPU_FD_SOLVER", "thomas"),
+                                              ("GPU_FD_SOLVER", "")])
 def test_bad_worker_setting_is_a_user_error_before_the_worker_starts(
         monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
     from engine.errors import UserError
