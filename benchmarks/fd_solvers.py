@@ -2,10 +2,12 @@
 
 `pcr`: one block per option, one thread per grid node, parallel cyclic reduction (the
 kernel every option group used until now). `lanes`: one 32-thread block per option, each
-lane owning consecutive rows, Thomas's sweeps carried across lanes by scans
-(`gpu.options_core.fd_lanes_kernel`). For each grid and group size the script times one
-launch until the host sees it finish (median of `--repeats`, both kernels alternating in
-the same process) and compares both kernels' values with the float64 CPU twin.
+lane owning consecutive rows, Thomas's sweeps carried across lanes by scans through warp
+shuffles (`gpu.options_core.fd_lanes_kernel`); the same through shared memory and
+barriers (as in the CUDA simulator); and the lanes kernel under register caps. For each
+grid and group size the script times one launch until the host sees it finish (median of
+`--repeats`, the kernels alternating in the same process) and compares each kernel's
+values with the float64 CPU twin.
 
     python benchmarks/fd_solvers.py [--repeats 30] [--json PATH]
 
@@ -64,10 +66,14 @@ def main() -> None:
         grid = make_grid(grid_name)
         gargs = grid.kernel_args()
         jit: Any = cuda.jit  # (the simulator's stub has no max_registers)
-        lanes_source = core._make_fd_lanes_kernel(core.rows_per_lane(grid.price_steps))
+        lanes_source = core._make_fd_lanes_kernel(core.rows_per_lane(grid.price_steps),
+                                                  True)
         kernels = {
             "pcr": (core.fd_price_kernel(), core.threads_per_option(grid.price_steps)),
             "lanes": (core.fd_lanes_kernel(grid.price_steps), core.LANES),
+            # the lanes exchanging through shared memory and barriers (the simulator's)
+            "lanes, shared memory": (core.fd_lanes_kernel(grid.price_steps, shuffle=False),
+                                     core.LANES),
             # the same kernel with fewer registers: more resident blocks, maybe spills
             **{f"lanes, {cap} regs": (jit(max_registers=cap)(lanes_source), core.LANES)
                for cap in args.caps},

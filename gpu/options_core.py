@@ -764,6 +764,7 @@ def threads_per_option(price_steps: int) -> int:
 LANES = 32
 SCAN_LEVELS = 5  # 2^5 = LANES
 LANES_MAX_ROWS = MAX_NODES + LANES  # 32·P rows, P ≤ ⌈MAX_NODES/32⌉
+FULL_MASK = 0xFFFFFFFF  # every lane of the warp takes part in each shuffle
 
 
 def rows_per_lane(price_steps: int) -> int:
@@ -772,9 +773,13 @@ def rows_per_lane(price_steps: int) -> int:
     return (price_steps + 1 + LANES - 1) // LANES
 
 
-def _make_fd_lanes_kernel(rows: int) -> Any:
-    """The lanes kernel for P = `rows` rows per lane (P fixes the per-lane arrays)."""
+def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
+    """The lanes kernel for P = `rows` rows per lane (P fixes the per-lane arrays). Each
+    step's exchanges between lanes go through warp shuffles (`shuffle`, a real GPU) or
+    through shared memory and barriers (numba's CUDA simulator has no shuffles; the
+    arithmetic is the same)."""
     P = rows
+    SHUFFLE = shuffle
 
     def kernel(
         params: Any,
@@ -980,15 +985,23 @@ def _make_fd_lanes_kernel(rows: int) -> Any:
             cuda.syncthreads()
 
             for step in range(n_steps):
-                edge_first[lane] = v[0]
-                edge_last[lane] = v[P - 1]
-                cuda.syncthreads()
                 v_before = np.float32(0.0)
                 v_after = np.float32(0.0)
-                if lane > 0:
-                    v_before = edge_last[lane - 1]
-                if lane < LANES - 1:
-                    v_after = edge_first[lane + 1]
+                if SHUFFLE:
+                    from_below = cuda.shfl_up_sync(FULL_MASK, v[P - 1], 1)
+                    from_above = cuda.shfl_down_sync(FULL_MASK, v[0], 1)
+                    if lane > 0:
+                        v_before = from_below
+                    if lane < LANES - 1:
+                        v_after = from_above
+                else:
+                    edge_first[lane] = v[0]
+                    edge_last[lane] = v[P - 1]
+                    cuda.syncthreads()
+                    if lane > 0:
+                        v_before = edge_last[lane - 1]
+                    if lane < LANES - 1:
+                        v_after = edge_first[lane + 1]
                 # every lane computes the boundary values (no divergent exp in the loop)
                 tau = tau0 + (step + 1) * step_dt
                 v_lo, v_hi = _boundary_values_gpu(
@@ -1015,19 +1028,29 @@ def _make_fd_lanes_kernel(rows: int) -> Any:
                     work[j] = y
                 # carry the forward sweep across the lanes
                 acc = y
-                for level in range(SCAN_LEVELS):
-                    k = level % 2
+                carry = np.float32(0.0)
+                if SHUFFLE:
+                    for level in range(SCAN_LEVELS):
+                        stride = 1 << level
+                        other = cuda.shfl_up_sync(FULL_MASK, acc, stride)
+                        if lane >= stride:
+                            acc += fwd_level[level] * other
+                    other = cuda.shfl_up_sync(FULL_MASK, acc, 1)
+                    if lane > 0:
+                        carry = other
+                else:
+                    for level in range(SCAN_LEVELS):
+                        k = level % 2
+                        buf[k, lane] = acc
+                        cuda.syncthreads()
+                        stride = 1 << level
+                        if lane >= stride:
+                            acc += fwd_level[level] * buf[k, lane - stride]
+                    k = SCAN_LEVELS % 2
                     buf[k, lane] = acc
                     cuda.syncthreads()
-                    stride = 1 << level
-                    if lane >= stride:
-                        acc += fwd_level[level] * buf[k, lane - stride]
-                k = SCAN_LEVELS % 2
-                buf[k, lane] = acc
-                cuda.syncthreads()
-                carry = np.float32(0.0)
-                if lane > 0:
-                    carry = buf[k, lane - 1]
+                    if lane > 0:
+                        carry = buf[k, lane - 1]
                 # backward sweep over this lane's rows (with the carried-in forward value)
                 x = np.float32(0.0)
                 for jj in range(P):
@@ -1036,25 +1059,34 @@ def _make_fd_lanes_kernel(rows: int) -> Any:
                     x = yj * inv_u[j] + bwd[j] * x
                     work[j] = x
                 acc = x
-                for level in range(SCAN_LEVELS):
-                    k = level % 2  # buffer 0: the carry above was read from buffer 1
+                carry = np.float32(0.0)
+                if SHUFFLE:
+                    for level in range(SCAN_LEVELS):
+                        stride = 1 << level
+                        other = cuda.shfl_down_sync(FULL_MASK, acc, stride)
+                        if lane + stride < LANES:
+                            acc += bwd_level[level] * other
+                    other = cuda.shfl_down_sync(FULL_MASK, acc, 1)
+                    if lane < LANES - 1:
+                        carry = other
+                else:
+                    for level in range(SCAN_LEVELS):
+                        k = level % 2  # buffer 0: the carry above was read from buffer 1
+                        buf[k, lane] = acc
+                        cuda.syncthreads()
+                        stride = 1 << level
+                        if lane + stride < LANES:
+                            acc += bwd_level[level] * buf[k, lane + stride]
+                    k = SCAN_LEVELS % 2
                     buf[k, lane] = acc
                     cuda.syncthreads()
-                    stride = 1 << level
-                    if lane + stride < LANES:
-                        acc += bwd_level[level] * buf[k, lane + stride]
-                k = SCAN_LEVELS % 2
-                buf[k, lane] = acc
-                cuda.syncthreads()
-                carry = np.float32(0.0)
-                if lane < LANES - 1:
-                    carry = buf[k, lane + 1]
+                    if lane < LANES - 1:
+                        carry = buf[k, lane + 1]
                 for j in range(P):
                     x = work[j] + bwd_cum[j] * carry
                     if is_american and first + j <= n:
                         x = max(x, pay[j])
                     v[j] = x
-                cuda.syncthreads()
         for j in range(P):
             sh_v[first + j] = v[j]
         cuda.syncthreads()
@@ -1079,15 +1111,18 @@ def _make_fd_lanes_kernel(rows: int) -> Any:
     return kernel
 
 
-def fd_lanes_kernel(price_steps: int) -> Any:
+def fd_lanes_kernel(price_steps: int, shuffle: bool | None = None) -> Any:
     """The compiled lanes kernel for `price_steps` (one per rows-per-lane count; launch
-    with blockDim = LANES, one block per option)."""
+    with blockDim = LANES, one block per option). `shuffle`: None = warp shuffles on a
+    real GPU, shared memory in the simulator."""
+    simulated = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
+    if shuffle is None:
+        shuffle = not simulated
     rows = rows_per_lane(price_steps)
-    key = f"lanes{rows}"
+    key = f"lanes{rows}{'s' if shuffle else 'm'}"
     kern = _kernel_cache.get(key)
     if kern is None:
-        simulated = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
-        kern = cuda.jit(cache=not simulated)(_make_fd_lanes_kernel(rows))
+        kern = cuda.jit(cache=not simulated)(_make_fd_lanes_kernel(rows, shuffle))
         _kernel_cache[key] = kern
     return kern
 

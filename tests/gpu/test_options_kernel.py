@@ -271,46 +271,6 @@ def test_cuda_kernel_matches_cpu_twin(base: str, solver: str,
 
 
 @needs_cuda
-@pytest.mark.parametrize(("price_steps", "time_steps", "rannacher"),
-                         [(20, 4, 0), (40, 3, 1), (70, 3, 2)])
-def test_lanes_solver_matches_cpu_twin_across_rows_per_lane(
-        price_steps: int, time_steps: int, rannacher: int) -> None:
-    """The lanes kernel with 1, 2 and 3 rows per lane (21, 41 and 71 nodes: rows past
-    node N are padding), American and European puts and calls, both grid domains, with
-    and without a Rannacher start, against the float64 Thomas twin and the PCR kernel."""
-    for base in ("seed", "default"):
-        grid = make_grid(base, price_steps=price_steps, time_steps=time_steps,
-                         rannacher=rannacher)
-        params = _random_params(4, seed=price_steps)[1 if base == "seed" else 2:][:2]
-        lanes = np.empty((2, core.N_OUT))
-        pcr = np.empty((2, core.N_OUT))
-        from numba import cuda
-
-        for (kernel, threads), out in ((core.fd_kernel(price_steps, "lanes"), lanes),
-                                       (core.fd_kernel(price_steps, "pcr"), pcr)):
-            d_out = cuda.device_array((2, core.N_OUT))
-            kernel[2, threads](cuda.to_device(params), d_out, *grid.kernel_args())
-            out[:] = d_out.copy_to_host()
-        assert core.rows_per_lane(price_steps) == -(-(price_steps + 1) // 32)
-        cpu = price_params(params, grid, "cpu")
-        for got in (lanes, pcr):
-            np.testing.assert_allclose(got[:, core.PRICE], cpu.price, rtol=1e-4, atol=1e-5)
-            np.testing.assert_allclose(got[:, core.DELTA], cpu.delta, rtol=1e-4, atol=1e-4)
-            np.testing.assert_allclose(got[:, core.GAMMA], cpu.gamma, rtol=1e-3, atol=1e-4)
-
-
-def test_bad_fd_solver_setting_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    for bad in ("thomas", "", "LANES"):
-        monkeypatch.setenv("GPU_FD_SOLVER", bad)
-        with pytest.raises(ValueError, match="GPU_FD_SOLVER must be one of lanes, pcr"):
-            core.fd_solver()
-    monkeypatch.delenv("GPU_FD_SOLVER")
-    assert core.fd_solver() == "lanes"
-    with pytest.raises(ValueError, match="GPU_FD_SOLVER"):
-        OptionGroupPricer(_random_params(2, seed=1), "seed", "cpu", solver="cr")
-
-
-@needs_cuda
 @pytest.mark.slow
 def test_cuda_kernel_at_the_seed_grid_within_1e4_of_float64() -> None:
     """The full seed grid (151 nodes, 15 steps) in float32 against the float64 twin; one
@@ -347,10 +307,7 @@ def test_group_pricer_reprices_on_new_spots() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("solver", core.FD_SOLVERS)
-def test_real_gpu_seed_grid_float32_within_1e4_of_float64(
-        solver: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("GPU_FD_SOLVER", solver)
+def test_real_gpu_seed_grid_float32_within_1e4_of_float64() -> None:
     rng = np.random.default_rng(21)
     n = 2000
     params = option_params(rng.uniform(50, 150, n), 100.0, 0.3, 0.25, 0.05,
@@ -364,20 +321,3 @@ def test_real_gpu_seed_grid_float32_within_1e4_of_float64(
         g = price_params(params, name, "cuda").price
         c = price_params(params, name, "cpu").price
         assert np.max(np.abs(g - c)[worth] / c[worth]) <= 1e-3
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("solver", core.FD_SOLVERS)
-def test_real_gpu_group_pricer_through_mapped_memory(solver: str) -> None:
-    params = _random_params(1000, seed=3)
-    pricer = OptionGroupPricer(params, "seed", "cuda", solver=solver)
-    assert pricer.solver == solver
-    pricer.set_spot(101.5)
-    pricer.launch()
-    while not pricer.done():
-        pass
-    got = pricer.results()
-    params[:, core.SPOT] = 101.5
-    want = price_params(params, "seed", "cpu")
-    worth = want.price > 0.01
-    assert np.max(np.abs(got.price - want.price)[worth] / want.price[worth]) <= 1e-4

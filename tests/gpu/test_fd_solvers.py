@@ -1,0 +1,110 @@
+"""The FD kernel's tridiagonal solvers: the lanes kernel (Thomas sweeps carried across a
+warp's lanes) against the float64 CPU twin and the PCR kernel; the solver setting.
+
+No QuantLib here, so the real-GPU tests run on the GPU machine's image too."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gpu import options_core as core
+from gpu.device import cuda_present
+from gpu.options import OptionGroupPricer, make_grid, option_params, price_params
+
+needs_cuda = pytest.mark.skipif(not cuda_present(), reason="no CUDA device or simulator")
+
+
+def _random_params(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return option_params(
+        rng.uniform(80, 120, n), rng.uniform(85, 115, n), rng.uniform(0.05, 1.0, n),
+        rng.uniform(0.15, 0.45, n), rng.uniform(0.0, 0.06, n),
+        np.arange(n) % 2 == 0, np.arange(n) % 4 >= 2,
+    )
+
+
+@needs_cuda
+@pytest.mark.parametrize(("price_steps", "time_steps", "rannacher"),
+                         [(20, 4, 0), (40, 3, 1), (70, 3, 2)])
+def test_lanes_solver_matches_cpu_twin_across_rows_per_lane(
+        price_steps: int, time_steps: int, rannacher: int) -> None:
+    """The lanes kernel with 1, 2 and 3 rows per lane (21, 41 and 71 nodes: rows past
+    node N are padding), American and European puts and calls, both grid domains, with
+    and without a Rannacher start, against the float64 Thomas twin and the PCR kernel."""
+    for base in ("seed", "default"):
+        grid = make_grid(base, price_steps=price_steps, time_steps=time_steps,
+                         rannacher=rannacher)
+        params = _random_params(4, seed=price_steps)[1 if base == "seed" else 2:][:2]
+        lanes = np.empty((2, core.N_OUT))
+        pcr = np.empty((2, core.N_OUT))
+        from numba import cuda
+
+        for (kernel, threads), out in ((core.fd_kernel(price_steps, "lanes"), lanes),
+                                       (core.fd_kernel(price_steps, "pcr"), pcr)):
+            d_out = cuda.device_array((2, core.N_OUT))
+            kernel[2, threads](cuda.to_device(params), d_out, *grid.kernel_args())
+            out[:] = d_out.copy_to_host()
+        assert core.rows_per_lane(price_steps) == -(-(price_steps + 1) // 32)
+        cpu = price_params(params, grid, "cpu")
+        for got in (lanes, pcr):
+            np.testing.assert_allclose(got[:, core.PRICE], cpu.price, rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(got[:, core.DELTA], cpu.delta, rtol=1e-4, atol=1e-4)
+            np.testing.assert_allclose(got[:, core.GAMMA], cpu.gamma, rtol=1e-3, atol=1e-4)
+
+
+def test_bad_fd_solver_setting_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    for bad in ("thomas", "", "LANES"):
+        monkeypatch.setenv("GPU_FD_SOLVER", bad)
+        with pytest.raises(ValueError, match="GPU_FD_SOLVER must be one of lanes, pcr"):
+            core.fd_solver()
+    monkeypatch.delenv("GPU_FD_SOLVER")
+    assert core.fd_solver() == "lanes"
+    with pytest.raises(ValueError, match="GPU_FD_SOLVER"):
+        OptionGroupPricer(_random_params(2, seed=1), "seed", "cpu", solver="cr")
+
+
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("solver", core.FD_SOLVERS)
+def test_real_gpu_group_pricer_through_mapped_memory(solver: str) -> None:
+    params = _random_params(1000, seed=3)
+    pricer = OptionGroupPricer(params, "seed", "cuda", solver=solver)
+    assert pricer.solver == solver
+    pricer.set_spot(101.5)
+    pricer.launch()
+    while not pricer.done():
+        pass
+    got = pricer.results()
+    params[:, core.SPOT] = 101.5
+    want = price_params(params, "seed", "cpu")
+    worth = want.price > 0.01
+    assert np.max(np.abs(got.price - want.price)[worth] / want.price[worth]) <= 1e-4
+
+
+@pytest.mark.gpu
+def test_real_gpu_lanes_kernels_agree_with_float64_and_pcr() -> None:
+    """2,000 options (American and European puts and calls, spots 50-150) on every grid:
+    the lanes kernel through warp shuffles and through shared memory, and the PCR kernel,
+    against the float64 Thomas twin (the bounds of the PCR kernel's own test)."""
+    from numba import cuda
+
+    rng = np.random.default_rng(21)
+    n = 2000
+    params = option_params(rng.uniform(50, 150, n), 100.0, rng.uniform(0.02, 2.0, n), 0.25,
+                           0.05, rng.random(n) < 0.5, rng.random(n) < 0.5)
+    for name in ("seed", "default", "fine"):
+        grid = make_grid(name)
+        cpu = price_params(params, grid, "cpu")
+        worth = cpu.price > 0.01
+        kernels = [core.fd_kernel(grid.price_steps, "pcr"),
+                   (core.fd_lanes_kernel(grid.price_steps, shuffle=True), core.LANES),
+                   (core.fd_lanes_kernel(grid.price_steps, shuffle=False), core.LANES)]
+        for kernel, threads in kernels:
+            d_out = cuda.device_array((n, core.N_OUT))
+            kernel[n, threads](cuda.to_device(params), d_out, *grid.kernel_args())
+            got = d_out.copy_to_host()
+            rel = np.abs(got[:, core.PRICE] - cpu.price)[worth] / cpu.price[worth]
+            assert np.max(rel) <= (1e-4 if name == "seed" else 1e-3), (name, threads)
+            assert np.max(np.abs(got[:, core.DELTA] - cpu.delta)) <= 1e-3, (name, threads)
