@@ -14,11 +14,15 @@ never exercised early and is priced as the European one). Price, delta and gamma
 spot come from a quartic through the five nearest nodes.
 
 Two backends over the same per-node functions (compiled by gpu/twin.py):
-- CUDA: one block per option, one thread per grid node, float32; the tridiagonal system is
-  solved by parallel cyclic reduction (PCR) in shared memory. The matrix is the same for
-  every step of a phase, so the PCR elimination factors of each level are computed once
-  per phase and kept in registers; each step then reduces only the right-hand side
-  (one shared-memory read pair and one barrier per level).
+- CUDA, float32, two kernels for the tridiagonal solve (`fd_kernel`, GPU_FD_SOLVER):
+  - "lanes" (the default, `fd_lanes_kernel`): one warp per option, lane l owning P
+    consecutive rows; Thomas's sweeps run over a lane's rows and are carried across the
+    lanes by scans (warp shuffles; shared memory in the simulator). O(N) work per step.
+  - "pcr" (`fd_price_kernel`): one block per option, one thread per grid node; parallel
+    cyclic reduction (PCR) in shared memory. The matrix is the same for every step of a
+    phase, so the PCR elimination factors of each level are computed once per phase and
+    kept in registers; each step then reduces only the right-hand side (one shared-memory
+    read pair and one barrier per level). O(N log N) work per step.
 - CPU: float64, Thomas algorithm, one option per `prange` iteration.
 
 Parameter rows (`params[option, column]`, float64) use the column indices below; results
