@@ -542,6 +542,62 @@ def fd_price_batch_cpu_serial(params: np.ndarray, out: np.ndarray, *grid: Any) -
 
 
 # =========================================================================================
+# What both CUDA kernels do alike: an expired (or zero-vol) row, and the values at the spot.
+# =========================================================================================
+
+
+@cuda.jit(device=True)
+def _row_in_shared(
+    row: Any,
+) -> tuple[float, float, float, float, float, bool, bool]:
+    """(spot, strike, expiry, vol, rate, is_call, early exercise) of a parameter row read
+    into shared memory; early exercise only where it can matter (`early_exercise`)."""
+    is_call = row[IS_CALL] > 0.5
+    return (row[SPOT], row[STRIKE], row[EXPIRY], row[VOL], row[RATE], is_call,
+            _early_exercise_gpu(is_call, row[IS_AMERICAN] > 0.5, row[RATE]))
+
+
+@cuda.jit(device=True)
+def _write_closed_form(
+    out: Any, opt: int, spot: float, strike: float, expiry: float, vol: float, rate: float,
+    is_call: bool, is_american: bool,
+) -> None:
+    """Row `opt` of `out` for an expired or zero-vol option (no grid): Black–Scholes's
+    limit, at least the payoff when American."""
+    e_price, e_delta, e_gamma, _ = _bs_price_greeks_gpu(spot, strike, expiry, vol, rate, is_call)
+    if is_american:
+        e_price = max(e_price, _payoff_gpu(spot, strike, is_call))
+    out[opt, PRICE] = e_price
+    out[opt, DELTA] = e_delta
+    out[opt, GAMMA] = e_gamma
+
+
+@cuda.jit(device=True)
+def _write_values_at_spot(
+    nodes: Any, out: Any, opt: int, spot: float, strike: float, is_call: bool,
+    is_american: bool, s_lo: float, ds: float, n: int,
+) -> None:
+    """Row `opt` of `out` from the grid values `nodes` (shared memory): the quartic through
+    the five nodes nearest the spot, at least the payoff when American."""
+    f = (spot - s_lo) / ds
+    j = min(max(int(math.floor(f + 0.5)), 2), n - 2)
+    v_price, v_delta, v_gamma = _interpolate_gpu(
+        np.float64(nodes[j - 2]),
+        np.float64(nodes[j - 1]),
+        np.float64(nodes[j]),
+        np.float64(nodes[j + 1]),
+        np.float64(nodes[j + 2]),
+        f - j,
+        ds,
+    )
+    if is_american:
+        v_price = max(v_price, _payoff_gpu(spot, strike, is_call))
+    out[opt, PRICE] = v_price
+    out[opt, DELTA] = v_delta
+    out[opt, GAMMA] = v_gamma
+
+
+# =========================================================================================
 # CUDA kernel: one block per option, one thread per grid node, float32, PCR.
 # =========================================================================================
 
@@ -579,23 +635,10 @@ def _fd_price_kernel(
     if i < N_PARAMS:
         row[i] = params[opt, i]
     cuda.syncthreads()  # type: ignore[call-arg]
-    spot = row[SPOT]
-    strike = row[STRIKE]
-    expiry = row[EXPIRY]
-    vol = row[VOL]
-    rate = row[RATE]
-    is_call = row[IS_CALL] > 0.5
-    is_american = _early_exercise_gpu(is_call, row[IS_AMERICAN] > 0.5, rate)
+    spot, strike, expiry, vol, rate, is_call, is_american = _row_in_shared(row)
     if expiry <= 0.0 or vol <= 0.0:  # the same for the whole block: no barrier diverges
         if i == 0:
-            e_price, e_delta, e_gamma, _ = _bs_price_greeks_gpu(
-                spot, strike, expiry, vol, rate, is_call
-            )
-            if is_american:
-                e_price = max(e_price, _payoff_gpu(spot, strike, is_call))
-            out[opt, PRICE] = e_price
-            out[opt, DELTA] = e_delta
-            out[opt, GAMMA] = e_gamma
+            _write_closed_form(out, opt, spot, strike, expiry, vol, rate, is_call, is_american)
         return
 
     n = price_steps
@@ -715,22 +758,7 @@ def _fd_price_kernel(
     sh_a[i] = v
     cuda.syncthreads()
     if i == 0:
-        f = (spot - s_lo) / ds
-        j = min(max(int(math.floor(f + 0.5)), 2), n - 2)
-        v_price, v_delta, v_gamma = _interpolate_gpu(
-            np.float64(sh_a[j - 2]),
-            np.float64(sh_a[j - 1]),
-            np.float64(sh_a[j]),
-            np.float64(sh_a[j + 1]),
-            np.float64(sh_a[j + 2]),
-            f - j,
-            ds,
-        )
-        if is_american:
-            v_price = max(v_price, _payoff_gpu(spot, strike, is_call))
-        out[opt, PRICE] = v_price
-        out[opt, DELTA] = v_delta
-        out[opt, GAMMA] = v_gamma
+        _write_values_at_spot(sh_a, out, opt, spot, strike, is_call, is_american, s_lo, ds, n)
 
 
 _kernel_cache: dict[str, Any] = {}
@@ -827,23 +855,11 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
         if lane < N_PARAMS:
             row[lane] = params[opt, lane]
         cuda.syncthreads()  # type: ignore[call-arg]
-        spot = row[SPOT]
-        strike = row[STRIKE]
-        expiry = row[EXPIRY]
-        vol = row[VOL]
-        rate = row[RATE]
-        is_call = row[IS_CALL] > 0.5
-        is_american = _early_exercise_gpu(is_call, row[IS_AMERICAN] > 0.5, rate)
+        spot, strike, expiry, vol, rate, is_call, is_american = _row_in_shared(row)
         if expiry <= 0.0 or vol <= 0.0:  # the same for the whole block
             if lane == 0:
-                e_price, e_delta, e_gamma, _ = _bs_price_greeks_gpu(
-                    spot, strike, expiry, vol, rate, is_call
-                )
-                if is_american:
-                    e_price = max(e_price, _payoff_gpu(spot, strike, is_call))
-                out[opt, PRICE] = e_price
-                out[opt, DELTA] = e_delta
-                out[opt, GAMMA] = e_gamma
+                _write_closed_form(out, opt, spot, strike, expiry, vol, rate, is_call,
+                                   is_american)
             return
 
         n = price_steps
@@ -1095,22 +1111,8 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
             sh_v[first + j] = v[j]
         cuda.syncthreads()
         if lane == 0:
-            f = (spot - s_lo) / ds
-            jn = min(max(int(math.floor(f + 0.5)), 2), n - 2)
-            v_price, v_delta, v_gamma = _interpolate_gpu(
-                np.float64(sh_v[jn - 2]),
-                np.float64(sh_v[jn - 1]),
-                np.float64(sh_v[jn]),
-                np.float64(sh_v[jn + 1]),
-                np.float64(sh_v[jn + 2]),
-                f - jn,
-                ds,
-            )
-            if is_american:
-                v_price = max(v_price, _payoff_gpu(spot, strike, is_call))
-            out[opt, PRICE] = v_price
-            out[opt, DELTA] = v_delta
-            out[opt, GAMMA] = v_gamma
+            _write_values_at_spot(sh_v, out, opt, spot, strike, is_call, is_american, s_lo,
+                                  ds, n)
 
     return kernel
 

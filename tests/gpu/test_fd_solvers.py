@@ -11,17 +11,9 @@ import pytest
 from gpu import options_core as core
 from gpu.device import cuda_present
 from gpu.options import OptionGroupPricer, make_grid, option_params, price_params
+from tests.gpu.option_rows import random_params
 
 needs_cuda = pytest.mark.skipif(not cuda_present(), reason="no CUDA device or simulator")
-
-
-def _random_params(n: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    return option_params(
-        rng.uniform(80, 120, n), rng.uniform(85, 115, n), rng.uniform(0.05, 1.0, n),
-        rng.uniform(0.15, 0.45, n), rng.uniform(0.0, 0.06, n),
-        np.arange(n) % 2 == 0, np.arange(n) % 4 >= 2,
-    )
 
 
 @needs_cuda
@@ -35,7 +27,7 @@ def test_lanes_solver_matches_cpu_twin_across_rows_per_lane(
     for base in ("seed", "default"):
         grid = make_grid(base, price_steps=price_steps, time_steps=time_steps,
                          rannacher=rannacher)
-        params = _random_params(4, seed=price_steps)[1 if base == "seed" else 2:][:2]
+        params = random_params(4, seed=price_steps)[1 if base == "seed" else 2:][:2]
         lanes = np.empty((2, core.N_OUT))
         pcr = np.empty((2, core.N_OUT))
         from numba import cuda
@@ -61,7 +53,7 @@ def test_bad_fd_solver_setting_is_one_line(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.delenv("GPU_FD_SOLVER")
     assert core.fd_solver() == "lanes"
     with pytest.raises(ValueError, match="GPU_FD_SOLVER"):
-        OptionGroupPricer(_random_params(2, seed=1), "seed", "cpu", solver="cr")
+        OptionGroupPricer(random_params(2, seed=1), "seed", "cpu", solver="cr")
 
 
 
@@ -69,7 +61,7 @@ def test_bad_fd_solver_setting_is_one_line(monkeypatch: pytest.MonkeyPatch) -> N
 @pytest.mark.gpu
 @pytest.mark.parametrize("solver", core.FD_SOLVERS)
 def test_real_gpu_group_pricer_through_mapped_memory(solver: str) -> None:
-    params = _random_params(1000, seed=3)
+    params = random_params(1000, seed=3)
     pricer = OptionGroupPricer(params, "seed", "cuda", solver=solver)
     assert pricer.solver == solver
     pricer.set_spot(101.5)

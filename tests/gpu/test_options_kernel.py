@@ -18,6 +18,7 @@ from gpu.options import (
     price_options,
     price_params,
 )
+from tests.gpu.option_rows import random_params
 from tests.gpu.quantlib_ref import bs_process
 
 ql = pytest.importorskip("QuantLib")
@@ -246,15 +247,6 @@ def test_bad_input_is_rejected_with_a_message() -> None:
 # -- CUDA kernel against the CPU twin (simulator at tiny sizes; real GPU below) -----------
 
 
-def _random_params(n: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    return option_params(
-        rng.uniform(80, 120, n), rng.uniform(85, 115, n), rng.uniform(0.05, 1.0, n),
-        rng.uniform(0.15, 0.45, n), rng.uniform(0.0, 0.06, n),
-        np.arange(n) % 2 == 0, np.arange(n) % 4 >= 2,
-    )
-
-
 @needs_cuda
 @pytest.mark.parametrize("solver", core.FD_SOLVERS)
 @pytest.mark.parametrize("base", ["seed", "default"])
@@ -262,7 +254,7 @@ def test_cuda_kernel_matches_cpu_twin(base: str, solver: str,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GPU_FD_SOLVER", solver)
     grid = make_grid(base, price_steps=24, time_steps=5, rannacher=1)
-    params = _random_params(4, seed=len(base))
+    params = random_params(4, seed=len(base))
     gpu = price_params(params, grid, "cuda")
     cpu = price_params(params, grid, "cpu")
     np.testing.assert_allclose(gpu.price, cpu.price, rtol=1e-4, atol=1e-5)
@@ -285,7 +277,7 @@ def test_cuda_kernel_at_the_seed_grid_within_1e4_of_float64() -> None:
 @needs_cuda
 def test_group_pricer_reprices_on_new_spots() -> None:
     grid = make_grid("seed", price_steps=16, time_steps=3)
-    params = _random_params(3, seed=8)
+    params = random_params(3, seed=8)
     for device in ("cpu", "cuda"):
         pricer = OptionGroupPricer(params, grid, device)
         for spot in (95.0, 104.0):
