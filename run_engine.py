@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("numba").setLevel(logging.WARNING)
     from engine.errors import UserError
     from engine.outputs import check_writable_file
-    from gpu.device import DeviceUnavailable
+    from gpu.device import DeviceUnavailable, SettingError
 
     module = importlib.import_module(f"engine.commands.{args.command}")
     try:
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.json.write_text(json.dumps(results, indent=2, default=str))
             except OSError as exc:
                 raise UserError(f"--json {args.json}: cannot write: {exc.strerror}") from None
-    except (UserError, DeviceUnavailable) as exc:
+    except (UserError, DeviceUnavailable, SettingError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -1,4 +1,7 @@
-"""The FD kernel's resources and a 10 x 1,000-option launch under register limits.
+"""The PCR FD kernel's resources and a 10 x 1,000-option launch under register limits.
+
+(The PCR kernel, GPU_FD_SOLVER=pcr; `benchmarks/fd_solvers.py` measures the lanes kernel,
+the default, under register caps beside it.)
 
 Prints the kernel's registers per thread, local and shared memory per block (numba's
 compiled attributes), the resident blocks per SM they allow, and the median time of one

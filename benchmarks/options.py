@@ -1,8 +1,10 @@
-"""Benchmark: option groups by Crank–Nicolson + PCR on the GPU, the CPU twin, and QuantLib.
+"""Benchmark: option groups by Crank–Nicolson on the GPU, the CPU twin, and QuantLib.
 
     python benchmarks/options.py [--device auto|cpu|cuda] [--json PATH]
 
-Measures, after warm-up (JIT), medians over repeats:
+The GPU kernel is the engine's: the lanes solver unless GPU_FD_SOLVER=pcr (results before
+2026-11-23's fifth session were measured with PCR). Measures, after warm-up (JIT), medians
+over repeats:
 - options per second for group sizes 1, 10, 100, 1,000, 10,000 at the seed grid
   (150 price steps, Δt = 0.02, T = 0.3 → 15 steps) and the fine grid (512 × 200);
   GPU times are CUDA events around the one kernel launch of the group (data on the
@@ -50,8 +52,7 @@ def time_gpu(params: np.ndarray, grid: FdGrid, repeats: int) -> dict[str, float]
     from numba import cuda
 
     n = params.shape[0]
-    kernel = core.fd_price_kernel()
-    threads = core.threads_per_option(grid.price_steps)
+    kernel, threads = core.fd_kernel(grid.price_steps)  # GPU_FD_SOLVER's (default lanes)
     args = grid.kernel_args()
     stream = cuda.stream()
     d_params = cuda.to_device(params, stream=stream)

@@ -43,8 +43,7 @@ if True:
 
     d_p = cuda.to_device(params)
     d_o = cuda.device_array((len(params), core.N_OUT))
-    k = core.fd_price_kernel()
-    thr = core.threads_per_option(grid.price_steps)
+    k, thr = core.fd_kernel(grid.price_steps)  # the engine's solver (GPU_FD_SOLVER)
     e0, e1 = cuda.event(), cuda.event()
     for _ in range(2):
         e0.record()

@@ -547,11 +547,11 @@ def worker_settings() -> tuple[int, float]:
     for flag in (BATCH_ENV, YIELD_ENV):
         if os.environ.get(flag, "0") not in ("0", "1"):
             raise UserError(f"{flag} must be 0 or 1, got {os.environ[flag]!r}")
-    from gpu.options_core import fd_solver
+    from gpu.device import SettingError, fd_solver
 
     try:  # GPU_FD_SOLVER: read where the pricers start, in the worker
         fd_solver()
-    except ValueError as exc:
+    except SettingError as exc:
         raise UserError(str(exc)) from None
     raw_slots = os.environ.get(SLOTS_ENV, str(DEFAULT_SLOTS))
     raw_spacing = os.environ.get(SPACING_ENV, str(DEFAULT_SPACING))

@@ -17,6 +17,24 @@ log = logging.getLogger(__name__)
 _announced: set[str] = set()
 
 
+class SettingError(ValueError):
+    """A GPU setting from the environment holds a value it cannot take: the user's
+    one-line error (run_engine prints it as such), not a bug."""
+
+
+#: the FD kernel's tridiagonal solvers: "lanes" (the default) or "pcr" (before)
+FD_SOLVERS = ("lanes", "pcr")
+
+
+def fd_solver(choice: str | None = None) -> str:
+    """The FD kernel's solver: `choice`, else the GPU_FD_SOLVER setting, else "lanes"."""
+    name = choice if choice is not None else os.environ.get("GPU_FD_SOLVER", "lanes")
+    if name not in FD_SOLVERS:
+        raise SettingError(
+            f"GPU_FD_SOLVER must be one of {', '.join(FD_SOLVERS)}, got {name!r}")
+    return name
+
+
 class DeviceUnavailable(RuntimeError):
     """CUDA was requested explicitly but no CUDA device (nor the simulator) is present."""
 

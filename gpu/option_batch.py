@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from gpu import options_core as core
-from gpu.device import resolve_device
+from gpu.device import fd_solver, resolve_device
 from gpu.launch import bind, event_query, event_recorder, untimed_event
 from gpu.options import FdGrid, make_grid
 
@@ -83,9 +83,8 @@ class BatchPricer:
         self.device = resolve_device(device, "option batch repricing")
         self.sizes = list(sizes)
         self.total = max(sum(sizes), 1)
-        #: the FD kernel's tridiagonal solver (`core.fd_solver`: GPU_FD_SOLVER, "lanes")
-        self.solver = core.fd_solver(solver)
-        self._threads = core.threads_per_option(self.grid.price_steps)
+        #: the FD kernel's tridiagonal solver (`gpu.device.fd_solver`: GPU_FD_SOLVER, "lanes")
+        self.solver = fd_solver(solver)
         self._args = self.grid.kernel_args()
         self._slots = [_Slot(self.total, self.device) for _ in range(slots)]
         self._busy = [False] * slots

@@ -49,7 +49,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpu import options_core as core
-from gpu.device import quiet_event_polling, resolve_device
+from gpu.device import fd_solver, quiet_event_polling, resolve_device
 from gpu.instruments import MarketInputs, OptionContracts
 
 FloatArray = npt.NDArray[np.float64]
@@ -307,9 +307,8 @@ class OptionGroupPricer:
         self.grid = make_grid(grid)
         self.device = resolve_device(device, "option group repricing")
         self.n = params.shape[0]
-        #: the FD kernel's tridiagonal solver (`core.fd_solver`: GPU_FD_SOLVER, "lanes")
-        self.solver = core.fd_solver(solver)
-        self._threads = core.threads_per_option(self.grid.price_steps)
+        #: the FD kernel's tridiagonal solver (`gpu.device.fd_solver`: GPU_FD_SOLVER, "lanes")
+        self.solver = fd_solver(solver)
         self._args = self.grid.kernel_args()
         self._in_flight = False
         self._future: Any = None

@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 from numba import cuda, njit, prange
 
+from gpu.device import fd_solver
 from gpu.twin import compile_twin
 
 # -- parameter-row layout -----------------------------------------------------------------
@@ -1131,18 +1132,6 @@ def fd_lanes_kernel(price_steps: int, shuffle: bool | None = None) -> Any:
         kern = cuda.jit(cache=not simulated)(_make_fd_lanes_kernel(rows, shuffle))
         _kernel_cache[key] = kern
     return kern
-
-
-#: the FD kernel's tridiagonal solvers: "lanes" (the default) or "pcr" (before)
-FD_SOLVERS = ("lanes", "pcr")
-
-
-def fd_solver(choice: str | None = None) -> str:
-    """The solver to use: `choice`, else the GPU_FD_SOLVER setting, else "lanes"."""
-    name = choice if choice is not None else os.environ.get("GPU_FD_SOLVER", "lanes")
-    if name not in FD_SOLVERS:
-        raise ValueError(f"GPU_FD_SOLVER must be one of {', '.join(FD_SOLVERS)}, got {name!r}")
-    return name
 
 
 def fd_kernel(price_steps: int, solver: str | None = None) -> tuple[Any, int]:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gpu import options_core as core
-from gpu.device import cuda_present
+from gpu.device import FD_SOLVERS, SettingError, cuda_present, fd_solver
 from gpu.options import OptionGroupPricer, make_grid, option_params, price_params
 from tests.gpu.option_rows import random_params
 
@@ -48,18 +48,16 @@ def test_lanes_solver_matches_cpu_twin_across_rows_per_lane(
 def test_bad_fd_solver_setting_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     for bad in ("thomas", "", "LANES"):
         monkeypatch.setenv("GPU_FD_SOLVER", bad)
-        with pytest.raises(ValueError, match="GPU_FD_SOLVER must be one of lanes, pcr"):
-            core.fd_solver()
+        with pytest.raises(SettingError, match="GPU_FD_SOLVER must be one of lanes, pcr"):
+            fd_solver()
     monkeypatch.delenv("GPU_FD_SOLVER")
-    assert core.fd_solver() == "lanes"
-    with pytest.raises(ValueError, match="GPU_FD_SOLVER"):
+    assert fd_solver() == "lanes"
+    with pytest.raises(SettingError, match="GPU_FD_SOLVER"):
         OptionGroupPricer(random_params(2, seed=1), "seed", "cpu", solver="cr")
 
 
-
-
 @pytest.mark.gpu
-@pytest.mark.parametrize("solver", core.FD_SOLVERS)
+@pytest.mark.parametrize("solver", FD_SOLVERS)
 def test_real_gpu_group_pricer_through_mapped_memory(solver: str) -> None:
     params = random_params(1000, seed=3)
     pricer = OptionGroupPricer(params, "seed", "cuda", solver=solver)

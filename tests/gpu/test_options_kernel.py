@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gpu import options_core as core
-from gpu.device import cuda_present
+from gpu.device import FD_SOLVERS, cuda_present
 from gpu.options import (
     GRIDS,
     OptionGroupPricer,
@@ -248,7 +248,7 @@ def test_bad_input_is_rejected_with_a_message() -> None:
 
 
 @needs_cuda
-@pytest.mark.parametrize("solver", core.FD_SOLVERS)
+@pytest.mark.parametrize("solver", FD_SOLVERS)
 @pytest.mark.parametrize("base", ["seed", "default"])
 def test_cuda_kernel_matches_cpu_twin(base: str, solver: str,
                                       monkeypatch: pytest.MonkeyPatch) -> None:

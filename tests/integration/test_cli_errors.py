@@ -146,3 +146,21 @@ def test_price_says_how_many_rows_it_skipped_and_writes_no_unasked_plot(
     out = capsys.readouterr().out
     assert "rows skipped as malformed: 3" in out
     assert not list(tmp_path.glob("*.png"))
+
+
+@pytest.mark.parametrize("value", ["thomas", "", "PCR"])
+def test_bad_gpu_setting_is_one_line_and_exit_2(
+        value: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPU_FD_SOLVER with a value it cannot take: the user's one-line error (exit 2), not
+    an "internal error" (exit 1) as when the setting's ValueError reached run_engine."""
+    from gpu.device import cuda_present
+
+    if not cuda_present():
+        pytest.skip("the setting is read where a CUDA pricer starts: needs CUDA or the simulator")
+    monkeypatch.setenv("GPU_FD_SOLVER", value)
+    rc = run_engine.main(["price", "--generate", "4", "--device", "cuda", "--price-steps", "20",
+                          "--time-steps", "2"])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    lines = [ln for ln in err.strip().splitlines() if "error" in ln]
+    assert lines == [f"error: GPU_FD_SOLVER must be one of lanes, pcr, got {value!r}"], err
