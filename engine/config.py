@@ -76,7 +76,14 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     #: at a lower tick rate (median ratio 0.82 against 0.87). Spots from validation (the
     #: default) reach the worker while the batch is received, whatever its size
     receive_batch: int = 0
-
+    #: whether a bar close's strategy evaluation overlaps the ticks after it: "auto" where
+    #: the strategy evaluates asynchronously (a GP strategy on CUDA), "always" (any strategy
+    #: that can: the GP strategies), "never". Overlapped, the engine starts the evaluation,
+    #: applies the following ticks of the batch (bars, indicators' inputs, option spots)
+    #: and holds back their fills until the signals are in, then places the orders at the
+    #: close's prices and fills them at each symbol's first price after the close, as a
+    #: bar close that waited would have: the same orders and fills (engine.core.Engine)
+    overlap_decisions: Literal["auto", "always", "never"] = "auto"
 
     def __post_init__(self) -> None:
         from zoneinfo import ZoneInfo, ZoneInfoNotFoundError

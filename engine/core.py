@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import InitVar, dataclass, field
 from datetime import UTC, date, datetime
-from typing import Any
+from typing import Any, cast
 from zoneinfo import ZoneInfo
 
 import numpy as np
@@ -34,7 +34,7 @@ from engine.stats import EngineStats, EquityPoint, equity_point
 from feeds.messages import Bar, Fill, Heartbeat, Message, Order, Quote, Trade
 from feeds.validation import Validator
 from gpu.indicators import IndicatorBank
-from strategies.base import Strategy
+from strategies.base import OverlappedStrategy, Strategy
 
 __all__ = ["Engine", "EngineStats", "EquityPoint"]
 
@@ -44,6 +44,21 @@ NS = 1_000_000_000
 OPTION_VALUES_KEPT = 100_000
 #: what a symbol's tick needs beyond the bar update (Engine._flagged)
 NOT_FLAGGED, FLAGGED, SPOT_ONLY = 0, 1, 2
+
+
+@dataclass
+class OverlappedClose:
+    """A bar close whose strategy evaluation is still running (`Engine.settle` ends it):
+    what its decisions need from the close, and each symbol's first price after it, in the
+    order they arrived (where a waiting close would have filled pending orders)."""
+
+    bar_ts: int
+    idx: list[int]
+    phase: Phase
+    n: int
+    #: every symbol's last price at the close: the orders' reference prices
+    closes: list[float]
+    first_after: dict[int, tuple[float, int]] = field(default_factory=dict)
 
 
 def _no_option_tick(symbol: str, spot: float, ts: int) -> None:
@@ -113,6 +128,12 @@ class Engine:
         # the live daemon publishes and clears them after every batch
         self.option_values: deque[Message] = deque(maxlen=OPTION_VALUES_KEPT)
         self.strategy.reset(list(self.symbols))
+        #: the bar close whose signals are still being evaluated (overlapped decisions)
+        self.overlapped: OverlappedClose | None = None
+        # the orders' reference prices while an overlapped close places its orders
+        self._order_prices: list[float] | None = None
+        # `overlaps`'s answer for the strategy it was asked about (the daemon may wrap it)
+        self._overlap_known: tuple[Strategy, bool] | None = None
 
     @property
     def tz(self) -> ZoneInfo:
@@ -191,6 +212,8 @@ class Engine:
         self.stats.trades += n_trades
         if msgs:
             self._now = max(self._now, msgs[-1].ts)
+        if self.overlapped is not None:  # the batch's state is whole when it is applied
+            await self.settle()
         self.poll_options()
 
     def take_spots_from(self, validator: Validator) -> None:
@@ -246,7 +269,11 @@ class Engine:
             self.option_book.on_underlying_tick(msg.symbol, p, msg.ts)
         if first[sym] != first[sym]:
             first[sym] = p
-        if has_pending[sym]:
+        overlapped = self.overlapped
+        if overlapped is not None:  # its fills wait for the signals (`settle`)
+            if sym not in overlapped.first_after:
+                overlapped.first_after[sym] = (p, msg.ts)
+        elif has_pending[sym]:
             self.orders.fill_pending(sym, p, msg.ts)
         self.refresh_flag(sym)
 
@@ -254,7 +281,9 @@ class Engine:
         """Whether a tick of `sym` needs `_on_flagged_tick` (first price, pending orders,
         an option group's underlying)."""
         first = self.bars.first_price[sym]
-        if first != first or self.orders.has_pending[sym]:
+        overlapped = self.overlapped
+        if (first != first or self.orders.has_pending[sym]
+                or (overlapped is not None and sym not in overlapped.first_after)):
             self._flagged[sym] = FLAGGED
         elif self._underlying[sym] and self._tapped_by is None:
             self._flagged[sym] = SPOT_ONLY
@@ -279,14 +308,18 @@ class Engine:
         clock = self.clock
         if clock.group_ts >= 0 and bar.ts > clock.group_ts:
             await self._close_bars(clock.group_ts)
-            self._new_day_check(clock.group_ts, bar.ts)
+            await self._new_day_check(clock.group_ts, bar.ts)
         sym = self.sym_index.get(bar.symbol)
         if sym is None:
             sym = self.register(bar.symbol)
         clock.group_ts = bar.ts
         self._now = bar.ts
         self.bars.set_bar(sym, bar)
-        if self.orders.has_pending[sym]:  # next-open: orders of the last bar fill at this open
+        overlapped = self.overlapped
+        if overlapped is not None:  # next-open, once the signals are in (`settle`)
+            if sym not in overlapped.first_after:
+                overlapped.first_after[sym] = (bar.open, bar.ts)
+        elif self.orders.has_pending[sym]:  # next-open: orders of the last bar fill at this open
             self.orders.fill_pending(sym, bar.open, bar.ts)
             self.refresh_flag(sym)
 
@@ -294,14 +327,14 @@ class Engine:
         clock = self.clock
         if clock.next_boundary >= 0:
             await self._close_bars(clock.next_boundary)
-            self._new_day_check(clock.next_boundary - 1, ts)
+            await self._new_day_check(clock.next_boundary - 1, ts)
         clock.start_bar(ts)
 
     def local_date(self, ts: int) -> date:
         """The exchange's date at `ts` (ns since the epoch)."""
         return self.clock.local_date(ts)
 
-    def _new_day_check(self, last_ts: int, next_ts: int) -> None:
+    async def _new_day_check(self, last_ts: int, next_ts: int) -> None:
         """A new session day starts flat: apply the STOP that the data skipped.
 
         With a session schedule, a day whose data ends before its STOP phase (no bar after
@@ -314,6 +347,7 @@ class Engine:
         """
         if self.decisions.schedule.always_trade or self.clock.same_day(last_ts, next_ts):
             return
+        await self.settle()
         self.decisions.clear_all(last_ts, self._place)
 
     # ------------------------------------------------------------------ per bar
@@ -321,7 +355,12 @@ class Engine:
         return self.decisions.phase_at(self.clock.local_seconds, ts)
 
     async def _close_bars(self, bar_ts: int, phase: Phase | None = None) -> None:
-        """A bar boundary: indicators, marks, the strategy, decisions and the equity point."""
+        """A bar boundary: indicators, marks, the strategy, decisions and the equity point.
+
+        Overlapped (`overlaps`), the strategy's evaluation is only started here and the
+        decisions wait for `settle`: the batch's next ticks are applied meanwhile."""
+        if self.overlapped is not None:
+            await self.settle()
         bars = self.bars
         idx = bars.with_ticks()
         if phase is None:
@@ -337,19 +376,73 @@ class Engine:
         closed = np.zeros(n, np.bool_)
         closed[idx] = True
         decisions = self.decisions
+        strategy = self.strategy
+        features = self.bank.values[:n]
+        if phase is not Phase.STOP and self.overlaps(strategy):
+            decisions.begin_signals(cast(OverlappedStrategy, strategy), features, closed,
+                                    self._bar_time(bar_ts))
+            self.overlapped = OverlappedClose(bar_ts, idx, phase, n, list(bars.c))
+            # orders placed later change no equity before they fill (no signal-close here)
+            bars.reopen(idx)
+            self.equity_curve.append(equity_point(self.broker, bars, bar_ts))
+            for sym in range(len(self._flagged)):  # the first price after the close of each
+                self._flagged[sym] = FLAGGED
+            return
         if phase is not Phase.STOP:
-            signals = await decisions.target_signals(
-                self.strategy, self.bank.values[:n], closed,
-                lambda: datetime.fromtimestamp(bar_ts // NS, UTC).astimezone(self.tz))
+            signals = await decisions.target_signals(strategy, features, closed,
+                                                     self._bar_time(bar_ts))
         else:
             signals = decisions.signal
-        decisions.decide(self.strategy, idx, signals, phase, bar_ts, self._place)
+        decisions.decide(strategy, idx, signals, phase, bar_ts, self._place)
         bars.reopen(idx)
         self.equity_curve.append(equity_point(self.broker, bars, bar_ts))
 
+    def _bar_time(self, bar_ts: int) -> Callable[[], datetime]:
+        """The bar's close in the exchange's time, for an error message (called only then)."""
+        return lambda: datetime.fromtimestamp(bar_ts // NS, UTC).astimezone(self.tz)
+
+    def overlaps(self, strategy: Strategy) -> bool:
+        """Whether a bar close's evaluation by `strategy` overlaps the ticks after it: one
+        that can (`OverlappedStrategy`), asynchronous or told to always, and orders that
+        wait for a later price anyway (not signal-close)."""
+        known = self._overlap_known
+        if known is not None and known[0] is strategy:  # a protocol check costs microseconds
+            return known[1]
+        mode = self.config.overlap_decisions
+        overlap = (mode != "never" and not self.orders.fill_on_close
+                   and isinstance(strategy, OverlappedStrategy)
+                   and (mode == "always" or bool(strategy.asynchronous)))
+        self._overlap_known = (strategy, overlap)
+        return overlap
+
+    async def settle(self) -> None:
+        """End an overlapped bar close: wait for its signals, decide and place its orders at
+        the close's prices, then fill at each symbol's first price after the close (in the
+        order they came) what a waiting close would have filled there."""
+        pending = self.overlapped
+        if pending is None:
+            return
+        self.overlapped = None
+        strategy = cast(OverlappedStrategy, self.strategy)
+        signals = await self.decisions.end_signals(strategy, pending.n,
+                                                   self._bar_time(pending.bar_ts))
+        self._order_prices = pending.closes
+        try:
+            self.decisions.decide(strategy, pending.idx, signals, pending.phase,
+                                  pending.bar_ts, self._place)
+        finally:
+            self._order_prices = None
+        orders = self.orders
+        for sym, (price, ts) in pending.first_after.items():
+            if orders.has_pending[sym]:
+                orders.fill_pending(sym, price, ts)
+        for sym in range(len(self._flagged)):
+            self.refresh_flag(sym)
+
     def _place(self, sym: int, side: int, reason: str, ts: int) -> None:
         """A decision's order, at the last trade (or bar close) seen."""
-        if self.orders.place(sym, side, reason, self.bars.c[sym], ts):
+        prices = self.bars.c if self._order_prices is None else self._order_prices
+        if self.orders.place(sym, side, reason, prices[sym], ts):
             self._flagged[sym] = FLAGGED  # the next tick fills it
 
     def _entry_void(self, sym: int) -> None:
@@ -388,6 +481,7 @@ class Engine:
             end_ts = clock.next_boundary
         else:
             end_ts = self._now
+        await self.settle()
         # STOP after the last bar: clear everything at the last known price
         self.decisions.clear_all(end_ts, self._place)
         c = self.bars.c
@@ -410,7 +504,9 @@ class Engine:
         self.finished = True
 
     def flatten(self) -> None:
-        """Close every position now, as a STOP would (the risk kill switch, an operator)."""
+        """Close every position now, as a STOP would (the risk kill switch, an operator).
+        Called between batches, where no bar close is overlapped (`process` settles)."""
+        assert self.overlapped is None, "flatten inside a batch"
         self.decisions.clear_all(self._now, self._place)
 
     # ------------------------------------------------------------------ restart

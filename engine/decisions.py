@@ -18,10 +18,28 @@ import numpy as np
 
 from engine.errors import StrategyError
 from engine.phases import Action, Phase, SessionSchedule, phase_action, transition
-from strategies.base import Features, Strategy
+from strategies.base import Features, OverlappedStrategy, Strategy
 
 #: places an order: (symbol index, side, reason "close" or "enter", ts)
 PlaceOrder = Callable[[int, int, str, int], None]
+
+
+def checked_signals(signals: np.ndarray, n: int) -> np.ndarray:
+    """`signals` if it is one signal per symbol, each -1, 0 or +1; else a ValueError."""
+    if signals.shape != (n,):
+        raise ValueError(f"returned signals of shape {signals.shape}, expected ({n},)")
+    # a NaN would be a traceback at `int()` and a 2 a switch long -> long (a close
+    # and a re-entry): only -1, 0 and +1 are signals. (One vector compare per bar.)
+    valid = (signals == 1) | (signals == 0) | (signals == -1)  # bool arrays too
+    if not valid.all():
+        bad = signals[~valid][0].item()  # 3, not np.int8(3)
+        raise ValueError(f"returned signal {bad!r}; signals are -1, 0 or +1")
+    return signals
+
+
+def _failed(strategy: Strategy, when: Callable[[], datetime], exc: Exception) -> StrategyError:
+    return StrategyError(f"strategy {strategy.name!r} failed at the bar closing "
+                         f"{when().isoformat()}: {type(exc).__name__}: {exc}")
 
 
 class Decisions:
@@ -52,22 +70,30 @@ class Decisions:
                              when: Callable[[], datetime]) -> np.ndarray:
         """The strategy's signals for every symbol; any failure (or a wrong shape) is a
         `StrategyError` naming the bar (`when`, called only then)."""
-        n = len(closed)
         try:
             signals = np.asarray(await strategy.target_signals(features, closed))
-            if signals.shape != (n,):
-                raise ValueError(f"returned signals of shape {signals.shape}, expected ({n},)")
-            # a NaN would be a traceback at `int()` and a 2 a switch long -> long (a close
-            # and a re-entry): only -1, 0 and +1 are signals. (One vector compare per bar.)
-            valid = (signals == 1) | (signals == 0) | (signals == -1)  # bool arrays too
-            if not valid.all():
-                bad = signals[~valid][0]
-                raise ValueError(f"returned signal {bad!r}; signals are -1, 0 or +1")
+            return checked_signals(signals, len(closed))
         except Exception as exc:
-            raise StrategyError(
-                f"strategy {strategy.name!r} failed at the bar closing "
-                f"{when().isoformat()}: {type(exc).__name__}: {exc}") from exc
-        return signals
+            raise _failed(strategy, when, exc) from exc
+
+    @staticmethod
+    def begin_signals(strategy: OverlappedStrategy, features: Features, closed: np.ndarray,
+                      when: Callable[[], datetime]) -> None:
+        """Start the strategy's evaluation of one bar close (`end_signals` takes it)."""
+        try:
+            strategy.begin_signals(features, closed)
+        except Exception as exc:
+            raise _failed(strategy, when, exc) from exc
+
+    @staticmethod
+    async def end_signals(strategy: OverlappedStrategy, n: int,
+                          when: Callable[[], datetime]) -> np.ndarray:
+        """The signals of the evaluation `begin_signals` started, checked as
+        `target_signals` checks them."""
+        try:
+            return checked_signals(np.asarray(await strategy.end_signals()), n)
+        except Exception as exc:
+            raise _failed(strategy, when, exc) from exc
 
     def decide(self, strategy: Strategy, idx: list[int], signals: np.ndarray, phase: Phase,
                ts: int, place: PlaceOrder) -> None:

@@ -40,3 +40,27 @@ class Strategy(Protocol):
         return the previous signal for them unchanged.
         """
         ...
+
+
+@runtime_checkable
+class OverlappedStrategy(Strategy, Protocol):
+    """A strategy whose bar-close evaluation can run while the engine goes on receiving.
+
+    `begin_signals` starts the evaluation of one bar close (on a GPU: a launch) and returns
+    at once; `end_signals` returns the signals `target_signals` would have returned for the
+    same call. Between the two the engine applies the ticks that follow the close but holds
+    back their fills (engine.core.Engine: overlapped decisions), so the evaluation runs
+    between transactions and the results are those of a bar close that waited."""
+
+    #: True where `begin_signals` returns before the evaluation is done (a GPU launch);
+    #: the engine overlaps only such strategies unless told to always
+    asynchronous: bool
+
+    def begin_signals(self, features: Features, closed: npt.NDArray[np.bool_]) -> None:
+        """Start the evaluation of one bar close; `features` is not changed until
+        `end_signals` returned."""
+        ...
+
+    async def end_signals(self) -> Signals:
+        """The signals of the evaluation `begin_signals` started."""
+        ...

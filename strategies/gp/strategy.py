@@ -66,29 +66,48 @@ class GPEnsemble:
         self._decider = AsyncDecider(programs, lengths, device)
         self.device = self._decider.device
         self._signal: Signals = np.zeros(0, np.int8)
+        self._closed: npt.NDArray[np.bool_] = np.zeros(0, np.bool_)
 
     def reset(self, symbols: list[str]) -> None:
         # device "auto": the faster backend for this many symbols, measured (gp_decider)
         self.device = self._decider.choose_backend(len(symbols))
         self._signal = np.zeros(len(symbols), np.int8)
 
+    @property
+    def asynchronous(self) -> bool:
+        """Whether a bar close's evaluation runs on the GPU (returns before it is done)."""
+        return self.device == "cuda"
+
     async def decision_codes(self, features: Features) -> I8:
         """Voted decision codes (n_symbols,) for one feature matrix (n_symbols, 31)."""
         self._decider.start(features)
+        return await self._voted_codes()
+
+    async def _voted_codes(self) -> I8:
         while not self._decider.ready():
             await asyncio.sleep(0)
         return vote(self._decider.result())
 
-    async def target_signals(self, features: Features, closed: npt.NDArray[np.bool_]
-                             ) -> Signals:
+    def begin_signals(self, features: Features, closed: npt.NDArray[np.bool_]) -> None:
         n = features.shape[0]
         if self._signal.shape[0] < n:  # symbols registered after reset (live mode)
             self._signal = np.concatenate([self._signal,
                                            np.zeros(n - self._signal.shape[0], np.int8)])
-        codes = await self.decision_codes(features)
+        self._decider.start(features)
+        self._closed = closed
+
+    async def end_signals(self) -> Signals:
+        closed = self._closed
+        n = closed.shape[0]
+        codes = await self._voted_codes()
         new = next_signals(codes, self._signal[:n])
         self._signal[:n] = np.where(np.asarray(closed, np.bool_), new, self._signal[:n])
         return self._signal[:n].copy()
+
+    async def target_signals(self, features: Features, closed: npt.NDArray[np.bool_]
+                             ) -> Signals:
+        self.begin_signals(features, closed)
+        return await self.end_signals()
 
 
 class GPStrategy(GPEnsemble):
