@@ -79,10 +79,11 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     #: whether a bar close's strategy evaluation overlaps the ticks after it: "auto" where
     #: the strategy evaluates asynchronously (a GP strategy on CUDA), "always" (any strategy
     #: that can: the GP strategies), "never". Overlapped, the engine starts the evaluation,
-    #: applies the following ticks of the batch (bars, indicators' inputs, option spots)
-    #: and holds back their fills until the signals are in, then places the orders at the
-    #: close's prices and fills them at each symbol's first price after the close, as a
-    #: bar close that waited would have: the same orders and fills (engine.core.Engine)
+    #: applies the following messages of the batch (bars, option spots) and holds back
+    #: their fills until the signals are in; then it places the orders at the close's
+    #: prices, fills signal-close orders there and the others at each symbol's first price
+    #: after the close, as a bar close that waited would have: the same orders, fills and
+    #: equity curve (engine.core.Engine.settle; a batch always ends settled)
     overlap_decisions: Literal["auto", "always", "never"] = "auto"
 
     def __post_init__(self) -> None:

@@ -56,8 +56,10 @@ class OverlappedClose:
     idx: list[int]
     phase: Phase
     n: int
-    #: every symbol's last price at the close: the orders' reference prices
+    #: every symbol's last price at the close: the orders' reference prices and marks
     closes: list[float]
+    #: every symbol's first price at the close (the equity point's buy-and-hold)
+    first_prices: list[float]
     first_after: dict[int, tuple[float, int]] = field(default_factory=dict)
 
 
@@ -381,10 +383,10 @@ class Engine:
         if phase is not Phase.STOP and self.overlaps(strategy):
             decisions.begin_signals(cast(OverlappedStrategy, strategy), features, closed,
                                     self._bar_time(bar_ts))
-            self.overlapped = OverlappedClose(bar_ts, idx, phase, n, list(bars.c))
-            # orders placed later change no equity before they fill (no signal-close here)
+            self.overlapped = OverlappedClose(bar_ts, idx, phase, n, list(bars.c),
+                                              list(bars.first_price))
+            self.stats.overlapped_bar_events += 1
             bars.reopen(idx)
-            self.equity_curve.append(equity_point(self.broker, bars, bar_ts))
             for sym in range(len(self._flagged)):  # the first price after the close of each
                 self._flagged[sym] = FLAGGED
             return
@@ -395,7 +397,7 @@ class Engine:
             signals = decisions.signal
         decisions.decide(strategy, idx, signals, phase, bar_ts, self._place)
         bars.reopen(idx)
-        self.equity_curve.append(equity_point(self.broker, bars, bar_ts))
+        self.equity_curve.append(equity_point(self.broker, bars.c, bars.first_price, bar_ts))
 
     def _bar_time(self, bar_ts: int) -> Callable[[], datetime]:
         """The bar's close in the exchange's time, for an error message (called only then)."""
@@ -403,13 +405,13 @@ class Engine:
 
     def overlaps(self, strategy: Strategy) -> bool:
         """Whether a bar close's evaluation by `strategy` overlaps the ticks after it: one
-        that can (`OverlappedStrategy`), asynchronous or told to always, and orders that
-        wait for a later price anyway (not signal-close)."""
+        that can (`OverlappedStrategy`), and asynchronous or told to always. Any fill model:
+        signal-close orders fill at the close's prices when the close settles."""
         known = self._overlap_known
         if known is not None and known[0] is strategy:  # a protocol check costs microseconds
             return known[1]
         mode = self.config.overlap_decisions
-        overlap = (mode != "never" and not self.orders.fill_on_close
+        overlap = (mode != "never"
                    and isinstance(strategy, OverlappedStrategy)
                    and (mode == "always" or bool(strategy.asynchronous)))
         self._overlap_known = (strategy, overlap)
@@ -432,6 +434,9 @@ class Engine:
                                   pending.bar_ts, self._place)
         finally:
             self._order_prices = None
+        # after signal-close fills, as a waiting close; marked at the close's prices
+        self.equity_curve.append(equity_point(self.broker, pending.closes,
+                                              pending.first_prices, pending.bar_ts))
         orders = self.orders
         for sym, (price, ts) in pending.first_after.items():
             if orders.has_pending[sym]:
@@ -492,7 +497,7 @@ class Engine:
         for i, p in enumerate(c):
             if p > 0.0:
                 self.broker.mark(i, p)
-        point = equity_point(self.broker, self.bars, end_ts)
+        point = equity_point(self.broker, self.bars.c, self.bars.first_price, end_ts)
         if self.equity_curve and self.equity_curve[-1].ts == end_ts:
             self.equity_curve[-1] = point
         else:

@@ -194,6 +194,7 @@ def build_report(result: ReplayResult, strategy_name: str) -> dict[str, Any]:
         "quotes": eng.stats.quotes,
         "bars": eng.stats.bars,
         "bar_events": eng.stats.bar_events,
+        "overlapped_bar_events": eng.stats.overlapped_bar_events,
         "orders": eng.stats.orders,
         "fills": eng.stats.fills,
         "wall_seconds": result.wall_seconds,

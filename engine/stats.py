@@ -7,9 +7,9 @@ buying every symbol all-in at its first price and holding it (the report's bench
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine.bars import OpenBars
 from engine.broker import PaperBroker
 
 
@@ -22,6 +22,8 @@ class EngineStats:
     quotes: int = 0
     bars: int = 0
     bar_events: int = 0
+    #: bar events whose strategy evaluation overlapped the messages after them
+    overlapped_bar_events: int = 0
     orders: int = 0
     fills: int = 0
     heartbeats: int = 0
@@ -44,12 +46,14 @@ class EquityPoint:
     buy_hold: float = math.nan
 
 
-def equity_point(broker: PaperBroker, bars: OpenBars, ts: int) -> EquityPoint:
-    """The account now, marked at each symbol's last price."""
+def equity_point(broker: PaperBroker, closes: Sequence[float], first_prices: Sequence[float],
+                 ts: int) -> EquityPoint:
+    """The account now, marked at each symbol's last price (`closes`, the open bars' `c`);
+    buy-and-hold from each symbol's `first_prices`."""
     gross = 0.0
     bh = 0.0
     cash0, fee = broker.cash_per_symbol, broker.commission
-    for acct, p, first in zip(broker.accounts, bars.c, bars.first_price, strict=True):
+    for acct, p, first in zip(broker.accounts, closes, first_prices, strict=True):
         if acct.position != 0.0:
             gross += abs(acct.position) * acct.last_price
         if first == first and p > 0.0:

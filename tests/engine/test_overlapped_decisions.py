@@ -175,12 +175,26 @@ def test_session_ticks_next_tick_overlapped_equals_waiting(seed: int, rule_seed:
     _same_outcome(waited, over)
 
 
-def test_auto_overlaps_only_asynchronous_strategies_and_never_signal_close() -> None:
+@pytest.mark.parametrize("seed", range(3))
+def test_daily_bars_signal_close_overlapped_equals_waiting(seed: int) -> None:
+    """The GP paper's fill model (the headline replay's): orders fill at the close that
+    decided them, so an overlapped close fills them, and takes its equity point, when it
+    settles, at the close's prices although later bars were applied meanwhile."""
+    msgs = _daily_bars(20 + seed, 200)
+    waited = _run(msgs, _rules(seed, 3), _config("signal-close", "never"))
+    over = _run(msgs, _rules(seed, 3), _config("signal-close", "always"), _batches(msgs, seed))
+    assert over.overlapped_closes >= 190
+    assert waited.stats.fills >= 4
+    assert over.held_fills > 0  # filled when the close settled
+    _same_outcome(waited, over)
+
+
+def test_auto_overlaps_only_asynchronous_strategies() -> None:
     msgs = _daily_bars(7, 40)
     cpu = _run(msgs, _rules(1, 2), _config("next-open", "auto"))
     assert cpu.overlapped_closes == 0  # the CPU twin evaluates at once: nothing to overlap
-    close = _run(msgs, _rules(1, 2), _config("signal-close", "always"))
-    assert close.overlapped_closes == 0  # its orders fill at the close that decided them
+    never = _run(msgs, _Failing(np.zeros(len(SYMBOLS), np.int8)), _config("next-open", "never"))
+    assert never.overlapped_closes == 0
     assert isinstance(_rules(1, 2), OverlappedStrategy)
 
 

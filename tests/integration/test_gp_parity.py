@@ -36,22 +36,28 @@ def test_replay_matches_evaluator_to_the_cent(shared_data: Path, tmp_path: Path)
     want = simulate_money(sf.rule(), window.panel, window.close, window.train.day0,
                           window.train.day1)
 
-    # the same strategy through the engine: real sockets, bars, phases, broker
-    out = tmp_path / "replay"
-    rc = run_engine.main([  # the window (symbols, dates, data file) comes from best.json
-        "replay", "--strategy", str(best), "--window", "train", "--device", "cpu",
-        "--fill", "signal-close", "--out", str(out),
-    ])
-    assert rc == 0
-    rep = json.loads((out / "report.json").read_text())
-    assert rep["fill"] == "signal-close"
-    assert rep["bars"] == 6 * 260
-    got = np.array([rep["per_symbol"][s]["final_equity"] for s in train["symbols"]])
-    np.testing.assert_allclose(got, want, rtol=0, atol=0.005)
-    # and the strategy actually traded, so the comparison means something
-    assert rep["fills"] > 0
-    roi = float(np.mean(got / 10_000 - 1))
-    assert roi == pytest.approx(train["roi"], abs=1e-9)
+    # the same strategy through the engine: real sockets, bars, phases, broker; bar closes
+    # that wait for the strategy, and bar closes overlapped with the next day's bars
+    for overlap in ("never", "always"):
+        config = tmp_path / f"{overlap}.toml"
+        config.write_text(f'overlap_decisions = "{overlap}"\n')
+        out = tmp_path / f"replay-{overlap}"
+        rc = run_engine.main([  # the window (symbols, dates, data file) comes from best.json
+            "replay", "--strategy", str(best), "--window", "train", "--device", "cpu",
+            "--fill", "signal-close", "--config", str(config), "--out", str(out),
+        ])
+        assert rc == 0
+        rep = json.loads((out / "report.json").read_text())
+        assert rep["fill"] == "signal-close"
+        assert rep["bars"] == 6 * 260
+        overlapped = rep["overlapped_bar_events"]
+        assert overlapped == (0 if overlap == "never" else rep["bar_events"]), overlapped
+        got = np.array([rep["per_symbol"][s]["final_equity"] for s in train["symbols"]])
+        np.testing.assert_allclose(got, want, rtol=0, atol=0.005)
+        # and the strategy actually traded, so the comparison means something
+        assert rep["fills"] > 0
+        roi = float(np.mean(got / 10_000 - 1))
+        assert roi == pytest.approx(train["roi"], abs=1e-9)
 
 
 @pytest.mark.gpu
@@ -76,3 +82,6 @@ def test_engine_gp_strategy_on_cuda_trades_like_cpu(shared_data: Path, tmp_path:
         reports[device] = json.loads((out / "report.json").read_text())
     assert reports["cpu"]["per_symbol"] == reports["cuda"]["per_symbol"]
     assert reports["cpu"]["fills"] > 0
+    # on CUDA the bar closes overlap the next bars (asynchronous), on the CPU twin they wait
+    assert reports["cuda"]["overlapped_bar_events"] > 0
+    assert reports["cpu"]["overlapped_bar_events"] == 0
