@@ -21,7 +21,8 @@ p99; from the spot's hand-over to the worker's client to the results in the engi
 hands), and the
 largest data-time gap between consecutive repricings of a group (from the published
 messages). Then the GP bar close: CPU twin, CUDA (pre-bound, mapped codes) and CUDA with
-numba's ordinary launch, and what `--device auto` picks.
+numba's ordinary launch, and what `--device auto` picks; and the event loop's time of an
+overlapped bar close (start, and the signals once ready: the wait is the engine's to fill).
 
     python benchmarks/between_ticks.py [--quick] [--only NAMES] [--skip NAMES] [--no-gp]
         [--json PATH]
@@ -34,6 +35,7 @@ CUDA, to check the script anywhere. Prints a table, writes JSON and a PNG.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import functools
 import json
 import os
@@ -243,9 +245,33 @@ def _bar_close_us(decider: Any, feats: np.ndarray, rounds: int = 51) -> float:
     return float(np.median(samples) * 1e6)
 
 
+def _loop_time_us(strategy: Any, feats: np.ndarray, rounds: int = 51) -> float:
+    """Median event-loop microseconds of one overlapped bar close of a GP strategy:
+    `begin_signals` plus `end_signals` once the evaluation is done; the wait between
+    (the engine applies the next messages meanwhile) is not counted."""
+    closed = np.ones(feats.shape[0], np.bool_)
+    decider = strategy._decider
+
+    async def run() -> list[float]:
+        samples = []
+        for _ in range(rounds + 1):
+            t0 = time.perf_counter()
+            strategy.begin_signals(feats, closed)
+            t1 = time.perf_counter()
+            while not decider.ready():
+                pass
+            t2 = time.perf_counter()
+            await strategy.end_signals()
+            samples.append(t1 - t0 + time.perf_counter() - t2)
+        return samples[1:]
+
+    return float(np.median(asyncio.run(run())) * 1e6)
+
+
 def gp_bar_close(sizes: list[tuple[int, int]], gpu: str) -> list[dict[str, Any]]:
     """A GP strategy's bar close (start, poll, result) on each backend, the CUDA one also
-    with numba's ordinary launch, and what `--device auto` picks (its own measurement)."""
+    with numba's ordinary launch, and what `--device auto` picks; and the event loop's time of an
+overlapped bar close (start, and the signals once ready: the wait is the engine's to fill).(its own measurement)."""
     from gpu import gp_decider
     from gpu.gp_decider import AsyncDecider
     from strategies.gp.init import ramped_half_and_half
@@ -256,10 +282,14 @@ def gp_bar_close(sizes: list[tuple[int, int]], gpu: str) -> list[dict[str, Any]]
         pop = ramped_half_and_half(n_rules, np.random.default_rng(n_rules), 2, 6)
         rules = [pop.rule(i) for i in range(n_rules)]
         feats = np.random.default_rng(0).normal(size=(n_symbols, 31)).astype(np.float32)
-        cpu = GPEnsemble(rules, device="cpu")._decider
+        cpu_strategy = GPEnsemble(rules, device="cpu")
+        cpu_strategy.reset([f"S{i}" for i in range(n_symbols)])
+        cpu = cpu_strategy._decider
         row: dict[str, Any] = {"rules": n_rules, "symbols": n_symbols,
                                "cpu_us": _bar_close_us(cpu, feats), "cuda_us": None,
-                               "cuda_plain_us": None, "auto": "cpu"}
+                               "cuda_plain_us": None, "auto": "cpu",
+                               "cpu_loop_us": _loop_time_us(cpu_strategy, feats),
+                               "cuda_overlapped_loop_us": None}
         if gpu == "cuda":
             gp_decider.BREAK_EVEN.pop((n_rules, n_symbols), None)
             auto = GPEnsemble(rules, device="auto")
@@ -267,7 +297,10 @@ def gp_bar_close(sizes: list[tuple[int, int]], gpu: str) -> list[dict[str, Any]]
             cal = auto._decider.calibration or {}
             fast = AsyncDecider(cpu.programs, cpu.lengths, "cuda")
             plain = AsyncDecider(cpu.programs, cpu.lengths, "cuda", prebind=False)
+            overlapped = GPEnsemble(rules, device="cuda")
+            overlapped.reset([f"S{i}" for i in range(n_symbols)])
             row.update(cuda_us=_bar_close_us(fast, feats),
+                       cuda_overlapped_loop_us=_loop_time_us(overlapped, feats),
                        cuda_plain_us=_bar_close_us(plain, feats), auto=auto.device,
                        auto_cpu_us=cal.get("cpu_us"), auto_cuda_us=cal.get("cuda_us"),
                        codes_agree=cal.get("codes_agree"))
@@ -592,12 +625,14 @@ def print_tables(rows: list[dict[str, Any]], gp_rows: list[dict[str, Any]],
           f"{max(big_tick_gap.values()):.1f} ms of data time (the floor of the repricing gap)")
     if not gp_rows:
         return
-    print("\n| GP bar close | CPU µs | CUDA µs | CUDA µs, numba launch | --device auto picks |")
-    print("|---|---:|---:|---:|---|")
+    print("\n| GP bar close | CPU µs | CUDA µs | CUDA µs, numba launch | --device auto picks "
+          "| strategy on the CPU, loop µs | CUDA overlapped, loop µs |")
+    print("|---|---:|---:|---:|---|---:|---:|")
     for g in gp_rows:
         print(f"| {g['rules']} rules x {g['symbols']} symbols | {_f(g['cpu_us'], ',.0f')} | "
               f"{_f(g['cuda_us'], ',.0f')} | {_f(g.get('cuda_plain_us'), ',.0f')} | "
-              f"{g['auto']} |")
+              f"{g['auto']} | {_f(g.get('cpu_loop_us'), ',.1f')} | "
+              f"{_f(g.get('cuda_overlapped_loop_us'), ',.1f')} |")
 
 
 def main() -> None:

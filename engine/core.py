@@ -387,8 +387,9 @@ class Engine:
                                               list(bars.first_price))
             self.stats.overlapped_bar_events += 1
             bars.reopen(idx)
-            for sym in range(len(self._flagged)):  # the first price after the close of each
-                self._flagged[sym] = FLAGGED
+            # every symbol's first price after the close is noted (`_on_flagged_tick`); in
+            # place, as the hot loop holds the list
+            self._flagged[:] = [FLAGGED] * len(self._flagged)
             return
         if phase is not Phase.STOP:
             signals = await decisions.target_signals(strategy, features, closed,
@@ -441,8 +442,9 @@ class Engine:
         for sym, (price, ts) in pending.first_after.items():
             if orders.has_pending[sym]:
                 orders.fill_pending(sym, price, ts)
-        for sym in range(len(self._flagged)):
-            self.refresh_flag(sym)
+                self.refresh_flag(sym)
+        # a symbol with no price since the close stays FLAGGED: its next tick takes the
+        # rare path once, which refreshes its flag (cheaper than refreshing every symbol)
 
     def _place(self, sym: int, side: int, reason: str, ts: int) -> None:
         """A decision's order, at the last trade (or bar close) seen."""

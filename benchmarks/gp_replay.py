@@ -1,0 +1,214 @@
+"""The GP replay's bar closes: the CPU twin, CUDA waiting, and CUDA overlapped with the next bars.
+
+An evolved strategy (`evolve` on the S&P 500 daily bars, 128 stocks x 768 days by default)
+is replayed over its training window through the whole engine (`replay --strategy
+best.json --window train`: real sockets, the GP paper's signal-close fills), its best rule
+and its hall-of-fame ensemble, each way, in rounds that interleave the ways:
+
+- `cpu`: the CPU twin (a bar close evaluates at once);
+- `cpu, overlapped`: the CPU twin with overlapped decisions forced (`"always"`): what the
+  overlapping itself costs the engine, on any machine;
+- `cuda, waiting`: a launch per bar close that the close awaits (`overlap_decisions =
+  "never"`, the engine before overlapped decisions);
+- `cuda, overlapped`: the launch starts at the close and the engine applies the next
+  day's bars meanwhile (`overlap_decisions = "auto"`, the default for CUDA).
+
+Per replay it records the wall time and the event loop's time in bar closes: every
+`Engine._close_bars` and `Engine.settle` call timed from entry to return (a waiting
+close's round trip; an overlapped close's start plus whatever of the wait the next bars did
+not hide), per bar event. The issue's goal: CUDA costs the bar close no more than the CPU
+twin at 128 symbols. Every way must end with the same money per symbol.
+
+    python benchmarks/gp_replay.py [--quick] [--rounds 5] [--json PATH] [--png PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import run_engine  # noqa: E402
+from benchmarks.common import device_or_none, log, write_json  # noqa: E402
+from engine.core import Engine  # noqa: E402
+from feeds.datadir import data_dir  # noqa: E402
+
+WAYS = [("cpu", "cpu", "never"), ("cpu, overlapped", "cpu", "always"),
+        ("cuda, waiting", "cuda", "never"), ("cuda, overlapped", "cuda", "auto")]
+
+
+class BarCloseClock:
+    """Wall time the engine spends in bar-close calls (`_close_bars`, `settle`), summed,
+    installed around the Engine class for the benchmark's process only."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._inside = False
+        self._saved: dict[str, Any] = {}
+
+    def __enter__(self) -> BarCloseClock:
+        for name in ("_close_bars", "settle"):
+            original = getattr(Engine, name)
+            self._saved[name] = original
+            setattr(Engine, name, self._timed(original))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for name, original in self._saved.items():
+            setattr(Engine, name, original)
+
+    def _timed(self, original: Callable[..., Any]) -> Callable[..., Any]:
+        clock = self
+
+        async def timed(engine: Engine, *args: Any, **kw: Any) -> Any:
+            if clock._inside:  # `_close_bars` settles first: count that time once
+                return await original(engine, *args, **kw)
+            clock._inside = True
+            t0 = time.perf_counter()
+            try:
+                return await original(engine, *args, **kw)
+            finally:
+                clock.seconds += time.perf_counter() - t0
+                clock._inside = False
+        return timed
+
+
+def evolve(tmp: Path, args: argparse.Namespace, device: str) -> Path:
+    best = tmp / "best.json"
+    log(f"evolving {args.stocks} stocks x {args.days} days, population {args.population} "
+        f"x {args.generations} generations on {device} ...")
+    rc = run_engine.main([
+        "evolve", "--data", str(args.data), "--stocks", str(args.stocks),
+        "--train-days", str(args.days), "--test-days", str(args.test_days),
+        "--population", str(args.population), "--generations", str(args.generations),
+        "--hall-of-fame", str(args.hall_of_fame), "--seed", "1", "--device", device,
+        "--quiet", "--out", str(best), "--json", str(tmp / "evolve.json")])
+    if rc != 0:
+        raise SystemExit(f"evolve failed ({rc})")
+    return best
+
+
+def replay_once(spec: str, device: str, overlap: str, tmp: Path, tag: str) -> dict[str, Any]:
+    config = tmp / f"{overlap}.toml"
+    config.write_text(f'overlap_decisions = "{overlap}"\n')
+    out = tmp / tag
+    with BarCloseClock() as clock, contextlib.redirect_stdout(io.StringIO()):
+        rc = run_engine.main(["replay", "--strategy", spec, "--window", "train",
+                              "--device", device, "--config", str(config), "--out", str(out)])
+    if rc != 0:
+        raise SystemExit(f"replay {tag} failed ({rc})")
+    rep = json.loads((out / "report.json").read_text())
+    return {"wall_s": rep["wall_seconds"], "bar_events": rep["bar_events"],
+            "overlapped_bar_events": rep["overlapped_bar_events"],
+            "bar_close_us": clock.seconds / max(rep["bar_events"], 1) * 1e6,
+            "fills": rep["fills"],
+            "per_symbol": {s: v["final_equity"] for s, v in rep["per_symbol"].items()}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("--data", type=Path, default=data_dir() / "sp500_5yr_daily")
+    ap.add_argument("--quick", action="store_true", help="6 stocks x 120 days, 2 rounds")
+    ap.add_argument("--stocks", type=int, default=128)
+    ap.add_argument("--days", type=int, default=768)
+    ap.add_argument("--test-days", type=int, default=256)
+    ap.add_argument("--population", type=int, default=2000)
+    ap.add_argument("--generations", type=int, default=3)
+    ap.add_argument("--hall-of-fame", type=int, default=50)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--png", type=Path)
+    args = ap.parse_args()
+    if args.quick:
+        args.stocks, args.days, args.test_days = 6, 120, 20
+        args.population, args.generations, args.hall_of_fame, args.rounds = 60, 1, 5, 2
+    gpu = device_or_none("cuda", "the CUDA rows")
+    ways = [w for w in WAYS if w[1] == "cpu" or gpu]
+    rows: dict[str, list[dict[str, Any]]] = {}
+    with tempfile.TemporaryDirectory() as td:
+        tmp = Path(td)
+        best = evolve(tmp, args, "cuda" if gpu else "cpu")
+        for strategy, spec in (("best rule", str(best)),
+                               (f"ensemble of {args.hall_of_fame}", f"{best}#ensemble")):
+            for r in range(args.rounds + 1):  # round 0 compiles and fills caches: not kept
+                for name, device, overlap in ways:
+                    got = replay_once(spec, device, overlap, tmp, f"r{r}-{device}-{overlap}")
+                    if r:
+                        rows.setdefault(f"{strategy}: {name}", []).append(got)
+                    log(f"  {strategy}, round {r}, {name}: wall {got['wall_s']:.3f} s, "
+                        f"bar close {got['bar_close_us']:.1f} us, overlapped "
+                        f"{got['overlapped_bar_events']}/{got['bar_events']}")
+    table = []
+    for key, runs in rows.items():
+        money = [run["per_symbol"] for run in runs]
+        first_way = next(k for k in rows if k.split(":")[0] == key.split(":")[0])
+        same = all(m == rows[first_way][0]["per_symbol"] for m in money)
+        table.append({"row": key, "rounds": len(runs),
+                      "wall_s_median": statistics.median(r["wall_s"] for r in runs),
+                      "bar_close_us_median": statistics.median(r["bar_close_us"] for r in runs),
+                      "bar_close_us_range": [min(r["bar_close_us"] for r in runs),
+                                             max(r["bar_close_us"] for r in runs)],
+                      "overlapped_bar_events": runs[0]["overlapped_bar_events"],
+                      "bar_events": runs[0]["bar_events"], "fills": runs[0]["fills"],
+                      "same_money_as_cpu": same})
+    print(f"{'row':48} {'wall s':>8} {'bar close us':>13} {'range':>15} {'overlapped':>11} "
+          "same money")
+    for t in table:
+        lo, hi = t["bar_close_us_range"]
+        print(f"{t['row']:48} {t['wall_s_median']:8.3f} {t['bar_close_us_median']:13.1f} "
+              f"{lo:7.1f}-{hi:<7.1f} {t['overlapped_bar_events']:>5}/{t['bar_events']:<5} "
+              f"{t['same_money_as_cpu']}")
+    result = {"benchmark": "gp_replay", "machine": platform.node(),
+              "gpu": _gpu_name() if gpu else None,
+              "date": datetime.now(UTC).isoformat(timespec="seconds"),
+              "stocks": args.stocks, "days": args.days, "population": args.population,
+              "generations": args.generations, "hall_of_fame": args.hall_of_fame,
+              "rows": table, "runs": rows}
+    if args.json:
+        write_json(args.json, result)
+    if args.png:
+        plot(table, args.png)
+    if not all(t["same_money_as_cpu"] for t in table):
+        raise SystemExit("the ways ended with different money: see the table")
+
+
+def _gpu_name() -> str:
+    from benchmarks.common import gpu_name
+    from gpu.device import cuda_simulated
+    return "numba CUDA simulator" if cuda_simulated() else gpu_name()
+
+
+def plot(table: list[dict[str, Any]], png: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 0.5 * len(table) + 1.5))
+    names = [t["row"] for t in table]
+    med = [t["bar_close_us_median"] for t in table]
+    err = [[m - t["bar_close_us_range"][0] for m, t in zip(med, table, strict=True)],
+           [t["bar_close_us_range"][1] - m for m, t in zip(med, table, strict=True)]]
+    ax.barh(names, med, xerr=err, color="tab:blue")
+    ax.invert_yaxis()
+    ax.set_xlabel("event-loop time per bar close, µs (median, range over rounds)")
+    ax.set_title("GP replay over the training window: bar-close cost per way")
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=120)
+    log(f"wrote {png}")
+
+
+if __name__ == "__main__":
+    main()
