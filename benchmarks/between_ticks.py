@@ -270,8 +270,8 @@ def _loop_time_us(strategy: Any, feats: np.ndarray, rounds: int = 51) -> float:
 
 def gp_bar_close(sizes: list[tuple[int, int]], gpu: str) -> list[dict[str, Any]]:
     """A GP strategy's bar close (start, poll, result) on each backend, the CUDA one also
-    with numba's ordinary launch, and what `--device auto` picks; and the event loop's time of an
-overlapped bar close (start, and the signals once ready: the wait is the engine's to fill).(its own measurement)."""
+    with numba's ordinary launch, what `--device auto` picks (its own measurement), and the
+    event loop's time of an overlapped bar close on each."""
     from gpu import gp_decider
     from gpu.gp_decider import AsyncDecider
     from strategies.gp.init import ramped_half_and_half
