@@ -387,6 +387,8 @@ HOT_LOOP = {"OPTION_TAP_EVERY": "0"}
 #: the FD kernel's PCR solver, block per option, as before 11-23's fifth session (the
 #: default now: the lanes solver, gpu.options_core.fd_lanes_kernel)
 PCR_SOLVER = {"GPU_FD_SOLVER": "pcr"}
+#: the lanes kernel under a 128-register cap (GPU_FD_MAX_REGISTERS; the default: no cap)
+CAP_128 = {"GPU_FD_MAX_REGISTERS": "128"}
 
 
 def _args() -> argparse.Namespace:
@@ -509,6 +511,13 @@ def plan(one: Row, big: Row, gpu: str, paced_ticks: int = 100_000) -> list[Row]:
               "process", "group", True, slots[k]) for k in (2, 3)),
         Row(f"10x1,000: {gpu} process, default worker (2 in flight per group, no batching)",
             bwl, bfac, gb, gpu, "process", "group", True, {}),
+        Row(f"10x1,000: {gpu} process, default worker, lanes capped at 128 registers", bwl,
+            bfac, gb, gpu, "process", "group", True, CAP_128),
+        Row(f"10x1,000: {gpu} process, one launch for all groups", bwl, bfac, gb, gpu,
+            "process", "group", True, {"OPTION_WORKER_BATCH": "1"}),
+        Row(f"10x1,000: {gpu} process, one launch for all groups, capped at 128 registers",
+            bwl, bfac, gb, gpu, "process", "group", True,
+            {"OPTION_WORKER_BATCH": "1", **CAP_128}),
         Row(f"10x1,000: {gpu} process, 3 launches in flight per group, no batching", bwl,
             bfac, gb, gpu, "process", "group", True, {**slots[3], "OPTION_WORKER_BATCH": "0"}),
         Row(f"10x1,000: {gpu} process, default worker, spots from the hot loop", bwl, bfac,

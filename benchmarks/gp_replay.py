@@ -6,6 +6,9 @@ best.json --window train`: real sockets, the GP paper's signal-close fills), its
 and its hall-of-fame ensemble, each way, in rounds that interleave the ways:
 
 - `cpu`: the CPU twin (a bar close evaluates at once);
+- `cpu, thread pool (before)`: the CPU twin always in numba's thread pool (a prange over
+  the rules), as before the decider ran small bar closes on the calling thread
+  (`gpu.gp_decider.cpu_serial_pays`);
 - `cpu, overlapped`: the CPU twin with overlapped decisions forced (`"always"`): what the
   overlapping itself costs the engine, on any machine;
 - `cuda, waiting`: a launch per bar close that the close awaits (`overlap_decisions =
@@ -26,14 +29,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import cProfile
 import io
 import json
 import platform
+import pstats
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -45,7 +50,8 @@ from benchmarks.common import device_or_none, log, write_json  # noqa: E402
 from engine.core import Engine  # noqa: E402
 from feeds.datadir import data_dir  # noqa: E402
 
-WAYS = [("cpu", "cpu", "never"), ("cpu, overlapped", "cpu", "always"),
+WAYS = [("cpu", "cpu", "never"), ("cpu, thread pool (before)", "cpu", "never"),
+        ("cpu, overlapped", "cpu", "always"),
         ("cuda, waiting", "cuda", "never"), ("cuda, overlapped", "cuda", "auto")]
 
 
@@ -100,13 +106,37 @@ def evolve(tmp: Path, args: argparse.Namespace, device: str) -> Path:
     return best
 
 
-def replay_once(spec: str, device: str, overlap: str, tmp: Path, tag: str) -> dict[str, Any]:
+@contextlib.contextmanager
+def thread_pool_always(on: bool) -> Iterator[None]:
+    """With `on`, every CPU bar close goes through numba's thread pool (the way before)."""
+    from gpu import gp_decider
+    saved = gp_decider.cpu_serial_pays
+    if on:
+        gp_decider.cpu_serial_pays = lambda n_programs, n_symbols: False
+    try:
+        yield
+    finally:
+        gp_decider.cpu_serial_pays = saved
+
+
+def replay_once(spec: str, device: str, overlap: str, tmp: Path, tag: str,
+                pool: bool = False, profile: Path | None = None) -> dict[str, Any]:
     config = tmp / f"{overlap}.toml"
     config.write_text(f'overlap_decisions = "{overlap}"\n')
     out = tmp / tag
-    with BarCloseClock() as clock, contextlib.redirect_stdout(io.StringIO()):
-        rc = run_engine.main(["replay", "--strategy", spec, "--window", "train",
-                              "--device", device, "--config", str(config), "--out", str(out)])
+    argv = ["replay", "--strategy", spec, "--window", "train", "--device", device,
+            "--config", str(config), "--out", str(out)]
+    with (BarCloseClock() as clock, contextlib.redirect_stdout(io.StringIO()),
+          thread_pool_always(pool)):
+        if profile is None:
+            rc = run_engine.main(argv)
+        else:
+            prof = cProfile.Profile()
+            rc = prof.runcall(run_engine.main, argv)
+            text = io.StringIO()
+            pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(25)
+            with profile.open("a") as f:
+                f.write(f"\n===== {tag}\n{text.getvalue()}")
     if rc != 0:
         raise SystemExit(f"replay {tag} failed ({rc})")
     rep = json.loads((out / "report.json").read_text())
@@ -130,12 +160,18 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--png", type=Path)
+    ap.add_argument("--profile", type=Path,
+                    help="after the rounds, one more replay per way under cProfile: the top "
+                         "functions by own time appended to this text file")
+    ap.add_argument("--ways", default="",
+                    help="keep only the ways whose name contains one of these (semicolons)")
     args = ap.parse_args()
     if args.quick:
         args.stocks, args.days, args.test_days = 6, 120, 20
         args.population, args.generations, args.hall_of_fame, args.rounds = 60, 1, 5, 2
     gpu = device_or_none("cuda", "the CUDA rows")
-    ways = [w for w in WAYS if w[1] == "cpu" or gpu]
+    ways = [w for w in WAYS if (w[1] == "cpu" or gpu) and (
+        not args.ways or any(k in w[0] for k in args.ways.split(";")))]
     rows: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
@@ -144,12 +180,18 @@ def main() -> None:
                                (f"ensemble of {args.hall_of_fame}", f"{best}#ensemble")):
             for r in range(args.rounds + 1):  # round 0 compiles and fills caches: not kept
                 for name, device, overlap in ways:
-                    got = replay_once(spec, device, overlap, tmp, f"r{r}-{device}-{overlap}")
+                    got = replay_once(spec, device, overlap, tmp,
+                                      f"r{r}-{device}-{overlap}-{'pool' in name}",
+                                      pool="pool" in name)
                     if r:
                         rows.setdefault(f"{strategy}: {name}", []).append(got)
                     log(f"  {strategy}, round {r}, {name}: wall {got['wall_s']:.3f} s, "
                         f"bar close {got['bar_close_us']:.1f} us, overlapped "
                         f"{got['overlapped_bar_events']}/{got['bar_events']}")
+            if args.profile:
+                for name, device, overlap in ways:
+                    replay_once(spec, device, overlap, tmp, f"{strategy}: {name}",
+                                pool="pool" in name, profile=args.profile)
     table = []
     for key, runs in rows.items():
         money = [run["per_symbol"] for run in runs]

@@ -538,7 +538,7 @@ def tap_every() -> int:
 def worker_settings() -> tuple[int, float]:
     """OPTION_WORKER_SLOTS (an integer, at least 1) and OPTION_WORKER_SPACING (a number,
     at least 0), with OPTION_WORKER_BATCH and OPTION_WORKER_YIELD checked (0 or 1) and
-    GPU_FD_SOLVER (lanes or pcr); the
+    GPU_FD_SOLVER (lanes or pcr) and GPU_FD_MAX_REGISTERS; the
     client checks them before it starts the worker, so a mistyped value is one line to
     the user, not a traceback from the worker process."""
     from engine.errors import UserError
@@ -547,10 +547,11 @@ def worker_settings() -> tuple[int, float]:
     for flag in (BATCH_ENV, YIELD_ENV):
         if os.environ.get(flag, "0") not in ("0", "1"):
             raise UserError(f"{flag} must be 0 or 1, got {os.environ[flag]!r}")
-    from gpu.device import SettingError, fd_solver
+    from gpu.device import SettingError, fd_max_registers, fd_solver
 
-    try:  # GPU_FD_SOLVER: read where the pricers start, in the worker
+    try:  # GPU_FD_SOLVER, GPU_FD_MAX_REGISTERS: read where the pricers start, in the worker
         fd_solver()
+        fd_max_registers()
     except SettingError as exc:
         raise UserError(str(exc)) from None
     raw_slots = os.environ.get(SLOTS_ENV, str(DEFAULT_SLOTS))

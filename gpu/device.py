@@ -35,6 +35,22 @@ def fd_solver(choice: str | None = None) -> str:
     return name
 
 
+def fd_max_registers() -> int:
+    """GPU_FD_MAX_REGISTERS: a per-thread register cap for the lanes kernel (0, the
+    default: none, the compiler's choice). Fewer registers let more options' warps reside
+    on an SM at once, at the cost of spills: on the H200 a cap of 128 sped up one launch
+    of 10,000 options and slowed launches of 102 and 1,000 (benchmarks/fd_solvers.py)."""
+    raw = os.environ.get("GPU_FD_MAX_REGISTERS", "0")
+    try:
+        cap = int(raw)
+    except ValueError:
+        cap = -1
+    if cap != 0 and not 32 <= cap <= 255:
+        raise SettingError(
+            f"GPU_FD_MAX_REGISTERS must be 0 (no cap) or 32..255, got {raw!r}")
+    return cap
+
+
 class DeviceUnavailable(RuntimeError):
     """CUDA was requested explicitly but no CUDA device (nor the simulator) is present."""
 

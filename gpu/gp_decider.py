@@ -44,6 +44,7 @@ from gpu.gp_eval import (
     _blocks,
     _check_programs,
     _codes_cpu,
+    _codes_day_serial_cpu,
     _codes_rows_kernel,
 )
 from gpu.launch import bind, event_query, event_recorder, host_to_device_copier, untimed_event
@@ -62,6 +63,19 @@ BREAK_EVEN: dict[tuple[int, int], dict[str, Any]] = {}
 #: timed bar closes per backend (after one warm-up each); the median decides
 CALIBRATION_ROUNDS = 7
 PANEL_MODES = ("auto", "copy", "mapped")
+#: on the CPU, bar closes of at most this many program x symbol decisions run on the
+#: calling thread (`_codes_day_serial_cpu`), larger ones in numba's thread pool
+#: (`_codes_cpu`, a prange over the programs): see `cpu_serial_pays`
+CPU_SERIAL_MAX_DECISIONS = 0
+
+
+def cpu_serial_pays(n_programs: int, n_symbols: int) -> bool:
+    """Whether a CPU bar close should skip numba's thread pool. Between two bar closes the
+    engine does a few hundred microseconds of other work and the pool's threads go to
+    sleep, so each prange first wakes them; timed back to back (threads still spinning) the
+    prange looks cheaper than it is in the engine. A single program gives the prange
+    nothing to share at all."""
+    return n_programs == 1 or n_programs * n_symbols <= CPU_SERIAL_MAX_DECISIONS
 
 
 def mapped_panel_pays(n_programs: int, n_symbols: int) -> bool:
@@ -228,8 +242,11 @@ class AsyncDecider:
         if self.device == "cpu" or n_symbols == 0:
             out = np.zeros((self.programs.shape[0], 1, n_symbols), np.int8)
             if n_symbols:
-                panel = np.ascontiguousarray(feats.T)[None, :, :]
-                _codes_cpu(self.programs, self.lengths, panel, 0, 1, out)
+                day = np.ascontiguousarray(feats.T)
+                if cpu_serial_pays(self.programs.shape[0], n_symbols):
+                    _codes_day_serial_cpu(self.programs, self.lengths, day, out[:, 0, :])
+                else:
+                    _codes_cpu(self.programs, self.lengths, day[None, :, :], 0, 1, out)
             self._result = out[:, 0, :]
             self._pending = False
             return

@@ -77,6 +77,17 @@ def _codes_cpu(programs: Any, lengths: Any, panel: Any, day0: int, day1: int, ou
                 out[i, d - day0, s] = _decide_cpu(program, lengths[i], panel[d], s)
 
 
+@numba.njit(cache=True, nogil=True)
+def _codes_day_serial_cpu(programs: Any, lengths: Any, day: Any, out: Any) -> None:
+    """One bar's codes (n_programs, n_symbols) from one day of the panel, (31, n_symbols),
+    on the calling thread: a bar close of a few rules is microseconds of work, less than
+    waking numba's thread pool for `_codes_cpu`'s prange (see `gpu.gp_decider`)."""
+    for i in range(programs.shape[0]):
+        program = programs[i]
+        for s in range(day.shape[1]):
+            out[i, s] = _decide_cpu(program, lengths[i], day, s)
+
+
 @numba.njit(cache=True)
 def _buy_hold_all_cpu(close: Any, day0: int, day1: int, out: Any) -> None:
     for s in range(close.shape[1]):

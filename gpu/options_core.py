@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from numba import cuda, njit, prange
 
-from gpu.device import fd_solver
+from gpu.device import fd_max_registers, fd_solver
 from gpu.twin import compile_twin
 
 # -- parameter-row layout -----------------------------------------------------------------
@@ -1126,10 +1126,15 @@ def fd_lanes_kernel(price_steps: int, shuffle: bool | None = None) -> Any:
     if shuffle is None:
         shuffle = not simulated
     rows = rows_per_lane(price_steps)
-    key = f"lanes{rows}{'s' if shuffle else 'm'}"
+    cap = 0 if simulated else fd_max_registers()  # (the simulator's jit takes no cap)
+    key = f"lanes{rows}{'s' if shuffle else 'm'}{cap or ''}"
     kern = _kernel_cache.get(key)
     if kern is None:
-        kern = cuda.jit(cache=not simulated)(_make_fd_lanes_kernel(rows, shuffle))
+        source = _make_fd_lanes_kernel(rows, shuffle)
+        # a capped kernel is compiled in the process, never taken from (or put in) the
+        # on-disk cache, whose index does not tell a capped build from an uncapped one
+        jit: Any = cuda.jit  # (typed from the simulator's stub, which has no max_registers)
+        kern = jit(max_registers=cap)(source) if cap else jit(cache=not simulated)(source)
         _kernel_cache[key] = kern
     return kern
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gpu import options_core as core
-from gpu.device import FD_SOLVERS, SettingError, cuda_present, fd_solver
+from gpu.device import FD_SOLVERS, SettingError, cuda_present, fd_max_registers, fd_solver
 from gpu.options import OptionGroupPricer, make_grid, option_params, price_params
 from tests.gpu.option_rows import random_params
 
@@ -56,6 +56,18 @@ def test_bad_fd_solver_setting_is_one_line(monkeypatch: pytest.MonkeyPatch) -> N
         OptionGroupPricer(random_params(2, seed=1), "seed", "cpu", solver="cr")
 
 
+def test_bad_fd_register_cap_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    for bad in ("-1", "1", "31", "256", "many", "", "128.0"):
+        monkeypatch.setenv("GPU_FD_MAX_REGISTERS", bad)
+        with pytest.raises(SettingError, match=r"GPU_FD_MAX_REGISTERS must be 0 \(no cap\)"):
+            fd_max_registers()
+    for good, cap in (("0", 0), ("32", 32), ("128", 128), ("255", 255)):
+        monkeypatch.setenv("GPU_FD_MAX_REGISTERS", good)
+        assert fd_max_registers() == cap
+    monkeypatch.delenv("GPU_FD_MAX_REGISTERS")
+    assert fd_max_registers() == 0
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("solver", FD_SOLVERS)
 def test_real_gpu_group_pricer_through_mapped_memory(solver: str) -> None:
@@ -71,6 +83,34 @@ def test_real_gpu_group_pricer_through_mapped_memory(solver: str) -> None:
     want = price_params(params, "seed", "cpu")
     worth = want.price > 0.01
     assert np.max(np.abs(got.price - want.price)[worth] / want.price[worth]) <= 1e-4
+
+
+@pytest.mark.gpu
+def test_real_gpu_register_capped_lanes_kernel_prices_the_same(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPU_FD_MAX_REGISTERS=128 builds a capped lanes kernel (its own compilation) whose
+    values equal the uncapped kernel's to float32 rounding, and the float64 twin's."""
+    from numba import cuda
+
+    params = random_params(1000, seed=8)
+    grid = make_grid("seed")
+    kernels = {}
+    for cap in ("0", "128"):
+        monkeypatch.setenv("GPU_FD_MAX_REGISTERS", cap)
+        kernels[cap] = core.fd_lanes_kernel(grid.price_steps)
+    assert kernels["0"] is not kernels["128"]
+    outs = {}
+    for cap, kernel in kernels.items():
+        d_out = cuda.device_array((len(params), core.N_OUT))
+        kernel[len(params), core.LANES](cuda.to_device(params), d_out, *grid.kernel_args())
+        outs[cap] = d_out.copy_to_host()
+    regs = next(iter(kernels["128"].overloads.values()))._codelibrary.get_cufunc().attrs.regs
+    assert regs <= 128
+    np.testing.assert_allclose(outs["128"], outs["0"], rtol=1e-5, atol=1e-6)
+    want = price_params(params, grid, "cpu")
+    worth = want.price > 0.01
+    rel = np.abs(outs["128"][:, core.PRICE] - want.price)[worth] / want.price[worth]
+    assert np.max(rel) <= 1e-4
 
 
 @pytest.mark.gpu

@@ -59,3 +59,31 @@ def test_features_read_from_mapped_memory_give_the_twins_codes(n_rules: int) -> 
     assert auto._mapped == (n_rules == 1)  # mapped_panel_pays
     with pytest.raises(ValueError, match="panel must be one of"):
         AsyncDecider(progs, lengths, "cpu", panel="zero-copy")
+
+
+@pytest.mark.parametrize("n_rules", [1, 2, 5])
+def test_cpu_bar_close_on_the_calling_thread_and_in_the_pool_match_the_reference(
+        n_rules: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both CPU ways of a bar close (serially on the calling thread, and numba's thread pool
+    over the rules) against the plain-Python tree walker, with NaNs and boolean terminals
+    in the features, over sizes either side of `CPU_SERIAL_MAX_DECISIONS`."""
+    from gpu import gp_decider
+    from strategies.gp.reference import eval_tree
+
+    pop = ramped_half_and_half(n_rules, np.random.default_rng(40 + n_rules), 2, 5)
+    rules = [pop.rule(i) for i in range(n_rules)]
+    progs, lengths = rules_programs(rules)
+    rng = np.random.default_rng(9)
+    for n_symbols in (1, 13, 64):
+        feats = rng.normal(size=(n_symbols, 31)).astype(np.float32)
+        feats[:, N_FLOAT:] = rng.random(size=(n_symbols, 31 - N_FLOAT)) > 0.5
+        feats[rng.random(size=feats.shape) < 0.05] = np.nan
+        want = np.array([[eval_tree(r.buy, feats[s]) | (eval_tree(r.sell, feats[s]) << 1)
+                          for s in range(n_symbols)] for r in rules], np.int8)
+        for serial_max in (0, 10_000):  # 0: only a single rule runs serially
+            monkeypatch.setattr(gp_decider, "CPU_SERIAL_MAX_DECISIONS", serial_max)
+            serial = gp_decider.cpu_serial_pays(n_rules, n_symbols)
+            assert serial == (n_rules == 1 or serial_max > 0)
+            decider = AsyncDecider(progs, lengths, "cpu")
+            np.testing.assert_array_equal(decider._bar_close(feats), want,
+                                          err_msg=f"serial={serial}, {n_symbols} symbols")
