@@ -513,6 +513,8 @@ def plan(one: Row, big: Row, gpu: str, paced_ticks: int = 100_000) -> list[Row]:
             bwl, bfac, gb, gpu, "process", "group", True, {}),
         Row(f"10x1,000: {gpu} process, default worker, lanes capped at 128 registers", bwl,
             bfac, gb, gpu, "process", "group", True, CAP_128),
+        *(Row(f"10x1,000: {gpu} process, default worker, receive batch {k}", bwl, bfac, gb,
+              gpu, "process", "group", True, receive_batch=k) for k in (2048, 1024, 512)),
         Row(f"10x1,000: {gpu} process, one launch for all groups", bwl, bfac, gb, gpu,
             "process", "group", True, {"OPTION_WORKER_BATCH": "1"}),
         Row(f"10x1,000: {gpu} process, one launch for all groups, capped at 128 registers",

@@ -63,10 +63,14 @@ BREAK_EVEN: dict[tuple[int, int], dict[str, Any]] = {}
 #: timed bar closes per backend (after one warm-up each); the median decides
 CALIBRATION_ROUNDS = 7
 PANEL_MODES = ("auto", "copy", "mapped")
-#: on the CPU, bar closes of at most this many program x symbol decisions run on the
-#: calling thread (`_codes_day_serial_cpu`), larger ones in numba's thread pool
-#: (`_codes_cpu`, a prange over the programs): see `cpu_serial_pays`
-CPU_SERIAL_MAX_DECISIONS = 0
+#: on the CPU, bar closes of at most this many program x symbol decisions (and any of a
+#: single program) run on the calling thread (`_codes_day_serial_cpu`), larger ones in
+#: numba's thread pool (`_codes_cpu`, a prange over the programs). Measured with 400 µs of
+#: other work between bar closes (benchmarks/gp_cpu_decider.py, 2026-11-23): on the H200
+#: host (16 threads, OpenMP) serial / pool took 5.1 / 14.1 µs at 1 x 128, 15.8 / 23.4 at
+#: 1 x 1,000, 11.7 / 16.7 at 2 x 128 and 43.5 / 31.2 at 4 x 128; on the 2-core dev VM
+#: 5.3 / 9.7, 25.1 / 30.5, 15.5 / 15.2 and 50.0 / 41.4
+CPU_SERIAL_MAX_DECISIONS = 256
 
 
 def cpu_serial_pays(n_programs: int, n_symbols: int) -> bool:
