@@ -2,7 +2,9 @@
 
 The live engine's view of the GP interpreter (`gpu.gp_eval`): at each bar close the
 strategy hands over one feature row per symbol and polls for the buy/sell codes, so the
-event loop never waits on the GPU. On the CPU the codes are computed at once.
+event loop never waits on the GPU. On the CPU the codes are computed at once: on the
+calling thread for a single rule or a small bar close, in numba's thread pool for larger
+ones (`cpu_serial_pays`).
 
 On CUDA a bar close is one contiguous copy of the engine's (n_symbols, 31) feature matrix
 into a pinned buffer, then either one copy of it to the device or none (the kernel reads
