@@ -10,6 +10,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from engine.broker import PaperBroker
 
 
@@ -49,16 +51,27 @@ class EquityPoint:
 def equity_point(broker: PaperBroker, closes: Sequence[float], first_prices: Sequence[float],
                  ts: int) -> EquityPoint:
     """The account now, marked at each symbol's last price (`closes`, the open bars' `c`);
-    buy-and-hold from each symbol's `first_prices`."""
+    buy-and-hold from each symbol's `first_prices`.
+
+    Taken at every bar event, so its per-symbol work is array arithmetic: each symbol's
+    buy-and-hold equity is computed elementwise in the same operation order as one float
+    at a time, and summed one after another in symbol order, so the point is the same to
+    the last bit as a plain loop's (`tests/engine/test_stats.py`)."""
     gross = 0.0
-    bh = 0.0
-    cash0, fee = broker.cash_per_symbol, broker.commission
-    for acct, p, first in zip(broker.accounts, closes, first_prices, strict=True):
+    for acct in broker.accounts:
         if acct.position != 0.0:
             gross += abs(acct.position) * acct.last_price
-        if first == first and p > 0.0:
-            shares = max(0, math.floor((cash0 - fee) / first))
-            bh += cash0 - (shares * first + fee) + shares * p if shares else cash0
-        else:
-            bh += cash0
+    cash0, fee = broker.cash_per_symbol, broker.commission
+    p = np.asarray(closes, np.float64)
+    first = np.asarray(first_prices, np.float64)
+    if p.shape != first.shape or len(p) != len(broker.accounts):
+        raise ValueError(f"equity_point: {len(broker.accounts)} accounts, {len(p)} closes "
+                         f"and {len(first)} first prices")
+    with np.errstate(divide="ignore", invalid="ignore"):  # NaN or 0 first prices: masked
+        shares = np.maximum(0.0, np.floor((cash0 - fee) / first))
+        held = (first == first) & (p > 0.0) & (shares > 0.0)
+        per_symbol = np.where(held, cash0 - (shares * first + fee) + shares * p, cash0)
+    bh = 0.0
+    for v in per_symbol.tolist():  # in order, one at a time: as the loop it replaces
+        bh += v
     return EquityPoint(ts, broker.equity(), gross, bh)

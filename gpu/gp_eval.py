@@ -77,7 +77,8 @@ def _codes_cpu(programs: Any, lengths: Any, panel: Any, day0: int, day1: int, ou
                 out[i, d - day0, s] = _decide_cpu(program, lengths[i], panel[d], s)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True)  # keeps the GIL: released for microseconds, it lets another
+# Python thread of the process (a replay's feed) take it for up to a switch interval
 def _codes_day_serial_cpu(programs: Any, lengths: Any, day: Any, out: Any) -> None:
     """One bar's codes (n_programs, n_symbols) from one day of the panel, (31, n_symbols),
     on the calling thread: a bar close of a few rules is microseconds of work, less than
