@@ -6,7 +6,7 @@ between two of them the event loop does other work (here `--gap-us` of Python bu
 default 400 µs, about what a 128-symbol daily bar event costs besides the strategy), long
 enough for the pool's threads to sleep, so each prange pays their wake-up. The script times
 both at each size with the gap between calls and once back to back, and prints where the
-pool starts to pay (the `CPU_SERIAL_MAX_DECISIONS` rule).
+pool starts to pay (what GP_CPU_SERIAL_MAX_DECISIONS=256 picks in the last column).
 
     python benchmarks/gp_cpu_decider.py [--rounds 201] [--gap-us 400] [--json PATH]
 """
@@ -69,7 +69,7 @@ def main() -> None:
         }
         row: dict[str, Any] = {"programs": n_programs, "symbols": n_symbols,
                                "rule_picks": "serial" if cpu_serial_pays(
-                                   n_programs, n_symbols) else "pool"}
+                                   n_programs, n_symbols, 256) else "pool"}
         for gap in (args.gap_us, 0.0):
             samples: dict[str, list[float]] = {k: [] for k in ways}
             for f in ways.values():

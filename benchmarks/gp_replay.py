@@ -6,9 +6,9 @@ best.json --window train`: real sockets, the GP paper's signal-close fills), its
 and its hall-of-fame ensemble, each way, in rounds that interleave the ways:
 
 - `cpu`: the CPU twin (a bar close evaluates at once);
-- `cpu, thread pool (before)`: the CPU twin always in numba's thread pool (a prange over
-  the rules), as before the decider ran small bar closes on the calling thread
-  (`gpu.gp_decider.cpu_serial_pays`);
+- `cpu, on the engine's thread`: the CPU twin with bar closes of up to 256 decisions
+  evaluated on the calling thread instead of numba's thread pool
+  (GP_CPU_SERIAL_MAX_DECISIONS=256; the default is the pool);
 - `cpu, overlapped`: the CPU twin with overlapped decisions forced (`"always"`): what the
   overlapping itself costs the engine, on any machine;
 - `cuda, waiting`: a launch per bar close that the close awaits (`overlap_decisions =
@@ -32,6 +32,7 @@ import contextlib
 import cProfile
 import io
 import json
+import os
 import platform
 import pstats
 import statistics
@@ -49,8 +50,9 @@ import run_engine  # noqa: E402
 from benchmarks.common import device_or_none, log, write_json  # noqa: E402
 from engine.core import Engine  # noqa: E402
 from feeds.datadir import data_dir  # noqa: E402
+from gpu.gp_decider import SERIAL_ENV  # noqa: E402
 
-WAYS = [("cpu", "cpu", "never"), ("cpu, thread pool (before)", "cpu", "never"),
+WAYS = [("cpu", "cpu", "never"), ("cpu, on the engine's thread", "cpu", "never"),
         ("cpu, overlapped", "cpu", "always"),
         ("cuda, waiting", "cuda", "never"), ("cuda, overlapped", "cuda", "auto")]
 
@@ -107,27 +109,30 @@ def evolve(tmp: Path, args: argparse.Namespace, device: str) -> Path:
 
 
 @contextlib.contextmanager
-def thread_pool_always(on: bool) -> Iterator[None]:
-    """With `on`, every CPU bar close goes through numba's thread pool (the way before)."""
-    from gpu import gp_decider
-    saved = gp_decider.cpu_serial_pays
-    if on:
-        gp_decider.cpu_serial_pays = lambda n_programs, n_symbols: False
+def serial_up_to(max_decisions: int | None) -> Iterator[None]:
+    """With a number, CPU bar closes of up to that many decisions skip the thread pool
+    (GP_CPU_SERIAL_MAX_DECISIONS, read when the strategy is built)."""
+    saved = os.environ.get(SERIAL_ENV)
+    if max_decisions is not None:
+        os.environ[SERIAL_ENV] = str(max_decisions)
     try:
         yield
     finally:
-        gp_decider.cpu_serial_pays = saved
+        if saved is None:
+            os.environ.pop(SERIAL_ENV, None)
+        else:
+            os.environ[SERIAL_ENV] = saved
 
 
 def replay_once(spec: str, device: str, overlap: str, tmp: Path, tag: str,
-                pool: bool = False, profile: Path | None = None) -> dict[str, Any]:
+                serial: int | None = None, profile: Path | None = None) -> dict[str, Any]:
     config = tmp / f"{overlap}.toml"
     config.write_text(f'overlap_decisions = "{overlap}"\n')
     out = tmp / tag
     argv = ["replay", "--strategy", spec, "--window", "train", "--device", device,
             "--config", str(config), "--out", str(out)]
     with (BarCloseClock() as clock, contextlib.redirect_stdout(io.StringIO()),
-          thread_pool_always(pool)):
+          serial_up_to(serial)):
         if profile is None:
             rc = run_engine.main(argv)
         else:
@@ -181,8 +186,8 @@ def main() -> None:
             for r in range(args.rounds + 1):  # round 0 compiles and fills caches: not kept
                 for name, device, overlap in ways:
                     got = replay_once(spec, device, overlap, tmp,
-                                      f"r{r}-{device}-{overlap}-{'pool' in name}",
-                                      pool="pool" in name)
+                                      f"r{r}-{device}-{overlap}-{'thread' in name}",
+                                      serial=256 if "thread" in name else None)
                     if r:
                         rows.setdefault(f"{strategy}: {name}", []).append(got)
                     log(f"  {strategy}, round {r}, {name}: wall {got['wall_s']:.3f} s, "
@@ -191,7 +196,8 @@ def main() -> None:
             if args.profile:
                 for name, device, overlap in ways:
                     replay_once(spec, device, overlap, tmp, f"{strategy}: {name}",
-                                pool="pool" in name, profile=args.profile)
+                                serial=256 if "thread" in name else None,
+                                profile=args.profile)
     table = []
     for key, runs in rows.items():
         money = [run["per_symbol"] for run in runs]

@@ -2,9 +2,9 @@
 
 The live engine's view of the GP interpreter (`gpu.gp_eval`): at each bar close the
 strategy hands over one feature row per symbol and polls for the buy/sell codes, so the
-event loop never waits on the GPU. On the CPU the codes are computed at once: on the
-calling thread for a single rule or a small bar close, in numba's thread pool for larger
-ones (`cpu_serial_pays`).
+event loop never waits on the GPU. On the CPU the codes are computed at once, in numba's
+thread pool, or on the calling thread up to GP_CPU_SERIAL_MAX_DECISIONS decisions
+(`cpu_serial_max_decisions`).
 
 On CUDA a bar close is one contiguous copy of the engine's (n_symbols, 31) feature matrix
 into a pinned buffer, then either one copy of it to the device or none (the kernel reads
@@ -32,6 +32,7 @@ measurement is paid once.
 from __future__ import annotations
 
 import logging
+import os
 import statistics
 import time
 from typing import Any
@@ -65,23 +66,44 @@ BREAK_EVEN: dict[tuple[int, int], dict[str, Any]] = {}
 #: timed bar closes per backend (after one warm-up each); the median decides
 CALIBRATION_ROUNDS = 7
 PANEL_MODES = ("auto", "copy", "mapped")
-#: on the CPU, bar closes of at most this many program x symbol decisions (and any of a
-#: single program) run on the calling thread (`_codes_day_serial_cpu`), larger ones in
-#: numba's thread pool (`_codes_cpu`, a prange over the programs). Measured with 400 µs of
-#: other work between bar closes (benchmarks/gp_cpu_decider.py, 2026-11-23): on the H200
-#: host (16 threads, OpenMP) serial / pool took 5.1 / 14.1 µs at 1 x 128, 15.8 / 23.4 at
-#: 1 x 1,000, 11.7 / 16.7 at 2 x 128 and 43.5 / 31.2 at 4 x 128; on the 2-core dev VM
-#: 5.3 / 9.7, 25.1 / 30.5, 15.5 / 15.2 and 50.0 / 41.4
-CPU_SERIAL_MAX_DECISIONS = 256
+#: GP_CPU_SERIAL_MAX_DECISIONS: on the CPU, bar closes of at most this many program x
+#: symbol decisions run on the calling thread (`_codes_day_serial_cpu`), larger ones in
+#: numba's thread pool (`_codes_cpu`, a prange over the programs); 0, the default: always
+#: the pool. See `cpu_serial_max_decisions` for what each costs.
+SERIAL_ENV = "GP_CPU_SERIAL_MAX_DECISIONS"
 
 
-def cpu_serial_pays(n_programs: int, n_symbols: int) -> bool:
-    """Whether a CPU bar close should skip numba's thread pool. Between two bar closes the
-    engine does a few hundred microseconds of other work and the pool's threads go to
-    sleep, so each prange first wakes them; timed back to back (threads still spinning) the
-    prange looks cheaper than it is in the engine. A single program gives the prange
-    nothing to share at all."""
-    return n_programs == 1 or n_programs * n_symbols <= CPU_SERIAL_MAX_DECISIONS
+def cpu_serial_max_decisions() -> int:
+    """GP_CPU_SERIAL_MAX_DECISIONS (an integer >= 0; default 0).
+
+    A trade-off measured on the H200 host (2026-11-23,
+    benchmarks/results/h200-2026-11-23-session7). Alone, with 400 µs of other work between
+    bar closes (benchmarks/gp_cpu_decider.py), the calling thread beat the pool up to
+    2 x 128 decisions: 5.1 against 14.1 µs at 1 x 128, 15.8 against 23.4 at 1 x 1,000,
+    11.7 against 16.7 at 2 x 128 (the pool wins from 4 x 128: 31.2 against 43.5). In the GP
+    replay (128 stocks x 768 days, the best rule) 256 cut the event loop's time per bar
+    close from 343-457 to 183-268 µs, but the replay's wall time grew from 0.57-0.95 s to
+    0.91-2.57 s in all 6 rounds of two runs. The cause was not isolated; a likely one is
+    that the pool's spinning threads keep the host's cores awake for the replay's other
+    threads (its feed, ZeroMQ's I/O). So a backtest keeps the pool; a live engine, where a
+    bar close's latency matters and the wall time does not, can set 256."""
+    from gpu.device import SettingError
+
+    raw = os.environ.get(SERIAL_ENV, "0")
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise SettingError(f"{SERIAL_ENV} must be an integer >= 0, got {raw!r}")
+    return value
+
+
+def cpu_serial_pays(n_programs: int, n_symbols: int, max_decisions: int) -> bool:
+    """Whether a CPU bar close of n_programs x n_symbols runs on the calling thread: between
+    two bar closes the pool's threads go to sleep, so a prange first wakes them, which can
+    cost more than a small evaluation."""
+    return n_programs * n_symbols <= max_decisions
 
 
 def mapped_panel_pays(n_programs: int, n_symbols: int) -> bool:
@@ -114,6 +136,8 @@ class AsyncDecider:
         #: "mapped" (the kernel reads mapped host memory), "auto" (`mapped_panel_pays`)
         self.panel = panel
         self.requested = device
+        #: CPU bar closes of at most this many decisions skip the thread pool
+        self.serial_max = cpu_serial_max_decisions()
         self.device: Resolved = resolve_device(device, "GP strategy")
         self._cuda_ready = self.device == "cuda"
         #: the measurement behind an automatic choice (None: the device was not "auto")
@@ -249,7 +273,7 @@ class AsyncDecider:
             out = np.zeros((self.programs.shape[0], 1, n_symbols), np.int8)
             if n_symbols:
                 day = np.ascontiguousarray(feats.T)
-                if cpu_serial_pays(self.programs.shape[0], n_symbols):
+                if cpu_serial_pays(self.programs.shape[0], n_symbols, self.serial_max):
                     _codes_day_serial_cpu(self.programs, self.lengths, day, out[:, 0, :])
                 else:
                     _codes_cpu(self.programs, self.lengths, day[None, :, :], 0, 1, out)

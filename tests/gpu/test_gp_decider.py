@@ -66,7 +66,7 @@ def test_cpu_bar_close_on_the_calling_thread_and_in_the_pool_match_the_reference
         n_rules: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Both CPU ways of a bar close (serially on the calling thread, and numba's thread pool
     over the rules) against the plain-Python tree walker, with NaNs and boolean terminals
-    in the features, over sizes either side of `CPU_SERIAL_MAX_DECISIONS`."""
+    in the features, with GP_CPU_SERIAL_MAX_DECISIONS either side of the sizes."""
     from gpu import gp_decider
     from strategies.gp.reference import eval_tree
 
@@ -80,10 +80,26 @@ def test_cpu_bar_close_on_the_calling_thread_and_in_the_pool_match_the_reference
         feats[rng.random(size=feats.shape) < 0.05] = np.nan
         want = np.array([[eval_tree(r.buy, feats[s]) | (eval_tree(r.sell, feats[s]) << 1)
                           for s in range(n_symbols)] for r in rules], np.int8)
-        for serial_max in (0, 10_000):  # 0: only a single rule runs serially
-            monkeypatch.setattr(gp_decider, "CPU_SERIAL_MAX_DECISIONS", serial_max)
-            serial = gp_decider.cpu_serial_pays(n_rules, n_symbols)
-            assert serial == (n_rules == 1 or serial_max > 0)
+        for serial_max in (0, 10_000):  # 0 (the default): always the thread pool
+            monkeypatch.setenv("GP_CPU_SERIAL_MAX_DECISIONS", str(serial_max))
             decider = AsyncDecider(progs, lengths, "cpu")
+            serial = gp_decider.cpu_serial_pays(n_rules, n_symbols, decider.serial_max)
+            assert serial == (serial_max > 0)
             np.testing.assert_array_equal(decider._bar_close(feats), want,
                                           err_msg=f"serial={serial}, {n_symbols} symbols")
+
+
+def test_bad_serial_setting_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpu.device import SettingError
+    from gpu.gp_decider import cpu_serial_max_decisions
+
+    progs, lengths = programs(1)
+    for bad in ("-1", "many", "", "2.5"):
+        monkeypatch.setenv("GP_CPU_SERIAL_MAX_DECISIONS", bad)
+        with pytest.raises(SettingError, match="GP_CPU_SERIAL_MAX_DECISIONS must be an "
+                                               "integer >= 0"):
+            AsyncDecider(progs, lengths, "cpu")
+    monkeypatch.setenv("GP_CPU_SERIAL_MAX_DECISIONS", "256")
+    assert cpu_serial_max_decisions() == 256
+    monkeypatch.delenv("GP_CPU_SERIAL_MAX_DECISIONS")
+    assert AsyncDecider(progs, lengths, "cpu").serial_max == 0
