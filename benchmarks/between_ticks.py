@@ -391,6 +391,11 @@ PCR_SOLVER = {"GPU_FD_SOLVER": "pcr"}
 CAP_128 = {"GPU_FD_MAX_REGISTERS": "128"}
 
 
+def _gpu_count() -> int:
+    from numba import cuda
+    return len(cuda.gpus)
+
+
 def _args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--quick", action="store_true",
@@ -448,7 +453,8 @@ def _workloads(args: argparse.Namespace) -> tuple[Row, Row]:
             Row("10 synthetic", "10 synthetic", big_factory, big_groups))
 
 
-def plan(one: Row, big: Row, gpu: str, paced_ticks: int = 100_000) -> list[Row]:
+def plan(one: Row, big: Row, gpu: str, paced_ticks: int = 100_000, n_gpus: int = 1
+         ) -> list[Row]:
     """The table's rows: before and after each change, on both workloads; then the
     10 x 1,000 feed paced at its own data rate (1x: data time runs as wall time, as a
     live feed arrives) and at ten times it."""
@@ -511,6 +517,9 @@ def plan(one: Row, big: Row, gpu: str, paced_ticks: int = 100_000) -> list[Row]:
               "process", "group", True, slots[k]) for k in (2, 3)),
         Row(f"10x1,000: {gpu} process, default worker (2 in flight per group, no batching)",
             bwl, bfac, gb, gpu, "process", "group", True, {}),
+        *([Row(f"10x1,000: {gpu} process, default worker, {n_gpus} GPUs", bwl, bfac, gb, gpu,
+               "process", "group", True, {"OPTION_WORKER_GPUS": str(n_gpus)})]
+          if n_gpus > 1 else []),
         Row(f"10x1,000: {gpu} process, default worker, lanes capped at 128 registers", bwl,
             bfac, gb, gpu, "process", "group", True, CAP_128),
         *(Row(f"10x1,000: {gpu} process, default worker, receive batch {k}", bwl, bfac, gb,
@@ -654,7 +663,7 @@ def main() -> None:
     json_path = args.json or ROOT / "benchmarks" / "results" / (
         f"between_ticks_{node}_{stamp:%Y-%m-%d}{'_quick' if args.quick else ''}.json")
     one, big = _workloads(args)
-    planned = plan(one, big, gpu, args.paced_ticks)
+    planned = plan(one, big, gpu, args.paced_ticks, _gpu_count() if gpu == "cuda" else 1)
     if args.part != "all":  # the 10 x 1,000 rows' names start with it, none of the others
         planned = [r for r in planned if r.name.startswith("10x1,000") == (args.part == "ten")]
     if args.placement != "os":

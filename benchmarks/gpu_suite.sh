@@ -3,7 +3,7 @@
 # Usage on the GPU machine (after the wheel install line of ../shared/tools/device-wheels.sh):
 #   bash benchmarks/gpu_suite.sh [tests] [indicators] [options] [gp] [experiment] [gp_eval]
 #                                [ising] [timeseries] [subset] [islands]   (islands: on two GPUs)
-#                                [gp_round_trip] [placement]
+#                                [gp_round_trip] [placement] [two_gpus]  (two_gpus: on two GPUs)
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-benchmarks/out}
@@ -29,6 +29,12 @@ for s in "${steps[@]}"; do
       lscpu | grep -iE "^(CPU\(s\)|Thread|Core|Socket|Model name|NUMA)" ;
       timeout 560 python3 benchmarks/between_ticks.py --exact --only "cuda process, default worker" \
         --placement both --repeat "${REPEAT:-3}" --no-gp --no-capacity --json "$OUT/placement.json" 2>&1 | grep -v "^\.\.\. " | tail -30 ;;
+    two_gpus)  # the 10 x 1,000 groups on one GPU worker and split over two (OPTION_WORKER_GPUS=2)
+      nvidia-smi -L ;
+      timeout 120 python3 -m pytest -q -p no:cacheprovider tests/engine/test_option_worker.py -k two_gpus 2>&1 | tail -3 ;
+      timeout 420 python3 benchmarks/between_ticks.py --part ten --exact --no-gp --no-capacity --repeat "${REPEAT:-3}" \
+        --only "10x1,000: no group;10x1,000: cuda process, default worker (2 in flight per group, no batching);10x1,000: cuda process, default worker, 2 GPUs" \
+        --json "$OUT/ten_two_gpus.json" 2>&1 | grep "^|" ;;
     experiment) timeout 560 python3 benchmarks/gp_experiment.py --json "$OUT/gp_experiment.json" 2>&1 | tail -40 ;;
   esac
 done

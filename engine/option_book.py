@@ -264,9 +264,9 @@ class OptionBook:
         #: loop. The worker process's (OPTION_TAP_EVERY); in-process dispatch keeps 0
         self.tap_every = 0
         if dispatch == "process":
-            from engine.option_worker import WorkerClient
+            from engine.option_worker import open_workers
 
-            self._worker = WorkerClient(list(groups), self.device, timezone)
+            self._worker = open_workers(list(groups), self.device, timezone)
             # the engine calls the worker's request directly: no layer on the tick path
             self.on_underlying_tick = self._worker.on_underlying_tick  # type: ignore[method-assign]
             self.tap_every = self._worker.tap_every

@@ -158,7 +158,10 @@ def _sizes(configs: list[Any]) -> list[int]:
 class WorkerClient:
     """The engine's side: request repricings and collect results through shared memory."""
 
-    def __init__(self, configs: list[Any], device: str, timezone: str) -> None:
+    def __init__(self, configs: list[Any], device: str, timezone: str,
+                 visible_devices: str | None = None) -> None:
+        """`visible_devices`: the worker process's CUDA_VISIBLE_DEVICES (None: inherited),
+        so that each of several workers owns its own GPU (`open_workers`)."""
         from engine.affinity import WORKER_ENV, cpus_from_env
         from engine.option_book import contract_symbols
 
@@ -168,6 +171,7 @@ class WorkerClient:
         self._send_every = request_every()
         self.configs = configs
         self.device = device
+        self.visible_devices = visible_devices
         # the contracts' symbols, by the same recipe as the worker (no pricer needed here)
         self.symbols: list[tuple[str, ...]] = [contract_symbols(c) for c in configs]
         self.layout = _Layout(_sizes(configs))
@@ -219,6 +223,8 @@ class WorkerClient:
         root = str(Path(__file__).resolve().parent.parent)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        if visible_devices is not None:
+            env["CUDA_VISIBLE_DEVICES"] = visible_devices
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "engine.option_worker", self._shm.name, device, timezone,
              str(os.getpid())],
@@ -401,6 +407,136 @@ class WorkerClient:
     def close(self) -> None:
         """Stop the worker and free the shared memory (views released first)."""
         self._finalizer()
+
+
+#: OPTION_WORKER_GPUS: how many GPU worker processes share the option groups (default 1)
+GPUS_ENV = "OPTION_WORKER_GPUS"
+
+
+def worker_gpus() -> int:
+    """OPTION_WORKER_GPUS, an integer >= 1 (default 1): one worker process per GPU."""
+    from engine.errors import UserError
+
+    raw = os.environ.get(GPUS_ENV, "1")
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise UserError(f"{GPUS_ENV} must be an integer >= 1, got {raw!r}")
+    return n
+
+
+def split_groups(configs: list[Any], n_workers: int) -> list[list[int]]:
+    """Group indices per worker: every group of one underlying on the same worker (a tick
+    goes to one client), underlyings dealt largest first (by options) to the worker with
+    the fewest options so far. Workers left without a group are dropped."""
+    by_underlying: dict[str, list[int]] = {}
+    for g, c in enumerate(configs):
+        by_underlying.setdefault(c.underlying, []).append(g)
+    sizes = _sizes(configs)
+    load = [0] * n_workers
+    shares: list[list[int]] = [[] for _ in range(n_workers)]
+    for groups in sorted(by_underlying.values(),
+                         key=lambda gs: (-sum(sizes[g] for g in gs), gs[0])):
+        w = min(range(n_workers), key=lambda i: (load[i], i))
+        shares[w].extend(groups)
+        load[w] += sum(sizes[g] for g in groups)
+    return [sorted(share) for share in shares if share]
+
+
+def open_workers(configs: list[Any], device: str, timezone: str
+                 ) -> WorkerClient | MultiWorkerClient:
+    """The option groups' worker processes: one (`WorkerClient`), or with
+    OPTION_WORKER_GPUS=N > 1 up to N, each owning one GPU (the i-th of the engine's
+    CUDA_VISIBLE_DEVICES, or device i when it is unset) and a share of the groups
+    (`split_groups`), behind one `MultiWorkerClient`."""
+    from engine.errors import UserError
+
+    n = worker_gpus()
+    if n == 1:
+        return WorkerClient(configs, device, timezone)
+    shares = split_groups(configs, n)
+    visible: list[str | None] = [None] * len(shares)
+    if device == "cuda":
+        listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+        ids = ([d.strip() for d in listed.split(",") if d.strip()] if listed is not None
+               else [str(i) for i in range(n)])
+        if len(ids) < n:
+            raise UserError(f"{GPUS_ENV}={n} but CUDA_VISIBLE_DEVICES lists {len(ids)} "
+                            f"device(s): {listed!r}")
+        visible = list(ids[:len(shares)])
+    return MultiWorkerClient(configs, shares, device, timezone, visible)
+
+
+class MultiWorkerClient:
+    """Several worker processes (one per GPU) behind the one client interface the option
+    book uses: a tick goes to the worker that holds its underlying's groups (one dict
+    lookup more than a single worker), results come from all of them numbered in one
+    sequence, counts are summed."""
+
+    def __init__(self, configs: list[Any], shares: list[list[int]], device: str,
+                 timezone: str, visible: list[str | None]) -> None:
+        self.configs = configs
+        self.shares = shares
+        self.clients: list[WorkerClient] = []
+        try:
+            for share, dev in zip(shares, visible, strict=True):
+                self.clients.append(WorkerClient([configs[g] for g in share], device,
+                                                 timezone, dev))
+        except BaseException:
+            self.close()
+            raise
+        self.tap_every = self.clients[0].tap_every
+        self._route = {sym: c.on_underlying_tick for c in self.clients for sym in c.underlyings}
+        self.underlyings = set(self._route)
+        self._seq = 0
+
+    def on_underlying_tick(self, symbol: str, spot: float, ts: int) -> None:
+        ask = self._route.get(symbol)
+        if ask is not None:
+            ask(symbol, spot, ts)
+
+    @property
+    def batch_t0(self) -> int:
+        return self.clients[0].batch_t0
+
+    @batch_t0.setter
+    def batch_t0(self, t0: int) -> None:
+        for c in self.clients:
+            c.batch_t0 = t0
+
+    @property
+    def ticks(self) -> int:
+        return sum(c.ticks for c in self.clients)
+
+    def in_flight(self) -> int:
+        return sum(c.in_flight() for c in self.clients)
+
+    def poll(self) -> list[OptionValue | OptionGroupValues]:
+        out: list[OptionValue | OptionGroupValues] = []
+        for c in self.clients:
+            c._seq = self._seq  # one sequence across the workers' messages
+            got = c.poll()
+            self._seq = c._seq
+            if got:
+                out.extend(got)
+        return out
+
+    def last_values(self) -> list[tuple[tuple[str, ...], tuple[float, Any, Any, Any]]]:
+        return [v for c in self.clients for v in c.last_values()]
+
+    def stats(self) -> dict[str, Any]:
+        parts = [c.stats() for c in self.clients]
+        out: dict[str, Any] = {k: sum(p[k] for p in parts) for k in (
+            "groups", "options", "repricings", "worker_repricings", "coalesced")}
+        out["latencies_ns"] = [x for p in parts for x in p["latencies_ns"]]
+        out["workers"] = len(parts)
+        return out
+
+    def close(self) -> None:
+        for c in self.clients:
+            c.close()
 
 
 def _buf(shm: shared_memory.SharedMemory) -> memoryview:

@@ -114,6 +114,35 @@ def test_cuda_worker_with_launches_in_flight_in_the_simulator(
         book.close()
 
 
+def test_cuda_workers_on_two_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OPTION_WORKER_GPUS=2 on CUDA: two worker processes, each told its own device
+    (CUDA_VISIBLE_DEVICES), each pricing its underlying; the simulator in CI (which ignores
+    the device id), two real GPUs where the machine has them."""
+    from engine.option_worker import MultiWorkerClient
+    from gpu.device import cuda_simulated
+
+    if not cuda_present():
+        pytest.skip("no CUDA device or simulator")
+    if cuda_simulated():
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    else:
+        from numba import cuda
+        if len(cuda.gpus) < 2:
+            pytest.skip("needs two GPUs")
+    monkeypatch.setenv("OPTION_WORKER_GPUS", "2")
+    configs = {"ABC": cfg("ABC", (95.0, 105.0), expiries=(30,)),
+               "DEF": cfg("DEF", (40.0,), expiries=(7, 90))}
+    book = OptionBook(list(configs.values()), device="cuda", dispatch="process")
+    try:
+        assert isinstance(book._worker, MultiWorkerClient)
+        assert [c.visible_devices for c in book._worker.clients] == ["0", "1"]
+        got, asked = run_walk(book, 40, 9)
+        check(got, asked, configs, exact=False)
+        assert [m.seq for m in got] == list(range(1, len(got) + 1))
+    finally:
+        book.close()
+
+
 def stopped_client() -> WorkerClient:
     """The engine's side of two groups (ABC, DEF) with real shared memory, its worker
     stopped and both WANT flags lowered by hand, so only the client writes."""
@@ -209,3 +238,73 @@ def test_every_tick_writes_request_n_into_slot_n_mod_2(monkeypatch: pytest.Monke
         assert client._pending == [None, None]
     finally:
         client.close()
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_split_groups_keeps_underlyings_whole_and_balances(seed: int) -> None:
+    """Every group on exactly one worker, an underlying's groups together, no empty
+    worker, and the greedy bound: the fullest worker holds at most the emptiest one's
+    options plus the largest underlying's."""
+    from engine.option_worker import _sizes, split_groups
+
+    rng = np.random.default_rng(seed)
+    names = [f"U{i}" for i in range(int(rng.integers(1, 9)))]
+    configs = [cfg(str(rng.choice(names)), tuple(float(k) for k in range(
+        90, 90 + 5 * int(rng.integers(1, 8)), 5))) for _ in range(int(rng.integers(1, 15)))]
+    n = int(rng.integers(1, 6))
+    shares = split_groups(configs, n)
+    flat = sorted(g for share in shares for g in share)
+    assert flat == list(range(len(configs)))
+    assert all(share for share in shares) and len(shares) <= n
+    owner = {configs[g].underlying: w for w, share in enumerate(shares) for g in share}
+    for w, share in enumerate(shares):
+        assert all(owner[configs[g].underlying] == w for g in share)
+    sizes = _sizes(configs)
+    per_underlying: dict[str, int] = {}
+    for g, c in enumerate(configs):
+        per_underlying[c.underlying] = per_underlying.get(c.underlying, 0) + sizes[g]
+    load = [sum(sizes[g] for g in share) for share in shares]
+    assert len(shares) == min(n, len(per_underlying))
+    assert max(load) <= min(load) + max(per_underlying.values())
+
+
+def test_two_cpu_workers_price_bit_for_bit_in_one_sequence(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """OPTION_WORKER_GPUS=3 with two underlyings: two worker processes (no empty one),
+    each pricing its underlying's group; values equal the reference, the newest spot is
+    priced last, messages carry one sequence across the workers, counts add up."""
+    from engine.option_worker import MultiWorkerClient
+
+    monkeypatch.setenv("OPTION_WORKER_GPUS", "3")
+    configs = {"ABC": cfg("ABC", (90.0, 100.0, 110.0)), "DEF": cfg("DEF", (35.0, 45.0))}
+    book = OptionBook(list(configs.values()), device="cpu", dispatch="process")
+    try:
+        worker = book._worker
+        assert isinstance(worker, MultiWorkerClient) and len(worker.clients) == 2
+        assert sorted(sorted(c.underlyings) for c in worker.clients) == [["ABC"], ["DEF"]]
+        got, asked = run_walk(book, 300, 8)
+        check(got, asked, configs, exact=True)
+        assert [m.seq for m in got] == list(range(1, len(got) + 1))
+        s = book.summary()
+        assert s["repricings"] == len(got) and s["ticks"] == 300 and s["groups"] == 2
+        assert s["coalesced_ticks"] + s["worker_repricings"] == 300  # type: ignore[operator]
+        assert book.in_flight == 0
+    finally:
+        book.close()
+
+
+def test_bad_worker_gpu_settings_are_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.errors import UserError
+    from engine.option_worker import open_workers
+
+    configs = [cfg("ABC", (100.0,)), cfg("DEF", (40.0,))]
+    for bad in ("0", "-2", "two", "", "1.5"):
+        monkeypatch.setenv("OPTION_WORKER_GPUS", bad)
+        with pytest.raises(UserError, match="OPTION_WORKER_GPUS must be an integer >= 1"):
+            open_workers(configs, "cpu", "UTC")
+    # more GPUs asked for than the engine may see: refused before any worker starts
+    monkeypatch.setenv("OPTION_WORKER_GPUS", "2")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    with pytest.raises(UserError, match="OPTION_WORKER_GPUS=2 but CUDA_VISIBLE_DEVICES "
+                                        "lists 1 device"):
+        open_workers(configs, "cuda", "UTC")
