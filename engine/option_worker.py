@@ -159,9 +159,11 @@ class WorkerClient:
     """The engine's side: request repricings and collect results through shared memory."""
 
     def __init__(self, configs: list[Any], device: str, timezone: str,
-                 visible_devices: str | None = None) -> None:
+                 visible_devices: str | None = None, wait: bool = True) -> None:
         """`visible_devices`: the worker process's CUDA_VISIBLE_DEVICES (None: inherited),
-        so that each of several workers owns its own GPU (`open_workers`)."""
+        so that each of several workers owns its own GPU (`open_workers`). `wait=False`
+        returns once the worker is started; `wait_ready` then waits for it (several
+        workers compile and warm up side by side)."""
         from engine.affinity import WORKER_ENV, cpus_from_env
         from engine.option_book import contract_symbols
 
@@ -242,6 +244,12 @@ class WorkerClient:
             self._finalizer()
             raise RuntimeError("option worker process exited before it read its groups"
                                ) from None
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Until the worker has built and warmed its pricers (an error if it died or took
+        longer than START_TIMEOUT_S)."""
         deadline = time.monotonic() + START_TIMEOUT_S
         while not self._q[READY]:
             self._check_alive()
@@ -483,7 +491,9 @@ class MultiWorkerClient:
         try:
             for share, dev in zip(shares, visible, strict=True):
                 self.clients.append(WorkerClient([configs[g] for g in share], device,
-                                                 timezone, dev))
+                                                 timezone, dev, wait=False))
+            for c in self.clients:  # started side by side, waited for in turn
+                c.wait_ready()
         except BaseException:
             self.close()
             raise
