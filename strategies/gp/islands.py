@@ -492,6 +492,8 @@ class IslandsResult:
 
 #: tries per epoch when Dask cancels its tasks (a worker lost scattered data)
 EPOCH_ATTEMPTS = 3
+#: how long an epoch waits for the cluster to have a worker again before it fails
+WORKER_WAIT_S = 60.0
 
 
 class _EpochTasks:
@@ -514,13 +516,26 @@ class _EpochTasks:
 
     def _submit(self, payloads: list[IslandPayload], arrivals: list[Migrants | None],
                 until: int, send: int, attempt: int) -> list[Future]:
-        pool = self.workers or sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+        pool = self.workers or self._live_workers()
         return [self.client.submit(run_island_epoch, self.data_future, p, a, until, send,
                                    self.device, pure=False,
                                    key=f"gp-island-{p.island}-gen-{until}-{self.run_id}-{attempt}",
                                    workers=[pool[p.island % len(pool)]],
                                    allow_other_workers=self.workers is None)
                 for p, a in zip(payloads, arrivals, strict=True)]
+
+    def _live_workers(self) -> list[str]:
+        """The cluster's workers now; while it has none (a worker lost and its nanny
+        starting another), wait for one rather than place the islands nowhere."""
+        pool = sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+        if not pool:
+            try:
+                self.client.wait_for_workers(1, timeout=WORKER_WAIT_S)
+            except TimeoutError:
+                raise RuntimeError(f"the dask cluster has had no worker for "
+                                   f"{WORKER_WAIT_S:g} s: no island can run") from None
+            pool = sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+        return pool
 
     def run(self, epoch: int, payloads: list[IslandPayload], arrivals: list[Migrants | None],
             until: int, send: int) -> list[EpochOutcome]:

@@ -393,3 +393,24 @@ def test_local_cluster_pins_one_worker_per_gpu_and_matches_cpu(data: isl.PanelDa
             Client(cluster) as c:
         on_cpu = isl.evolve_islands(c, data, CONFIG, plan, "cpu")
     assert fingerprint(on_gpu) == fingerprint(on_cpu)
+
+
+def test_an_epoch_waits_for_a_worker_when_the_cluster_has_none(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cluster briefly without workers (all lost, nannies restarting them) is waited for,
+    not divided by; one that stays empty is a one-line error after WORKER_WAIT_S."""
+    import threading
+
+    from distributed import LocalCluster
+
+    monkeypatch.setattr(isl, "WORKER_WAIT_S", 0.5)
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster, \
+            Client(cluster) as c:
+        tasks = object.__new__(isl._EpochTasks)
+        tasks.client = c
+        with pytest.raises(RuntimeError, match=r"no worker for 0.5 s: no island can run"):
+            tasks._live_workers()
+        monkeypatch.setattr(isl, "WORKER_WAIT_S", 60.0)
+        threading.Timer(0.3, cluster.scale, args=(1,)).start()
+        pool = tasks._live_workers()
+        assert len(pool) == 1 and pool == sorted(c.scheduler_info()["workers"])
