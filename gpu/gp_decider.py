@@ -83,9 +83,12 @@ def cpu_serial_max_decisions() -> int:
     11.7 against 16.7 at 2 x 128 (the pool wins from 4 x 128: 31.2 against 43.5). In the GP
     replay (128 stocks x 768 days, the best rule) 256 cut the event loop's time per bar
     close from 343-457 to 183-268 µs, but the replay's wall time grew from 0.57-0.95 s to
-    0.91-2.57 s in all 6 rounds of two runs. The cause was not isolated; a likely one is
-    that the pool's spinning threads keep the host's cores awake for the replay's other
-    threads (its feed, ZeroMQ's I/O). So a backtest keeps the pool; a live engine, where a
+    0.91-2.57 s in all 6 rounds of two runs. The 2-core dev VM showed why (3 rounds each,
+    2026-11-23): with the replay's feed as a thread of the engine's process (`--transport
+    inproc`, the default) the wall time was 1.30-2.67 s serial against 1.06-1.61 s in the
+    pool, with the feed in its own process (`ipc`) 1.11-1.37 s against 1.15-1.82 s: the
+    slowdown comes from sharing the GIL with the in-process feed. So a backtest keeps the
+    pool; a live engine (its feed always another process), where a
     bar close's latency matters and the wall time does not, can set 256."""
     from gpu.device import SettingError
 
