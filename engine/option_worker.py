@@ -423,16 +423,7 @@ GPUS_ENV = "OPTION_WORKER_GPUS"
 
 def worker_gpus() -> int:
     """OPTION_WORKER_GPUS, an integer >= 1 (default 1): one worker process per GPU."""
-    from engine.errors import UserError
-
-    raw = os.environ.get(GPUS_ENV, "1")
-    try:
-        n = int(raw)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise UserError(f"{GPUS_ENV} must be an integer >= 1, got {raw!r}")
-    return n
+    return _count_from_env(GPUS_ENV, 1, minimum=1)
 
 
 def split_groups(configs: list[Any], n_workers: int) -> list[list[int]]:
@@ -656,18 +647,18 @@ def request_every() -> int:
     return _count_from_env(REQUEST_EVERY_ENV, DEFAULT_REQUEST_EVERY) or sys.maxsize
 
 
-def _count_from_env(name: str, default: int) -> int:
-    """An integer >= 0 from the environment variable `name` (`default` when unset); any
-    other text is the user's one-line error."""
+def _count_from_env(name: str, default: int, minimum: int = 0) -> int:
+    """An integer >= `minimum` from the environment variable `name` (`default` when
+    unset); any other text is the user's one-line error."""
     from engine.errors import UserError
 
     raw = os.environ.get(name, str(default))
     try:
         count = int(raw)
     except ValueError:
-        count = -1
-    if count < 0 or str(count) != raw.strip():
-        raise UserError(f"{name} must be an integer >= 0, got {raw!r}")
+        count = minimum - 1
+    if count < minimum or str(count) != raw.strip():
+        raise UserError(f"{name} must be an integer >= {minimum}, got {raw!r}")
     return count
 
 
