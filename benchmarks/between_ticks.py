@@ -457,7 +457,8 @@ def plan(one: Row, big: Row, gpu: str, paced_ticks: int = 100_000, n_gpus: int =
          ) -> list[Row]:
     """The table's rows: before and after each change, on both workloads; then the
     10 x 1,000 feed paced at its own data rate (1x: data time runs as wall time, as a
-    live feed arrives) and at ten times it."""
+    live feed arrives) and at ten times it. With `n_gpus` > 1 the 10 x 1,000 replay also
+    runs with its groups split over that many GPU workers (OPTION_WORKER_GPUS)."""
     g1, wl, fac = one.groups, one.workload, one.factory
     gb, bwl, bfac = big.groups, big.workload, big.factory
     keywords = {**big.factory.keywords, "n_ticks": paced_ticks}

@@ -268,6 +268,7 @@ class OptionBook:
 
             self._worker = open_workers(list(groups), self.device, timezone)
             # the engine calls the worker's request directly: no layer on the tick path
+            # (with several GPU workers, one dict lookup picks the underlying's worker)
             self.on_underlying_tick = self._worker.on_underlying_tick  # type: ignore[method-assign]
             self.tap_every = self._worker.tap_every
             return
