@@ -6,7 +6,8 @@ simple returns. Rows with a missing or non-finite return are dropped (and counte
 correlation is then taken over the same days. A strategy whose returns never vary (an
 evolved rule that never trades) has no correlation: it is set aside and named in
 `constant`. Fewer than 2 varying strategies, fewer than 3 usable days and duplicate names
-are errors.
+are errors. Columns with identical returns on every usable day are one behaviour
+(`distinct_behaviours`): an evolved hall of fame can hold many clones of one rule.
 
 Selection file (the `select` command's `--json` output, read back by
 `best.json#ensemble:select=FILE`): `subset` lists the chosen column names.
@@ -39,6 +40,9 @@ class ReturnsTable:
     returns: npt.NDArray[np.float64]
     dropped_rows: int
     constant: tuple[str, ...] = ()
+    #: columns of the input (constant ones included) with distinct returns: identical
+    #: columns count once
+    distinct_behaviours: int = 0
 
     def correlation(self) -> npt.NDArray[np.float64]:
         return np.asarray(np.corrcoef(self.returns, rowvar=False), np.float64)
@@ -92,7 +96,39 @@ def read_returns(path: str | Path) -> ReturnsTable:
     return ReturnsTable(names=[n for n, v in zip(names, varies, strict=True) if v],
                         returns=np.ascontiguousarray(returns[:, varies]),
                         dropped_rows=int(np.count_nonzero(~good)),
-                        constant=tuple(n for n, v in zip(names, varies, strict=True) if not v))
+                        constant=tuple(n for n, v in zip(names, varies, strict=True) if not v),
+                        distinct_behaviours=distinct_columns(returns))
+
+
+def distinct_columns(returns: npt.NDArray[np.float64]) -> int:
+    """How many columns differ from every other on at least one day (exact equality: a
+    clone's returns are the same floats, day by day)."""
+    return int(np.unique(returns.T + 0.0, axis=0).shape[0])  # + 0.0: -0.0 is 0.0
+
+
+#: a chosen set whose largest |correlation| exceeds this holds near-clones: its members
+#: are not independent strategies, whatever the search returned
+CLONE_CORRELATION = 0.9
+
+
+def largest_abs_correlation(corr: npt.NDArray[np.float64]) -> float:
+    """The largest |correlation| between two different members of a correlation matrix."""
+    k = corr.shape[0]
+    if k < 2:
+        return 0.0
+    off = np.abs(corr[~np.eye(k, dtype=bool)])
+    return float(off.max())
+
+
+def clone_warning(largest: float, k: int, distinct: int) -> str | None:
+    """One line when the chosen set is not a set of different strategies, else None."""
+    if not largest > CLONE_CORRELATION:
+        return None
+    text = (f"the chosen {k} strategies are near-clones: largest |correlation| "
+            f"{largest:.4f} > {CLONE_CORRELATION}")
+    if distinct < k:
+        text += f"; the input holds only {distinct} distinct behaviour(s)"
+    return text
 
 
 def write_returns(path: str | Path, names: Sequence[str], returns: npt.ArrayLike,

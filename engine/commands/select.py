@@ -22,7 +22,12 @@ from engine.errors import UserError
 from engine.plots import plot_selection
 from gpu.device import DeviceUnavailable, resolve_device
 from gpu.subset import SearchTooLong
-from strategies.selection import read_returns, select_least_correlated
+from strategies.selection import (
+    clone_warning,
+    largest_abs_correlation,
+    read_returns,
+    select_least_correlated,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -68,11 +73,19 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     names = [table.names[i] for i in result.subset]
     corr = table.correlation()
     sub = corr[np.ix_(result.subset, result.subset)]
+    largest = largest_abs_correlation(sub)
+    distinct = table.distinct_behaviours
+    n_input = len(table.names) + len(table.constant)
+    warning = clone_warning(largest, args.k, distinct)
     print(f"least-correlated {args.k} of {len(table.names)}: {', '.join(names)}")
     print(f"distance to identity {result.distance:.6f} (largest |correlation| "
-          f"{np.max(np.abs(sub - np.eye(args.k))):.4f}); {result.combinations:,} combinations "
+          f"{largest:.4f}); {result.combinations:,} combinations "
           f"in {result.seconds * 1e3:.2f} ms on {result.device} "
           f"({result.combinations_per_second:.3g}/s)")
+    print(f"the input holds {distinct} distinct behaviour(s) in {n_input} columns "
+          "(identical returns count once)")
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
     if args.plot:
         plot_selection(args.plot, table, result)
         print(f"wrote {args.plot}")
@@ -90,6 +103,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "days": int(table.returns.shape[0]),
         "dropped_rows": table.dropped_rows,
         "constant": list(table.constant),
+        "distinct_behaviours": distinct,
+        "largest_abs_correlation": largest,
+        "warning": warning,
         "correlation": [[float(x) for x in row] for row in sub],
         "returns": str(args.returns),
     }
