@@ -499,7 +499,9 @@ class Engine:
         for i, p in enumerate(c):
             if p > 0.0:
                 self.broker.mark(i, p)
-        point = equity_point(self.broker, self.bars.c, self.bars.first_price, end_ts)
+        # the strategy's positions were sold: buy-and-hold pays its exit costs too
+        point = equity_point(self.broker, self.bars.c, self.bars.first_price, end_ts,
+                             liquidate=True)
         if self.equity_curve and self.equity_curve[-1].ts == end_ts:
             self.equity_curve[-1] = point
         else:

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from engine.broker import buy_and_hold_cash
 from engine.plots import plot_equity
 from engine.replay import ReplayResult
+from engine.stats import buy_hold_cash
 
 NS = 1_000_000_000
 TRADING_DAYS = 252
@@ -149,7 +149,29 @@ def trade_stats(trips: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def build_report(result: ReplayResult, strategy_name: str) -> dict[str, Any]:
+def vs_buy_hold(result: ReplayResult, trials: int = 1) -> dict[str, Any] | None:
+    """The strategy's daily returns against buy-and-hold's (the equity curve's two lines,
+    each day's last point, the first day against the initial capital), through the shared
+    `strategies.relative_stats`: excess return, beta, alpha, correlation, information
+    ratio, the seeded bootstrap interval of the mean daily excess and the deflated Sharpe
+    ratio for `trials` rules tried. None without an equity curve."""
+    from strategies.relative_stats import relative_stats
+
+    eng = result.engine
+    if not eng.equity_curve:
+        return None
+    initial = eng.broker.initial_capital()
+    ts = np.asarray([p.ts for p in eng.equity_curve], np.int64)
+    strategy = daily_returns(ts, np.asarray([p.equity for p in eng.equity_curve]), initial,
+                             eng.tz)
+    bench = daily_returns(ts, np.asarray([p.buy_hold for p in eng.equity_curve]), initial,
+                          eng.tz)
+    return relative_stats(strategy, bench, trials=max(1, int(trials))).as_dict()
+
+
+def build_report(result: ReplayResult, strategy_name: str, trials: int = 1) -> dict[str, Any]:
+    """The replay's report; `trials`: rules tried to find the strategy (an evolved file's
+    `rules_tried`), which deflates its Sharpe ratio in `vs_buy_hold`."""
     eng = result.engine
     broker = eng.broker
     curve = np.asarray([p.equity for p in eng.equity_curve], np.float64)
@@ -162,7 +184,8 @@ def build_report(result: ReplayResult, strategy_name: str) -> dict[str, Any]:
         acct = broker.accounts[i]
         f, last = firsts[i], lasts[i]
         traded = f == f and last == last
-        bh = (buy_and_hold_cash(f, last, broker.cash_per_symbol, broker.commission)
+        bh = (buy_hold_cash(f, last, broker.cash_per_symbol, broker.commission,
+                            broker.slippage_bps)
               if traded else broker.cash_per_symbol)
         bh_total += bh
         per_symbol[sym] = {
@@ -223,6 +246,7 @@ def build_report(result: ReplayResult, strategy_name: str) -> dict[str, Any]:
         "source_skipped": result.source_skipped,
         "messages_received": result.received,
         "per_symbol": per_symbol,
+        "vs_buy_hold": vs_buy_hold(result, trials),
     }
     if eng.option_book is not None:
         report["options"] = eng.option_book.summary()

@@ -48,10 +48,27 @@ class EquityPoint:
     buy_hold: float = math.nan
 
 
+def buy_hold_cash(first_price: float, last_price: float, cash: float, commission: float,
+                  slippage_bps: float = 0.0) -> float:
+    """Final cash of buying all-in at `first_price` and selling everything at `last_price`,
+    paying the broker's costs both ways: its commission per trade and its slippage, which
+    moves each fill price against the order (`PaperBroker._fill_price`). With no slippage
+    it is `engine.broker.buy_and_hold_cash` to the last bit (same operation order)."""
+    buy = first_price * (1.0 + slippage_bps * 1e-4)
+    shares = max(0, math.floor((cash - commission) / buy))
+    if shares == 0:
+        return cash
+    cash = cash - (shares * buy + commission)
+    return cash + (shares * (last_price * (1.0 - slippage_bps * 1e-4)) - commission)
+
+
 def equity_point(broker: PaperBroker, closes: Sequence[float], first_prices: Sequence[float],
-                 ts: int) -> EquityPoint:
+                 ts: int, liquidate: bool = False) -> EquityPoint:
     """The account now, marked at each symbol's last price (`closes`, the open bars' `c`);
-    buy-and-hold from each symbol's `first_prices`.
+    buy-and-hold from each symbol's `first_prices`, bought with the broker's commission and
+    slippage. `liquidate` (the end of data, where the strategy's positions are sold): the
+    buy-and-hold positions are sold too, paying the exit commission and slippage, so the
+    last point is the report's `roi_buy_hold` (`buy_hold_cash`).
 
     Taken at every bar event, so its per-symbol work is array arithmetic: each symbol's
     buy-and-hold equity is computed elementwise in the same operation order as one float
@@ -62,15 +79,21 @@ def equity_point(broker: PaperBroker, closes: Sequence[float], first_prices: Seq
         if acct.position != 0.0:
             gross += abs(acct.position) * acct.last_price
     cash0, fee = broker.cash_per_symbol, broker.commission
+    slip = broker.slippage_bps * 1e-4
     p = np.asarray(closes, np.float64)
     first = np.asarray(first_prices, np.float64)
     if p.shape != first.shape or len(p) != len(broker.accounts):
         raise ValueError(f"equity_point: {len(broker.accounts)} accounts, {len(p)} closes "
                          f"and {len(first)} first prices")
     with np.errstate(divide="ignore", invalid="ignore"):  # NaN or 0 first prices: masked
-        shares = np.maximum(0.0, np.floor((cash0 - fee) / first))
+        buy = first * (1.0 + slip)
+        shares = np.maximum(0.0, np.floor((cash0 - fee) / buy))
         held = (first == first) & (p > 0.0) & (shares > 0.0)
-        per_symbol = np.where(held, cash0 - (shares * first + fee) + shares * p, cash0)
+        if liquidate:
+            value = cash0 - (shares * buy + fee) + (shares * (p * (1.0 - slip)) - fee)
+        else:
+            value = cash0 - (shares * buy + fee) + shares * p
+        per_symbol = np.where(held, value, cash0)
     bh = 0.0
     for v in per_symbol.tolist():  # in order, one at a time: as the loop it replaces
         bh += v
