@@ -8,22 +8,32 @@ their transaction commits, so a killed daemon has either all of a batch or none 
 fill that anyone saw is in the journal, and nothing is doubled when the stream resumes
 after the journaled sequence numbers.
 
-One daemon per journal: an exclusive lock (`<journal>.lock`, released by the kernel when
-the process dies, `kill -9` included) keeps a second daemon out with a one-line error.
-A SQLite file that is not an engine journal is refused, never modified.
+One daemon per journal: an exclusive lock on the database file itself (flock on its
+inode, so every path that reaches the file, a symlink, a hard link or another relative
+path, meets the same lock; released by the kernel when the process dies, `kill -9`
+included) keeps a second daemon out with a one-line error. SQLite's own locks are POSIX
+locks, apart from this one. A SQLite file that is not an engine journal is refused before
+anything is written to it.
+
+Data only: the snapshot is MessagePack (engine.snapshot_format), never pickle; a snapshot
+of the old pickle format is refused (never unpickled) with the command that drops it.
+Every value a message can decode to is stored: integers beyond SQLite's 64 bits (a peer's
+sequence number of 2**64-1) and NaN (which SQLite would store as NULL) are stored as the
+text of the number in a BLOB, which SQLite never converts; readers turn them back.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import fcntl
 import os
-import pickle
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine import snapshot_format
 from feeds.messages import Fill, Order, RiskRejection
 
 #: PRAGMA application_id of an engine journal ("TRDJ")
@@ -50,6 +60,37 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 TABLES = {"orders", "fills", "stream_seq", "symbols", "risk_events", "snapshot", "meta",
           "sqlite_sequence"}
+#: SQLite's INTEGER range; other integers are stored as the text of the number in a BLOB
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+def cell(x: Any) -> Any:
+    """A value as SQLite stores it without loss (see the module's docstring)."""
+    if type(x) is int and not INT64_MIN <= x <= INT64_MAX:
+        return str(x).encode()
+    if type(x) is float and x != x:
+        return b"nan"
+    return x
+
+
+def as_int(v: Any) -> int:
+    """An integer cell back as the integer it was (a BLOB holds its text)."""
+    return int(v)  # int() reads the text in bytes too
+
+
+def as_float(v: Any) -> float:
+    return float(v)
+
+
+def _number(v: Any) -> Any:
+    """A cell of a number column for export: BLOB text back to its number."""
+    if isinstance(v, bytes):
+        text = v.decode("ascii", "replace")
+        try:
+            return int(text)
+        except ValueError:
+            return float(text)
+    return v
 
 
 class JournalError(ValueError):
@@ -79,7 +120,7 @@ class JournalState:
 class Journal:
     def __init__(self, path: str | Path, *, lock: bool = True, readonly: bool = False) -> None:
         self.path = Path(path)
-        self._lock_file: Any = None
+        self._lock_fd: int | None = None
         if readonly:
             if not self.path.is_file():
                 raise JournalError(f"journal {self.path}: no such file")
@@ -91,82 +132,98 @@ class Journal:
                                    f"{exc.strerror}") from None
         if lock and not readonly:
             self._lock()
+        db: sqlite3.Connection | None = None
         try:
             if readonly:
-                self.db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True,
-                                          isolation_level=None)
+                db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True,
+                                     isolation_level=None)
             else:
-                self.db = sqlite3.connect(str(self.path), isolation_level=None)
-            tables = {r[0] for r in self.db.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table'")}
-            app_id = self.db.execute("PRAGMA application_id").fetchone()[0]
-            if tables and app_id != APPLICATION_ID and not tables <= TABLES:
-                raise JournalError(f"journal {self.path}: a SQLite database of something "
-                                   f"else (tables {', '.join(sorted(tables))}); not touching it")
+                db = sqlite3.connect(str(self.path), isolation_level=None)
+            self._refuse_foreign(db)  # before the first write
             if not readonly:
-                self.db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA journal_mode=WAL")
                 # NORMAL in WAL mode: a commit survives a killed process (not a power cut)
-                self.db.execute("PRAGMA synchronous=NORMAL")
-                self.db.executescript(SCHEMA)
-                self.db.execute(f"PRAGMA application_id={APPLICATION_ID}")
+                db.execute("PRAGMA synchronous=NORMAL")
+                db.executescript(SCHEMA)
+                db.execute(f"PRAGMA application_id={APPLICATION_ID}")
         except sqlite3.DatabaseError as exc:
+            if db is not None:
+                db.close()
             self._unlock()
             what = ("cannot write to it" if "readonly" in str(exc) or "read-only" in str(exc)
                     else "not a usable SQLite database")
             raise JournalError(f"journal {self.path}: {what} ({exc})") from None
         except JournalError:
+            if db is not None:
+                db.close()
             self._unlock()
             raise
+        self.db = db
         self._in_batch = False
         #: the stream positions as the database holds them: a batch writes only the streams
         #: whose position moved (a daemon on hundreds of symbols moves a few per batch)
         self._seqs_written: dict[bytes, int] = {}
 
+    def _refuse_foreign(self, db: sqlite3.Connection) -> None:
+        """Raise unless the file is empty, an engine journal (our application id) or a
+        journal written before the id existed (only our tables, with our columns)."""
+        tables = {str(r[0]) for r in db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not tables:
+            return
+        app_id = db.execute("PRAGMA application_id").fetchone()[0]
+        if app_id == APPLICATION_ID:
+            return
+        if app_id == 0 and tables <= TABLES and {"orders", "fills", "meta"} <= tables:
+            ours = _schema_columns()
+            if all(_columns(db, t) == ours[t] for t in tables if t in ours):
+                return
+        raise JournalError(f"journal {self.path}: a SQLite database of something else "
+                           f"(tables {', '.join(sorted(tables))}, application id {app_id}); "
+                           "not touching it")
+
     # ------------------------------------------------------------------ lock
     def _lock(self) -> None:
-        lock_path = self.path.with_name(self.path.name + ".lock")
+        """flock on the database file (created empty if new): the lock is the inode's."""
         try:
-            f = open(lock_path, "a+")  # noqa: SIM115 - held for the daemon's lifetime
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
-            raise JournalError(f"journal {self.path}: cannot create its lock file "
-                               f"{lock_path}: {exc.strerror}") from None
+            raise JournalError(f"journal {self.path}: cannot open it: {exc.strerror}") from None
         try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            f.seek(0)
-            holder = f.read().strip() or "?"
-            f.close()
+            holder = _flock_holder(fd)
+            os.close(fd)
             raise JournalError(f"journal {self.path} is in use by another daemon "
                                f"(pid {holder})") from None
-        f.seek(0)
-        f.truncate()
-        f.write(str(os.getpid()))
-        f.flush()
-        self._lock_file = f
+        self._lock_fd = fd
 
     def _unlock(self) -> None:
-        if self._lock_file is not None:
-            self._lock_file.close()  # closing the descriptor releases the flock
-            self._lock_file = None
+        if self._lock_fd is not None:
+            # closing the descriptor releases the flock; SQLite's connection is closed
+            # first (closing any descriptor of a file drops the process's POSIX locks)
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
     # ------------------------------------------------------------------ read
     def load(self) -> JournalState:
         st = JournalState()
         st.symbols = [r[0] for r in self.db.execute("SELECT symbol FROM symbols ORDER BY idx")]
         st.orders = [
-            Order(seq=r[0], ts=r[1], symbol=r[2], order_id=r[0], side=r[3], quantity=r[4],
-                  reason=r[5])
+            Order(seq=r[0], ts=as_int(r[1]), symbol=r[2], order_id=r[0], side=as_int(r[3]),
+                  quantity=as_float(r[4]), reason=r[5])
             for r in self.db.execute(
                 "SELECT order_id, ts, symbol, side, quantity, reason FROM orders ORDER BY order_id")
         ]
         st.fills = [
-            Fill(seq=r[0], ts=r[2], symbol=r[3], order_id=r[1], side=r[4], quantity=r[5],
-                 price=r[6], commission=r[7], fill_id=r[0])
+            Fill(seq=r[0], ts=as_int(r[2]), symbol=r[3], order_id=as_int(r[1]),
+                 side=as_int(r[4]), quantity=as_float(r[5]), price=as_float(r[6]),
+                 commission=as_float(r[7]), fill_id=r[0])
             for r in self.db.execute(
                 "SELECT fill_id, order_id, ts, symbol, side, quantity, price, commission "
                 "FROM fills ORDER BY fill_id")
         ]
-        st.last_seq = {bytes(r[0]): int(r[1]) for r in self.db.execute(
+        st.last_seq = {bytes(r[0]): as_int(r[1]) for r in self.db.execute(
             "SELECT topic, seq FROM stream_seq")}
         self._seqs_written = dict(st.last_seq)
         meta = self.meta()
@@ -178,14 +235,26 @@ class Journal:
         row = self.db.execute(
             "SELECT last_fill_id, last_order_id, state FROM snapshot WHERE id = 1").fetchone()
         if row is not None:
-            try:
-                st.snapshot = Snapshot(int(row[0]), int(row[1]), pickle.loads(row[2]))
-            except Exception as exc:  # noqa: BLE001 - an unreadable snapshot: start cold
-                import logging
-
-                logging.getLogger(__name__).warning(
-                    "journal %s: snapshot unreadable (%s): indicators start cold", self.path, exc)
+            st.snapshot = Snapshot(int(row[0]), int(row[1]), self._snapshot_state(row[2]))
         return st
+
+    def _snapshot_state(self, blob: Any) -> dict[str, Any]:
+        """The snapshot's state; a blob of another format is refused, never interpreted."""
+        blob = bytes(blob) if isinstance(blob, (bytes, memoryview)) else b""
+        drop = (f"`run_engine.py journal --journal {self.path} --drop-snapshot` drops it "
+                "(the daemon then restarts from the journaled fills, indicators cold)")
+        if blob[:1] == bytes([snapshot_format.PICKLE_START]):
+            raise JournalError(f"journal {self.path}: its snapshot is in the old pickle format, "
+                               f"which is never loaded (it could run code); {drop}")
+        try:
+            state = snapshot_format.decode(blob)
+        except snapshot_format.BadSnapshot as exc:
+            raise JournalError(f"journal {self.path}: unreadable snapshot ({exc}); "
+                               f"{drop}") from None
+        if not isinstance(state, dict):
+            raise JournalError(f"journal {self.path}: unreadable snapshot (not a state "
+                               f"table); {drop}")
+        return state
 
     def meta(self) -> dict[str, str]:
         return {str(k): str(v) for k, v in self.db.execute("SELECT key, value FROM meta")}
@@ -193,16 +262,16 @@ class Journal:
     def export(self) -> dict[str, Any]:
         """Everything in the journal as plain data (the `journal` command)."""
         q = self.db.execute
-        orders = [dict(zip(("order_id", "ts", "symbol", "side", "quantity", "reason"), r,
-                           strict=True))
+        orders = [dict(zip(("order_id", "ts", "symbol", "side", "quantity", "reason"),
+                           map(_number, r), strict=True))
                   for r in q("SELECT order_id, ts, symbol, side, quantity, reason FROM orders "
                              "ORDER BY order_id")]
         fills = [dict(zip(("fill_id", "order_id", "ts", "symbol", "side", "quantity", "price",
-                           "commission"), r, strict=True))
+                           "commission"), map(_number, r), strict=True))
                  for r in q("SELECT fill_id, order_id, ts, symbol, side, quantity, price, "
                             "commission FROM fills ORDER BY fill_id")]
         risk = [dict(zip(("event_id", "ts", "symbol", "side", "quantity", "limit", "detail"),
-                         r, strict=True))
+                         map(_number, r), strict=True))
                 for r in q("SELECT event_id, ts, symbol, side, quantity, limit_name, detail "
                            "FROM risk_events ORDER BY event_id")]
         positions: dict[str, float] = {}
@@ -212,7 +281,7 @@ class Journal:
             positions[s] = positions.get(s, 0.0) + f["side"] * f["quantity"]
             cash_flow[s] = cash_flow.get(s, 0.0) - (f["side"] * f["quantity"] * f["price"]
                                                     + f["commission"])
-        streams = {bytes(t).decode(errors="replace"): int(s)
+        streams = {bytes(t).decode(errors="replace"): as_int(s)
                    for t, s in q("SELECT topic, seq FROM stream_seq ORDER BY topic")}
         snap = q("SELECT last_fill_id, last_order_id, bar_events FROM snapshot").fetchone()
         return {
@@ -240,10 +309,16 @@ class Journal:
         self._in_batch = False
 
     def rollback(self) -> None:
+        """Undo the open batch. SQLite rolls a transaction back by itself after some
+        errors (SQLITE_FULL, I/O errors): then there is nothing to undo, and the error that
+        caused it is the one the caller reports (never "no transaction is active")."""
         if self._in_batch:
-            self.db.execute("ROLLBACK")
             self._in_batch = False
             self._seqs_written.clear()  # unknown again: the next batch writes every stream
+            if self.db.in_transaction:
+                # the cause is already propagating; nothing of the batch was committed
+                with contextlib.suppress(sqlite3.Error):
+                    self.db.execute("ROLLBACK")
 
     def record_symbol(self, symbol: str, idx: int) -> None:
         self.db.execute("INSERT OR IGNORE INTO symbols(symbol, idx) VALUES (?, ?)", (symbol, idx))
@@ -251,20 +326,23 @@ class Journal:
     def record_order(self, o: Order) -> None:
         self.db.execute(
             "INSERT INTO orders(order_id, ts, symbol, side, quantity, reason) "
-            "VALUES (?, ?, ?, ?, ?, ?)", (o.order_id, o.ts, o.symbol, o.side, o.quantity, o.reason))
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (o.order_id, cell(o.ts), o.symbol, cell(o.side), cell(o.quantity), o.reason))
 
     def record_fill(self, f: Fill) -> int:
         """Journal a fill; returns its fill_id (the row's id)."""
         cur = self.db.execute(
             "INSERT INTO fills(order_id, ts, symbol, side, quantity, price, commission) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (f.order_id, f.ts, f.symbol, f.side, f.quantity, f.price, f.commission))
+            (cell(f.order_id), cell(f.ts), f.symbol, cell(f.side), cell(f.quantity),
+             cell(f.price), cell(f.commission)))
         return int(cur.lastrowid or 0)
 
     def record_rejection(self, r: RiskRejection) -> int:
         cur = self.db.execute(
             "INSERT INTO risk_events(ts, symbol, side, quantity, limit_name, detail) "
-            "VALUES (?, ?, ?, ?, ?, ?)", (r.ts, r.symbol, r.side, r.quantity, r.limit, r.detail))
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (cell(r.ts), r.symbol, cell(r.side), cell(r.quantity), r.limit, r.detail))
         return int(cur.lastrowid or 0)
 
     def record_seqs(self, seqs: dict[bytes, int]) -> None:
@@ -278,7 +356,8 @@ class Journal:
             self.db.execute("BEGIN")
         self.db.executemany(
             "INSERT INTO stream_seq(topic, seq) VALUES (?, ?) "
-            "ON CONFLICT(topic) DO UPDATE SET seq = excluded.seq", moved)
+            "ON CONFLICT(topic) DO UPDATE SET seq = excluded.seq",
+            [(t, cell(q)) for t, q in moved])
         if own:
             self.db.execute("COMMIT")
         written.update(moved)
@@ -306,10 +385,41 @@ class Journal:
             "VALUES (1, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
             "last_fill_id = excluded.last_fill_id, last_order_id = excluded.last_order_id, "
             "bar_events = excluded.bar_events, state = excluded.state",
-            (last_fill, last_order, bar_events,
-             pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)))
+            (last_fill, last_order, bar_events, snapshot_format.encode(state)))
+
+    def drop_snapshot(self) -> bool:
+        """Delete the snapshot (the way past one this version cannot read); True if any."""
+        return self.db.execute("DELETE FROM snapshot").rowcount > 0
 
     def close(self) -> None:
         self.rollback()
         self.db.close()
         self._unlock()
+
+
+def _schema_columns() -> dict[str, list[str]]:
+    """The columns of each table SCHEMA creates (in an in-memory database)."""
+    mem = sqlite3.connect(":memory:")
+    mem.executescript(SCHEMA)
+    cols = {t: _columns(mem, t) for t in TABLES if t != "sqlite_sequence"}
+    mem.close()
+    return cols
+
+
+def _columns(db: sqlite3.Connection, table: str) -> list[str]:
+    return [str(r[1]) for r in db.execute(f"PRAGMA table_info('{table}')")]
+
+
+def _flock_holder(fd: int) -> str:
+    """The pid holding a flock on `fd`'s file, from /proc/locks (Linux); "?" elsewhere."""
+    st = os.fstat(fd)
+    dev_ino = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return "?"
+    for line in lines:
+        f = line.split()
+        if len(f) > 5 and f[1] == "FLOCK" and f[5] == dev_ino:
+            return f[4]
+    return "?"

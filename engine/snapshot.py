@@ -19,7 +19,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-import pickle
 from typing import Any
 
 import numpy as np
@@ -27,9 +26,11 @@ import numpy.typing as npt
 
 from engine.core import Engine
 from engine.orders import sign
+from engine.snapshot_format import NotData, to_data
 from engine.stats import EngineStats
 from feeds.messages import Fill, Order
 from feeds.validation import Validator
+from gpu.indicators import IndicatorBank
 from strategies.base import Features, Signals, Strategy
 
 log = logging.getLogger(__name__)
@@ -56,27 +57,24 @@ VALIDATOR_FIELDS = ("last_seq", "_sym", "clock", "session", "_fresh", "received"
 
 
 def capture(engine: Engine, validator: Validator, extra: dict[str, Any]) -> dict[str, Any]:
-    """The state to pickle (copies, so later batches do not change it)."""
+    """The state to journal (copies, so later batches do not change it): plain data only
+    (engine.snapshot_format), the indicator bank as its arrays."""
     strategy = engine.strategy
     if isinstance(strategy, WarmupGuard):
         strategy = strategy.inner
-    try:
-        strategy_state: bytes | None = pickle.dumps(strategy)
-    except Exception as exc:  # noqa: BLE001 - e.g. a strategy holding GPU buffers
-        log.debug("strategy %s not picklable (%s): its own state restarts cold",
-                  strategy.name, exc)
-        strategy_state = None
     b = engine.broker
+    parts = {part: {f: getattr(_part(engine, part), f) for f in fields if f != "bank"}
+             for part, fields in ENGINE_FIELDS.items()}
+    parts[""]["bank"] = bank_state(engine.bank)
     return {
         "symbols": list(engine.symbols),
-        "engine": copy.deepcopy({part: {f: getattr(_part(engine, part), f) for f in fields}
-                                 for part, fields in ENGINE_FIELDS.items()}),
+        "engine": copy.deepcopy(parts),
         "accounts": [(a.cash, a.position, a.last_price, a.commission_paid, a.trades)
                      for a in b.accounts],
         "order_id": b._order_id,
         "refused": dict(b.refused),
         "strategy_name": strategy.name,
-        "strategy": strategy_state,
+        "strategy": strategy_state(strategy),
         "validator": copy.deepcopy({f: getattr(validator, f) for f in VALIDATOR_FIELDS}),
         **extra,
     }
@@ -90,6 +88,8 @@ def restore(engine: Engine, validator: Validator, snap: dict[str, Any],
     for part, fields in _engine_state(snap["engine"]).items():
         obj = _part(engine, part)
         for name, value in fields.items():
+            if part == "" and name == "bank" and isinstance(value, dict):
+                value = bank_from_state(value)
             setattr(obj, name, value)
     engine.sym_index = {s: i for i, s in enumerate(engine.symbols)}
     for i, (cash, pos, last, paid, trades) in enumerate(snap["accounts"]):
@@ -98,11 +98,8 @@ def restore(engine: Engine, validator: Validator, snap: dict[str, Any],
             cash, pos, last, paid, trades)
     engine.broker._order_id = snap["order_id"]
     engine.broker.refused = dict(snap["refused"])
-    if snap["strategy"] is not None and snap["strategy_name"] == engine.strategy.name:
-        try:
-            engine.strategy.__dict__.update(pickle.loads(snap["strategy"]).__dict__)
-        except Exception as exc:  # noqa: BLE001 - unreadable: the strategy restarts cold
-            log.warning("strategy state in the snapshot unreadable (%s)", exc)
+    if isinstance(snap["strategy"], dict) and snap["strategy_name"] == engine.strategy.name:
+        engine.strategy.__dict__.update(snap["strategy"])
     elif snap["strategy_name"] != engine.strategy.name:
         log.warning("snapshot was taken with strategy %s, now %s: its state starts cold",
                     snap["strategy_name"], engine.strategy.name)
@@ -130,6 +127,49 @@ def restore(engine: Engine, validator: Validator, snap: dict[str, Any],
                                   max((o.order_id for o in orders), default=0))
     _restore_pending(engine, [*(p for lst in engine.orders.pending for p in lst),
                               *later_orders], filled)
+
+
+def strategy_state(strategy: Strategy) -> dict[str, Any]:
+    """The strategy's attributes that are plain data (its signals, windows, counters); the
+    others (a decider holding GPU buffers, rule objects) are rebuilt by the strategy itself
+    from its name, which the restore checks."""
+    state: dict[str, Any] = {}
+    for name, value in vars(strategy).items():
+        try:
+            to_data(value)
+        except NotData:
+            log.debug("strategy %s: %s is not data, restarts as built", strategy.name, name)
+            continue
+        state[name] = copy.deepcopy(value)
+    return state
+
+
+def bank_state(bank: IndicatorBank) -> dict[str, Any]:
+    """The indicator bank's rolling state as arrays (read back from the GPU there)."""
+    state = (bank._state if bank.device == "cpu"
+             else bank._state_dev.copy_to_host().T.copy())  # device layout: (STATE_LEN, n)
+    return {"n_symbols": bank.n_symbols, "device": bank.device, "state": state,
+            "values": bank._values, "bars_seen": bank._bars_seen, "stamp": bank._stamp,
+            "generation": bank._generation}
+
+
+def bank_from_state(st: dict[str, Any]) -> IndicatorBank:
+    """A bank holding a `bank_state` (shapes checked: a damaged snapshot is an error)."""
+    bank = IndicatorBank(int(st["n_symbols"]), device=str(st["device"]))
+    state = np.asarray(st["state"], np.float64)
+    want = (bank._state.shape if bank.device == "cpu"
+            else bank._state_dev.shape[::-1])
+    if state.shape != want:
+        raise ValueError(f"indicator state of shape {state.shape} for {bank.n_symbols} symbols")
+    if bank.device == "cpu":
+        bank._state[:] = state
+    else:
+        bank._state_dev.copy_to_device(np.ascontiguousarray(state.T))
+    bank._values[:] = st["values"]
+    bank._bars_seen[:] = st["bars_seen"]
+    bank._stamp[:] = st["stamp"]
+    bank._generation = int(st["generation"])
+    return bank
 
 
 def _restore_pending(engine: Engine, orders: list[Order], filled: set[int]) -> None:

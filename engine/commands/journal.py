@@ -19,15 +19,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reset-kill-switch", action="store_true",
                    help="allow entries again after the daily-loss kill switch (a running "
                         "daemon picks it up within a second)")
+    p.add_argument("--drop-snapshot", action="store_true",
+                   help="delete the journal's snapshot (one this version cannot read, such "
+                        "as the old pickle format): the daemon then restarts from the "
+                        "journaled fills with cold indicators; refused while a daemon runs")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
-        if args.reset_kill_switch:
+        if args.reset_kill_switch or args.drop_snapshot:
             if not Path(args.journal).is_file():  # never create a journal by mistyping one
                 raise UserError(f"--journal {args.journal}: no such journal")
-            j = Journal(args.journal, lock=False)
-            j.set_meta("kill_switch", "0")
+            # the kill switch is reset under a running daemon (it reads it every second);
+            # a snapshot is dropped only with the daemon's lock
+            j = Journal(args.journal, lock=args.drop_snapshot)
+            if args.reset_kill_switch:
+                j.set_meta("kill_switch", "0")
+            if args.drop_snapshot:
+                dropped = j.drop_snapshot()
+                print(f"  snapshot {'dropped' if dropped else 'absent'}", file=sys.stderr)
         else:
             j = Journal(args.journal, lock=False, readonly=True)
         data = j.export()

@@ -1,16 +1,16 @@
-"""Snapshots in process: an engine stopped anywhere, pickled and restored, then fed the rest
-of the stream, orders exactly as one that never stopped; a cold restart keeps its positions
-through the indicators' warm-up."""
+"""Snapshots in process: an engine stopped anywhere, encoded as the journal stores it,
+restored, then fed the rest of the stream, orders exactly as one that never stopped; a cold
+restart keeps its positions through the indicators' warm-up."""
 
 from __future__ import annotations
 
 import asyncio
-import pickle
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from engine import snapshot_format
 from engine.config import EngineConfig
 from engine.core import Engine
 from engine.snapshot import WarmupGuard, capture, restore
@@ -49,7 +49,8 @@ def test_restored_snapshot_trades_exactly_like_the_uninterrupted_engine(cut: int
     first = _engine([], orders, fills)
     v1 = Validator()
     asyncio.run(_feed(first, v1, TRADES[:cut]))
-    state = pickle.loads(pickle.dumps(capture(first, v1, {})))  # as the journal stores it
+    # as the journal stores it
+    state = snapshot_format.decode(snapshot_format.encode(capture(first, v1, {})))
     second = _engine(list(state["symbols"]), orders, fills)
     v2 = Validator()
     journal_fills = [Fill(f.seq, f.ts, f.symbol, f.order_id, f.side, f.quantity, f.price,
@@ -124,7 +125,7 @@ def test_a_snapshot_of_the_flat_engine_layout_restores_the_same_trading() -> Non
     first = _engine([], orders, fills)
     v1 = Validator()
     asyncio.run(_feed(first, v1, TRADES[:5_555]))
-    state = _flat_layout(pickle.loads(pickle.dumps(capture(first, v1, {}))))
+    state = _flat_layout(snapshot_format.decode(snapshot_format.encode(capture(first, v1, {}))))
     assert "_o" in state["engine"] and "_band" in state["validator"]
     second = _engine(list(state["symbols"]), orders, fills)
     v2 = Validator()
@@ -201,7 +202,7 @@ def test_restore_flags_underlyings_for_this_runs_option_book() -> None:
     first = _engine([], [], [])
     v1 = Validator()
     asyncio.run(_feed(first, v1, mine[:500]))
-    state = pickle.loads(pickle.dumps(capture(first, v1, {})))
+    state = snapshot_format.decode(snapshot_format.encode(capture(first, v1, {})))
     group = OptionGroupConfig(underlying=sym, strikes=(mine[0].price,), expiries=(30,),
                               rights=("C",), style="european", vol=0.2, rate=0.01,
                               grid="seed")
