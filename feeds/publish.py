@@ -213,3 +213,46 @@ class _Stream:
             ahead = sent / self.rate - (now - self.t0)
             if ahead > 0:
                 time.sleep(ahead)
+
+
+class LiveStream:
+    """The sending side of a stream whose records arrive as they happen (a venue's feed).
+
+    The same encoder, frames and heartbeats as `publish_source`; only the timing differs:
+    the session opens at once (a heartbeat before any data, so the daemon learns the new
+    session even while the market is quiet) and `beat` sends a heartbeat whenever one is
+    due, data or not. A heartbeat carries the newest data time (before any data: the wall
+    clock), so it never runs ahead of the stream.
+    """
+
+    def __init__(self, publisher: Publisher, symbols: list[str], session: int,
+                 heartbeat_s: float) -> None:
+        self.publisher = publisher
+        self.encoder = ChunkEncoder(list(symbols), DAY_NS)  # no bars on a venue's feed
+        self._stream = _Stream(publisher, self.encoder.topics, session, 0.0, heartbeat_s)
+        self._stream.heartbeat(time.time_ns())
+        self._stream.opened = True
+
+    @property
+    def sent(self) -> int:
+        return self._stream.sent
+
+    def send(self, chunk: np.ndarray) -> None:
+        if chunk.shape[0]:
+            payloads, offsets = self.encoder.encode(chunk)
+            self._stream.send_chunk(chunk, payloads, offsets, 0, chunk.shape[0])
+
+    def beat(self) -> None:
+        """A heartbeat if `heartbeat_s` has passed since the last one."""
+        s = self._stream
+        now = time.perf_counter()
+        if s.heartbeat_s > 0 and now - s.last_beat >= s.heartbeat_s:
+            s.heartbeat(s.last_ts or time.time_ns())
+            s.last_beat = now
+
+    def close(self, final: bool = False) -> int:
+        """The last heartbeat (`final`: end of stream); returns the messages sent."""
+        s = self._stream
+        s.heartbeat(s.last_ts or time.time_ns(), final=final)
+        self.publisher.sent += s.sent + s.beats
+        return s.sent

@@ -3,6 +3,8 @@
 - a LEAN tick zip, a LEAN symbol folder or any folder holding LEAN tick zips -> `LeanSource`
 - a CSV (plain or gzip) whose header has date,open,high,low,close -> `DailySource`
 - a CSV (plain or gzip) whose header has ts,symbol,price,size -> `TickCsvSource`
+- a gzip recording of "<receive ns> <json frame>" lines (`feed --record`, Binance
+  collectors) -> `RecordingSource` (trades and quotes)
 
 Anything else (missing path, unknown header, empty folder) is a one-line ValueError.
 `start`/`end` follow `feeds.records.to_ns` (start <= ts < end; YYYY-MM-DD is midnight New York).
@@ -17,6 +19,7 @@ from pathlib import Path
 from feeds.daily import DailySource
 from feeds.lean import LeanSource, discover
 from feeds.merge import merge_sources
+from feeds.recording import RecordingSource, is_recording
 from feeds.records import Source, TimeLike, parse_date, to_ns
 from feeds.tick_csv import HEADER as TICK_HEADER
 from feeds.tick_csv import TickCsvSource, read_header
@@ -47,7 +50,8 @@ def _csv_folder(p: Path) -> bool:
 
 
 def detect_format(path: str | Path) -> str:
-    """'lean', 'daily' or 'ticks' for a readable market-data path; ValueError otherwise.
+    """'lean', 'daily', 'ticks' or 'recording' for a readable market-data path; ValueError
+    otherwise.
 
     A folder holding CSV files and no zip stands for its one CSV file."""
     p = Path(path)
@@ -58,6 +62,8 @@ def detect_format(path: str | Path) -> str:
     if p.is_dir() or p.suffix.lower() == ".zip":
         discover(p)  # raises a one-line ValueError when there is no LEAN tick zip
         return "lean"
+    if is_recording(p):
+        return "recording"
     header = read_header(p)
     if all(c in header for c in _DAILY_COLUMNS):
         return "daily"
@@ -66,7 +72,8 @@ def detect_format(path: str | Path) -> str:
     shown = ",".join(header)[:80] if header else "no readable header"
     raise ValueError(
         f"{p}: unrecognised market data ({shown}); expected a LEAN tick zip/folder, a daily "
-        f"CSV date,open,high,low,close,volume,Name or a tick CSV ts,symbol,price,size"
+        f"CSV date,open,high,low,close,volume,Name, a tick CSV ts,symbol,price,size or a "
+        f"feed recording (gzip lines '<ns> <json>')"
     )
 
 
@@ -92,6 +99,8 @@ def open_source(
         )
     if fmt == "daily":
         return DailySource(path, symbols, start_ns, end_ns, missing_ok=missing_ok)
+    if fmt == "recording":
+        return RecordingSource(path, symbols, start_ns, end_ns, missing_ok=missing_ok)
     return TickCsvSource(path, symbols, start_ns, end_ns, missing_ok=missing_ok)
 
 

@@ -1,10 +1,23 @@
-"""`feed`: publish files or the synthetic market on a ZeroMQ endpoint (for `live`)."""
+"""`feed`: publish files, the synthetic market or Binance's public streams on a ZeroMQ
+endpoint (for `live`).
+
+With `--source binance` the feed is a venue adapter (feeds/binance.py): it stays connected
+until SIGTERM/SIGINT (or `--max-seconds`), publishes each normalised trade and quote as it
+arrives, with the same encoder, frames and heartbeats as a file feed, and never waits for a
+slow reader (a market cannot be paused: what a reader's queue cannot hold is dropped, and
+the reader's sequence check counts it). Each start is a new feed session.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import math
+import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import zmq
@@ -22,7 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds to wait for a subscriber before giving up")
     p.add_argument("--data", action="append", default=[], metavar="PATH",
                    help="files to publish, as for replay (default: the synthetic market)")
-    p.add_argument("--symbols", help="comma-separated symbols of --data (default: all)")
+    p.add_argument("--symbols", help="comma-separated symbols of --data (default: all), or "
+                                     "to subscribe to with --source binance (required)")
     p.add_argument("--start", help="first date YYYY-MM-DD of --data (default: first)")
     p.add_argument("--end", help="last date YYYY-MM-DD of --data (default: last)")
     p.add_argument("--quotes", action="store_true", help="also publish LEAN quote ticks")
@@ -44,9 +58,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "reader's queue are dropped) instead of pacing to the slowest")
     p.add_argument("--curve", metavar="DIR",
                    help="CURVE keys folder (from `keys`): serve the stream to key holders only")
+    b = p.add_argument_group("venue feed (--source binance)")
+    b.add_argument("--source", default="files",
+                   help="files (--data or the synthetic market) or binance (public streams)")
+    b.add_argument("--market", default="spot", help="spot or usdm (USD-M futures)")
+    b.add_argument("--streams", default="trade,bookTicker",
+                   help="comma-separated streams: trade, aggTrade, bookTicker")
+    b.add_argument("--url", help="websocket base URL (default: the market's, "
+                                 "wss://stream.binance.com:9443 or wss://fstream.binance.com)")
+    b.add_argument("--record", metavar="PATH",
+                   help="append every frame to this gzip file as '<receive ns> <json>' lines "
+                        "(replay it with --data PATH)")
+    b.add_argument("--stale-after", type=float, default=60.0,
+                   help="seconds without an event before a stream is marked stale")
+    b.add_argument("--reconnect-after", type=float, default=23.5 * 3600,
+                   help="seconds after which to reconnect before the venue's 24-hour cut")
+    b.add_argument("--max-seconds", type=float, default=0.0,
+                   help="stop after this long (0 = run until SIGTERM or SIGINT)")
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    if args.source == "binance":
+        return run_binance(args)
+    if args.source != "files":
+        raise UserError(f"--source {args.source!r}: expected files or binance")
+    venue_only = [f"--{k.replace('_', '-')}" for k in ("url", "record") if getattr(args, k)]
+    if venue_only:
+        raise UserError(f"{', '.join(venue_only)} apply to --source binance only")
     if args.skip < 0 or (args.count is not None and args.count < 0):
         raise UserError("--skip and --count must be >= 0")
     session = args.session if args.session is not None else time.time_ns() // 1_000_000
@@ -87,3 +125,129 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"sent {sent:,} messages in {seconds:.2f} s ({sent / max(seconds, 1e-9):,.0f}/s)")
     return {"sent": sent, "seconds": seconds, "endpoint": pub.endpoint, "session": session,
             "skip": args.skip}
+
+
+def _binance_settings(args: argparse.Namespace) -> tuple[list[str], Any]:
+    """The subscribed symbols and the client's settings; bad options are one line."""
+    from feeds.binance import (
+        MARKET_URLS,
+        ClientSettings,
+        parse_market,
+        parse_streams,
+        parse_symbols,
+        stream_names,
+        stream_url,
+    )
+
+    given = [f"--{k}" for k in ("data", "skip", "count", "quotes", "start", "end")
+             if getattr(args, k)]
+    if given:
+        raise UserError(f"{', '.join(given)} select from files; --source binance streams live")
+    try:
+        market = parse_market(args.market)
+        symbols = parse_symbols(args.symbols)
+        streams = parse_streams(args.streams)
+        url = stream_url(args.url or MARKET_URLS[market])
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    for name in ("stale_after", "reconnect_after", "heartbeat", "max_seconds"):
+        value = getattr(args, name)
+        if not (math.isfinite(value) and value >= 0) or (value == 0 and name in (
+                "stale_after", "reconnect_after")):
+            raise UserError(f"--{name.replace('_', '-')} {value}: expected a number of "
+                            "seconds > 0" + ("" if "after" in name else " (or 0)"))
+    if args.record:
+        parent = Path(args.record).parent
+        if not parent.is_dir():
+            raise UserError(f"--record {args.record}: folder {parent} does not exist")
+    settings = ClientSettings(url=url, streams=tuple(stream_names(symbols, streams)),
+                              stale_after=args.stale_after,
+                              reconnect_after=args.reconnect_after)
+    return symbols, settings
+
+
+def run_binance(args: argparse.Namespace) -> dict[str, Any]:
+    """`feed --source binance`: the venue adapter, until SIGTERM/SIGINT or --max-seconds."""
+    symbols, settings = _binance_settings(args)
+    session = args.session if args.session is not None else time.time_ns() // 1_000_000
+    ctx = zmq.Context()
+    auth = None
+    server = None
+    if args.curve:
+        from engine.curve import load_keys, start_authenticator
+
+        keys = load_keys(args.curve)
+        auth = start_authenticator(ctx, keys)
+        server = keys.server
+    try:
+        pub = Publisher(args.publish, ctx, curve_server=server, nodrop=False)
+    except zmq.ZMQError as exc:
+        raise UserError(f"cannot bind {args.publish}: {exc}") from None
+    print(f"publishing binance {args.market} {','.join(settings.streams)} from {settings.url} "
+          f"on {pub.endpoint}, session {session}", file=sys.stderr, flush=True)
+    try:
+        if args.wait > 0:
+            pub.wait_for_subscriber(args.wait)
+        t0 = time.perf_counter()
+        result = asyncio.run(_serve_binance(args, symbols, settings, pub, session))
+    except TimeoutError as exc:
+        raise UserError(str(exc)) from None
+    finally:
+        pub.close()
+        if auth is not None:
+            auth.stop()
+        ctx.term()
+    seconds = time.perf_counter() - t0
+    c = result["binance"]
+    print(f"sent {result['sent']:,} messages in {seconds:.2f} s: {c['trades']:,} trades, "
+          f"{c['quotes']:,} quotes of {c['frames']:,} frames; skipped "
+          f"{sum(c['skipped'].values()):,}, trade-id gaps {sum(c['gaps'].values()):,}, "
+          f"connections {c['connections']}, stale marks {sum(c['stale_marks'].values())}")
+    return {**result, "seconds": seconds, "endpoint": pub.endpoint, "session": session}
+
+
+async def _serve_binance(args: argparse.Namespace, symbols: list[str], settings: Any,
+                         pub: Publisher, session: int) -> dict[str, Any]:
+    """Client, normaliser, publisher, recorder, stale watch and heartbeats, until stopped."""
+    from feeds.binance import BinanceClient, FeedCounters, FrameNormaliser, StaleWatch
+    from feeds.publish import LiveStream
+    from feeds.recording import RecordingWriter
+
+    counters = FeedCounters()
+    norm = FrameNormaliser(symbols, counters)
+    stream = LiveStream(pub, norm.symbols, session, args.heartbeat)
+    recorder = RecordingWriter(args.record) if args.record else None
+
+    def on_frame(recv_ns: int, text: str) -> None:
+        if recorder is not None:
+            recorder.write(recv_ns, text)
+        norm.add(recv_ns, text)
+        stream.send(norm.take())  # at once: a live frame must not wait for company
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if args.max_seconds > 0:
+        loop.call_later(args.max_seconds, stop.set)
+    client = BinanceClient(settings, on_frame, counters,
+                           on_sent=recorder.write if recorder is not None else None)
+    watch = StaleWatch(settings.streams, norm.last_seen, counters, settings.stale_after)
+    try:
+        await asyncio.gather(client.run(stop), watch.run(stop), _beats(stream, stop))
+    finally:
+        sent = stream.close(final=False)  # a venue's stream does not end: no liquidation
+        if recorder is not None:
+            recorder.close()
+    out: dict[str, Any] = {"sent": sent, "binance": counters.as_dict()}
+    if recorder is not None:
+        out["recorded_lines"] = recorder.lines
+    return out
+
+
+async def _beats(stream: Any, stop: asyncio.Event) -> None:
+    """Heartbeats while the market is quiet (LiveStream.beat sends only when one is due)."""
+    while not stop.is_set():
+        stream.beat()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 0.2)
