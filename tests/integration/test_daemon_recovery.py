@@ -1,0 +1,128 @@
+"""The live daemon against single hostile messages, a second daemon, a full disk and kill -9:
+real ZeroMQ sockets on loopback, real SQLite, real processes where the issue is between
+processes."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+import zmq.asyncio
+
+from engine.config import EngineConfig
+from engine.daemon import Daemon, open_sockets
+from engine.journal import Journal
+from engine.live_options import LiveOptions
+from feeds.messages import Fill, Heartbeat, Order, Trade, encode, make_decoder, topic_for
+from feeds.synthetic import SyntheticMarket
+from strategies.sma_cross import SmaCross
+from tests.helpers import trade_messages
+from tests.live_procs import (
+    ROOT,
+    endpoints,
+    fills,
+    processed,
+    run_feed,
+    start_daemon,
+    stop_daemon,
+    wait_processed,
+)
+
+TRADES = trade_messages(SyntheticMarket(n_symbols=3, n_ticks=6_000, seed=21))
+U64_MAX = 2**64 - 1
+
+
+def _frames(msgs: list[Any]) -> list[list[bytes]]:
+    return [[topic_for(m), encode(m)] for m in msgs]
+
+
+class InProcessDaemon:
+    """A Daemon object on real sockets and a real journal, driven step by step."""
+
+    def __init__(self, journal_path: Path, cfg: EngineConfig) -> None:
+        self.ctx = zmq.asyncio.Context()
+        self.journal = Journal(journal_path)
+        ticks, self.orders_endpoint = endpoints()
+        sub, out = open_sockets(self.ctx, ticks, self.orders_endpoint, cfg, [b""], None)
+        self.daemon = Daemon(cfg=cfg, strategy=SmaCross(5, 10), journal=self.journal,
+                             state=self.journal.load(), sub=sub, out=out, device="cpu",
+                             status_file=None, max_seconds=0.0, ticks=ticks)
+
+    def step(self, frames: list[list[bytes]]) -> None:
+        asyncio.run(self.daemon._step(frames, time.perf_counter(), False))
+
+    def close(self) -> None:
+        self.daemon.close()
+        self.daemon.sub.socket.close(0)
+        self.daemon.out.socket.close(0)
+        self.journal.close()
+        self.ctx.term()
+
+
+@pytest.fixture
+def in_process(tmp_path: Path) -> Iterator[InProcessDaemon]:
+    d = InProcessDaemon(tmp_path / "j.db", EngineConfig(bar_seconds=60.0))
+    yield d
+    d.close()
+
+
+# ---------------------------------------------------------------- item 1
+def test_a_sequence_number_of_2_64_minus_1_does_not_stop_the_daemon(
+        in_process: InProcessDaemon, tmp_path: Path) -> None:
+    first = TRADES[:200]
+    in_process.step(_frames(first))
+    t = first[-1]
+    hostile = [Trade(U64_MAX, t.ts, t.symbol, t.price, t.size),
+               Heartbeat(U64_MAX, t.ts, session=3),
+               Trade(U64_MAX, t.ts, "NEWSYM", t.price, t.size)]
+    for m in hostile:  # each alone, then together: none raises
+        in_process.step(_frames([m]))
+    in_process.step(_frames(hostile))
+    before = in_process.daemon.engine.stats.market_data
+    in_process.step(_frames(TRADES[200:400]))  # the daemon goes on taking ticks
+    with sqlite3.connect(tmp_path / "j.db") as db:
+        seqs = {bytes(k): int(v) for k, v in db.execute("SELECT topic, seq FROM stream_seq")}
+    assert seqs == in_process.daemon.validator.last_seq
+    assert in_process.daemon.engine.stats.market_data > before
+
+
+# ---------------------------------------------------------------- item 7
+def test_a_second_daemon_on_the_same_journal_by_any_path_is_refused(tmp_path: Path) -> None:
+    real = tmp_path / "data" / "j.db"
+    real.parent.mkdir()
+    ticks, out = endpoints()
+    first = start_daemon(real, ticks, out, tmp_path / "a.json")
+    run_feed(ticks, "--ticks", "3000", "--session", "4", "--count", "1500")
+    wait_processed(real, 1500, first)
+    link = tmp_path / "link.db"
+    link.symlink_to(real)
+    hard = tmp_path / "hard.db"
+    hard.hardlink_to(real)
+    other = tmp_path / "data" / ".." / "data" / "j.db"
+    intruders = []
+    for path in (link, hard, other):
+        t2, o2 = endpoints()
+        intruders.append(subprocess.Popen(
+            [sys.executable, str(ROOT / "run_engine.py"), "live", "--ticks", t2, "--orders", o2,
+             "--journal", str(path), "--strategy", "sma-cross:5,10", "--device", "cpu",
+             "--max-seconds", "20"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True))
+    for p in intruders:
+        _, err = p.communicate(timeout=60)
+        lines = err.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1, err
+        assert "in use by another daemon" in lines[0] and f"pid {first.pid}" in lines[0], err
+    assert first.poll() is None  # the first daemon keeps running, and trading
+    run_feed(ticks, "--ticks", "3000", "--session", "4", "--skip", "1500")
+    wait_processed(real, 3000, first)
+    st = stop_daemon(first, tmp_path / "a.json")
+    assert st["ticks"] == 3000 and processed(real) == 3000
