@@ -89,13 +89,13 @@ def cuda_kernel_seconds(ev: Any, programs: np.ndarray, lengths: np.ndarray,
                                                gp_bitwise.THREADS_PER_BLOCK]
 
         def launch() -> None:
-            kernel(d_code, d_len, ev._masks, ev._close, ev.day0, ev.day1, d_out)
+            kernel(d_code, d_len, ev._masks, ev._close, ev.day0, ev.day1, ev.costs, d_out)
     else:
         d_prog, d_len = cuda.to_device(programs), cuda.to_device(lengths)
         kernel = gp_eval._final_cash_kernel[gp_eval._blocks(n * s), gp_eval.THREADS_PER_BLOCK]
 
         def launch() -> None:
-            kernel(d_prog, d_len, ev._d_panel, ev._d_close, ev.day0, ev.day1, d_out)
+            kernel(d_prog, d_len, ev._d_panel, ev._d_close, ev.day0, ev.day1, ev.costs, d_out)
     launch()
     cuda.synchronize()
     times = []

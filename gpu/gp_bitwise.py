@@ -153,7 +153,7 @@ def ctz64(m: Any) -> int:
 
 
 def trade_word(buy: Any, sell: Any, valid: Any, close: Any, day_start: int, stock: int,
-               signal: int, shares: float, cash: float) -> tuple[int, float, float]:
+               signal: int, shares: float, cash: float, costs: Any) -> tuple[int, float, float]:
     """The paper's money rules over one word of days, visiting trading days only."""
     buy_only = buy & ~sell & valid
     sell_only = sell & ~buy & valid
@@ -163,7 +163,8 @@ def trade_word(buy: Any, sell: Any, valid: Any, close: Any, day_start: int, stoc
             break
         j = ctz64(m)
         code = CODE_BUY if signal == 0 else CODE_SELL
-        signal, shares, cash = STEP_MONEY(code, signal, shares, cash, close[day_start + j, stock])
+        signal, shares, cash = STEP_MONEY(code, signal, shares, cash, close[day_start + j, stock],
+                                          costs)
         low = m & (~m + ONE)          # lowest set bit
         done = low | (low - ONE)      # days up to and including day j
         buy_only = buy_only & ~done
@@ -172,7 +173,7 @@ def trade_word(buy: Any, sell: Any, valid: Any, close: Any, day_start: int, stoc
 
 
 def simulate_bits(code: Any, length: int, masks: Any, close: Any, stock: int, day0: int,
-                  day1: int, stack: Any) -> float:
+                  day1: int, stack: Any, costs: Any) -> float:
     """Final cash of one linear program trading one stock over [day0, day1)."""
     signal = 0
     shares = 0.0
@@ -184,8 +185,8 @@ def simulate_bits(code: Any, length: int, masks: Any, close: Any, stock: int, da
         valid = ALL if n_valid >= DAYS_PER_WORD else (ONE << np.uint64(n_valid)) - ONE
         buy, sell = eval_word(code, length, masks, w, stock, stack)
         signal, shares, cash = trade_word(buy, sell, valid, close, day_start, stock,
-                                          signal, shares, cash)
-    return LIQUIDATE(shares, cash, close[day1 - 1, stock])
+                                          signal, shares, cash, costs)
+    return LIQUIDATE(shares, cash, close[day1 - 1, stock], costs)
 
 
 _CORE = (lt_word, true_word, mask_word, eval_word, ctz64, trade_word, simulate_bits)
@@ -255,12 +256,77 @@ def _masks_cpu(panel: Any, day0: int, day1: int, out: Any) -> None:
 
 @numba.njit(parallel=True, cache=True)
 def _final_cash_bits_cpu(code: Any, lengths: Any, masks: Any, close: Any, day0: int, day1: int,
-                         out: Any) -> None:
+                         costs: Any, out: Any) -> None:
     n_stocks = close.shape[1]
     for i in prange(code.shape[0]):
         stack = np.empty(STACK_WORDS, np.uint64)
         for s in range(n_stocks):
-            out[i, s] = _simulate_cpu(code[i], lengths[i], masks, close, s, day0, day1, stack)
+            out[i, s] = _simulate_cpu(code[i], lengths[i], masks, close, s, day0, day1, stack,
+                                      costs)
+
+
+_eval_word_cpu = _twin.cpu.eval_word
+_ctz64_cpu = _twin.cpu.ctz64
+_MIX_A = np.uint64(0xBF58476D1CE4E5B9)
+_MIX_B = np.uint64(0x94D049BB133111EB)
+_S30 = np.uint64(30)
+_S27 = np.uint64(27)
+_S31 = np.uint64(31)
+
+
+@numba.njit(cache=True, nogil=True)
+def _mix(h: Any, x: Any) -> Any:
+    """splitmix64's finaliser of h ^ x: one step of the behaviour fingerprint."""
+    z = (h ^ x) + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> _S30)) * _MIX_A
+    z = (z ^ (z >> _S27)) * _MIX_B
+    return z ^ (z >> _S31)
+
+
+@numba.njit(parallel=True, cache=True)
+def _behaviours_cpu(code: Any, lengths: Any, masks: Any, n_days: int, out: Any) -> None:
+    """out[i] = a 64-bit hash of every signal change (stock, day, direction) of program i."""
+    n_stocks = masks.shape[2]
+    n_w = masks.shape[1]
+    for i in prange(code.shape[0]):
+        stack = np.empty(STACK_WORDS, np.uint64)
+        h = np.uint64(n_stocks)
+        for s in range(n_stocks):
+            signal = 0
+            for w in range(n_w):
+                n_valid = n_days - w * DAYS_PER_WORD
+                valid = ALL if n_valid >= DAYS_PER_WORD else (ONE << np.uint64(n_valid)) - ONE
+                buy, sell = _eval_word_cpu(code[i], lengths[i], masks, w, s, stack)
+                buy_only = buy & ~sell & valid
+                sell_only = sell & ~buy & valid
+                while True:  # the same walk over signal changes as trade_word
+                    m = buy_only if signal == 0 else sell_only
+                    if m == ZERO:
+                        break
+                    j = _ctz64_cpu(m)
+                    day = w * DAYS_PER_WORD + j
+                    h = _mix(h, np.uint64((s * 4_000_000 + day) * 2 + signal))
+                    signal = 1 - signal
+                    low = m & (~m + ONE)
+                    done = low | (low - ONE)
+                    buy_only = buy_only & ~done
+                    sell_only = sell_only & ~done
+        out[i] = h
+
+
+def behaviours(programs: np.ndarray, lengths: np.ndarray, masks: U64, n_days: int) -> U64:
+    """Behaviour fingerprints (n_programs,) uint64 over a window's host `masks`
+    (`build_masks`): a hash of the days on which each stock's signal turns long or flat.
+    The money rules are a function of those days alone (a buy's share count depends on the
+    cash the earlier trades left), so equal signal changes mean equal trades, equal daily
+    portfolio values and equal daily returns; different fingerprints mean different trades
+    (up to a 64-bit hash collision)."""
+    programs, lengths = _check_programs(programs, lengths)
+    out = np.zeros(programs.shape[0], np.uint64)
+    if programs.shape[0]:
+        code, code_lengths = to_mask_programs(programs, lengths)
+        _behaviours_cpu(code, code_lengths, np.ascontiguousarray(masks, np.uint64), n_days, out)
+    return out
 
 
 # --------------------------------------------------------------------------- CUDA kernels
@@ -286,11 +352,12 @@ def _masks_kernel(panel: Any, day0: int, day1: int, out: Any) -> None:
 
 @cuda.jit(cache=cuda_kernel_cache())
 def _final_cash_kernel(code: Any, lengths: Any, masks: Any, close: Any, day0: int, day1: int,
-                       out: Any) -> None:
+                       costs: Any, out: Any) -> None:
     i, s = gp_eval.program_and_stock(code.shape[0], close.shape[1])
     if i >= 0:
         stack = cuda.local.array(STACK_WORDS, numba.uint64)
-        out[i, s] = _simulate_dev(code[i], lengths[i], masks, close, s, day0, day1, stack)
+        out[i, s] = _simulate_dev(code[i], lengths[i], masks, close, s, day0, day1, stack,
+                                  costs)
 
 
 def _blocks(n_threads: int) -> int:
@@ -346,8 +413,9 @@ class BitwiseEvaluator(WindowEvaluator):
     """
 
     def __init__(self, panel: F64 | np.ndarray, close: np.ndarray, day0: int, day1: int,
-                 device: str = "auto") -> None:
-        super().__init__(panel, close, day0, day1, device)
+                 device: str = "auto",
+                 costs: tuple[float, float, float] = gp_core.DEFAULT_COSTS) -> None:
+        super().__init__(panel, close, day0, day1, device, costs)
         panel_c, close_c = self.panel, self.close
         self.last_counts = BitwiseCounts(0, 0, 0)
         shape = (N_MASKS, n_words(self.n_days), self.n_stocks)
@@ -411,7 +479,7 @@ class BitwiseEvaluator(WindowEvaluator):
                 buf.d_lengths[rows].copy_to_device(buf.lengths[rows], stream=buf.stream)
                 _final_cash_kernel[_blocks(n * self.n_stocks), THREADS_PER_BLOCK, buf.stream](
                     buf.d_code[rows], buf.d_lengths[rows], self._masks, self._close, self.day0,
-                    self.day1, buf.d_out[rows])
+                    self.day1, self.costs, buf.d_out[rows])
                 buf.d_out[rows].copy_to_host(buf.out[rows], stream=buf.stream)
                 row += n
                 instructions += int(code_lengths.astype(np.int64).sum())
@@ -479,7 +547,7 @@ class BitwiseEvaluator(WindowEvaluator):
         if self.device == "cpu":
             out = self._cash[:n]
             _final_cash_bits_cpu(code, code_lengths, self._masks, self._close, self.day0,
-                                 self.day1, out)
+                                 self.day1, self.costs, out)
         else:
             # only the used columns travel; the cash comes back through a reused pinned
             # buffer (a pageable copy of 25,000 x 128 doubles costs several ms)
@@ -490,7 +558,7 @@ class BitwiseEvaluator(WindowEvaluator):
             d_out = self._d_out[:n]
             _final_cash_kernel[_blocks(n * self.n_stocks), THREADS_PER_BLOCK](
                 cuda.to_device(code), cuda.to_device(code_lengths), self._masks, self._close,
-                self.day0, self.day1, d_out)
+                self.day0, self.day1, self.costs, d_out)
             out = self._h_out[:n]
             d_out.copy_to_host(out)
         self.last_seconds = time.perf_counter() - t0

@@ -27,7 +27,13 @@ Money (float64, per stock, the paper's simulation; see strategies/gp/__init__.py
 signal 0/1 follows the engine's target signal; on buy&!sell with signal 0 the signal turns
 1 and the most whole shares floor((cash - 1) / close) are bought when that is >= 1; on
 sell&!buy with signal 1 the signal turns 0 and any shares are sold. After the last day any
-shares are sold at the last close. Each trade pays COMMISSION.
+shares are sold at the last close.
+
+Costs are the paper broker's (engine.broker.PaperBroker), passed as `costs` = (commission,
+buy_factor, sell_factor), see `cost_tuple`: a trade fills at price x factor (slippage in
+basis points against the order), the all-in buy takes floor((cash - commission) / fill)
+shares, every trade pays the commission. The defaults ($1, 0 bp) are the paper's: a factor
+of exactly 1.0 leaves every product as it was.
 
 Products shares*price go through MUL_RN: plain `*` on the CPU, libdevice's `dmul_rn` on
 the GPU. NVVM contracts a multiply feeding an add into one fused multiply-add by default,
@@ -80,7 +86,8 @@ ARG_TYPE[[OP_LT, OP_GT]] = TYPE_FLOAT
 STACK_SIZE = 32
 
 CASH0 = 10_000.0      # dollars per stock at the start of a window
-COMMISSION = 1.0      # dollars per trade
+COMMISSION = 1.0      # dollars per trade (the default cost model)
+SLIPPAGE_BPS = 0.0    # basis points against each fill (the default cost model)
 
 CODE_BUY = 1
 CODE_SELL = 2
@@ -131,58 +138,79 @@ def decision_code(program: Any, length: int, row: Any, stock: int) -> int:
     return code
 
 
-def step_money(code: int, signal: int, shares: float, cash: float, price: float
-               ) -> tuple[int, float, float]:
-    """One day's trade at the close `price` (dollars) for decision `code`."""
+def step_money(code: int, signal: int, shares: float, cash: float, price: float,
+               costs: Any) -> tuple[int, float, float]:
+    """One day's trade at the close `price` (dollars) for decision `code`; `costs` as in
+    `cost_tuple` (the broker's fill price: price x factor, then its all-in sizing)."""
+    commission = costs[0]
     if code == CODE_BUY:
         if signal == 0:
             signal = 1
-            n = float(math.floor((cash - COMMISSION) / price))
+            fill = mul_rn(price, costs[1])
+            n = float(math.floor((cash - commission) / fill))
             if n >= 1.0:
-                cash = cash - (mul_rn(n, price) + COMMISSION)
+                cash = cash - (mul_rn(n, fill) + commission)
                 shares = n
     elif code == CODE_SELL and signal == 1:
         signal = 0
         if shares > 0.0:
-            cash = cash + (mul_rn(shares, price) - COMMISSION)
+            cash = cash + (mul_rn(shares, mul_rn(price, costs[2])) - commission)
             shares = 0.0
     return signal, shares, cash
 
 
-def liquidate(shares: float, cash: float, price: float) -> float:
+def liquidate(shares: float, cash: float, price: float, costs: Any) -> float:
     """Cash after selling whatever is held at `price` (end of the window)."""
     if shares > 0.0:
-        cash = cash + (mul_rn(shares, price) - COMMISSION)
+        cash = cash + (mul_rn(shares, mul_rn(price, costs[2])) - costs[0])
     return cash
 
 
 def simulate(program: Any, length: int, panel: Any, close: Any, stock: int,
-             day0: int, day1: int) -> float:
+             day0: int, day1: int, costs: Any) -> float:
     """Final cash (dollars) of one program trading one stock over days [day0, day1)."""
     signal = 0
     shares = 0.0
     cash = CASH0
     for day in range(day0, day1):
         code = decision_code(program, length, panel[day], stock)
-        signal, shares, cash = step_money(code, signal, shares, cash, close[day, stock])
-    return liquidate(shares, cash, close[day1 - 1, stock])
+        signal, shares, cash = step_money(code, signal, shares, cash, close[day, stock], costs)
+    return liquidate(shares, cash, close[day1 - 1, stock], costs)
 
 
-def simulate_codes(codes: Any, close: Any, stock: int, day0: int, day1: int) -> float:
+def simulate_codes(codes: Any, close: Any, stock: int, day0: int, day1: int,
+                   costs: Any) -> float:
     """Final cash of trading decision codes[day - day0, stock] over days [day0, day1)."""
     signal = 0
     shares = 0.0
     cash = CASH0
     for day in range(day0, day1):
         signal, shares, cash = step_money(codes[day - day0, stock], signal, shares, cash,
-                                          close[day, stock])
-    return liquidate(shares, cash, close[day1 - 1, stock])
+                                          close[day, stock], costs)
+    return liquidate(shares, cash, close[day1 - 1, stock], costs)
 
 
-def buy_hold(close: Any, stock: int, day0: int, day1: int) -> float:
-    """Final cash of buying at close[day0] and selling at close[day1 - 1]."""
-    signal, shares, cash = step_money(CODE_BUY, 0, 0.0, CASH0, close[day0, stock])
-    return liquidate(shares, cash, close[day1 - 1, stock])
+def buy_hold(close: Any, stock: int, day0: int, day1: int, costs: Any) -> float:
+    """Final cash of buying at close[day0] and selling at close[day1 - 1], costs paid."""
+    signal, shares, cash = step_money(CODE_BUY, 0, 0.0, CASH0, close[day0, stock], costs)
+    return liquidate(shares, cash, close[day1 - 1, stock], costs)
+
+
+def cost_tuple(commission: float = COMMISSION, slippage_bps: float = SLIPPAGE_BPS
+               ) -> tuple[float, float, float]:
+    """(commission, buy_factor, sell_factor) for the core functions: the factors are
+    computed exactly as engine.broker.PaperBroker._fill_price does (1 + side x bps x 1e-4),
+    so a fill price here equals the broker's bit for bit."""
+    if not (math.isfinite(commission) and commission >= 0 and math.isfinite(slippage_bps)
+            and 0 <= slippage_bps < 10_000):
+        raise ValueError(f"commission must be a number >= 0 and slippage in [0, 10000) bp, "
+                         f"got {commission} and {slippage_bps}")
+    return (float(commission), 1.0 + 1 * float(slippage_bps) * 1e-4,
+            1.0 + -1 * float(slippage_bps) * 1e-4)
+
+
+#: the paper's cost model ($1 per trade, no slippage): every evaluator's default
+DEFAULT_COSTS = cost_tuple()
 
 
 # The core, compiled for both backends by gpu.twin. On the GPU `mul_rn` is libdevice's

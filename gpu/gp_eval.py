@@ -36,7 +36,7 @@ from numba import cuda, prange
 
 from gpu import gp_core
 from gpu.device import resolve_device
-from gpu.gp_core import CASH0, STACK_SIZE
+from gpu.gp_core import CASH0, DEFAULT_COSTS, STACK_SIZE
 from gpu.terminals import N_FLOAT, N_TERMINALS
 from gpu.twin import cuda_kernel_cache, flush_stale_caches
 
@@ -59,12 +59,12 @@ _simulate_codes_cpu = _cpu.simulate_codes
 # --------------------------------------------------------------------------- CPU kernels
 @numba.njit(parallel=True, cache=True)
 def _final_cash_cpu(programs: Any, lengths: Any, panel: Any, close: Any, day0: int, day1: int,
-                    out: Any) -> None:
+                    costs: Any, out: Any) -> None:
     n_stocks = close.shape[1]
     for i in prange(programs.shape[0]):
         program = programs[i]
         for s in range(n_stocks):
-            out[i, s] = _simulate_cpu(program, lengths[i], panel, close, s, day0, day1)
+            out[i, s] = _simulate_cpu(program, lengths[i], panel, close, s, day0, day1, costs)
 
 
 @numba.njit(parallel=True, cache=True)
@@ -90,15 +90,16 @@ def _codes_day_serial_cpu(programs: Any, lengths: Any, day: Any, out: Any) -> No
 
 
 @numba.njit(cache=True)
-def _buy_hold_all_cpu(close: Any, day0: int, day1: int, out: Any) -> None:
+def _buy_hold_all_cpu(close: Any, day0: int, day1: int, costs: Any, out: Any) -> None:
     for s in range(close.shape[1]):
-        out[s] = _buy_hold_cpu(close, s, day0, day1)
+        out[s] = _buy_hold_cpu(close, s, day0, day1, costs)
 
 
 @numba.njit(cache=True)
-def _codes_cash_cpu(codes: Any, close: Any, day0: int, day1: int, out: Any) -> None:
+def _codes_cash_cpu(codes: Any, close: Any, day0: int, day1: int, costs: Any, out: Any
+                    ) -> None:
     for s in range(close.shape[1]):
-        out[s] = _simulate_codes_cpu(codes, close, s, day0, day1)
+        out[s] = _simulate_codes_cpu(codes, close, s, day0, day1, costs)
 
 
 # --------------------------------------------------------------------------- CUDA kernels
@@ -122,10 +123,10 @@ def program_and_stock(n_programs: int, n_stocks: int) -> tuple[int, int]:
 
 @cuda.jit(cache=cuda_kernel_cache())
 def _final_cash_kernel(programs: Any, lengths: Any, panel: Any, close: Any, day0: int, day1: int,
-                       out: Any) -> None:
+                       costs: Any, out: Any) -> None:
     i, s = program_and_stock(programs.shape[0], close.shape[1])
     if i >= 0:
-        out[i, s] = _simulate_dev(programs[i], lengths[i], panel, close, s, day0, day1)
+        out[i, s] = _simulate_dev(programs[i], lengths[i], panel, close, s, day0, day1, costs)
 
 
 @cuda.jit(cache=cuda_kernel_cache())
@@ -236,12 +237,14 @@ def _check_panel(panel: np.ndarray, close: np.ndarray | None, day0: int, day1: i
 # --------------------------------------------------------------------------- public API
 def final_cash(programs: np.ndarray, lengths: np.ndarray, panel: np.ndarray, close: np.ndarray,
                day0: int = 0, day1: int | None = None, device: str = "auto",
-               method: str = "stack") -> F64:
+               method: str = "stack", costs: tuple[float, float, float] = DEFAULT_COSTS
+               ) -> F64:
     """Final cash in dollars (n_programs, n_stocks) of each program trading each stock over
     days [day0, day1) from CASH0, liquidated at the last close (`method` as in
-    PopulationEvaluator; for one-off calls the interpreter needs no mask build)."""
+    PopulationEvaluator; for one-off calls the interpreter needs no mask build; `costs` as
+    gp_core.cost_tuple)."""
     day1 = panel.shape[0] if day1 is None else day1
-    return PopulationEvaluator(panel, close, day0, day1, device, method).final_cash(
+    return PopulationEvaluator(panel, close, day0, day1, device, method, costs).final_cash(
         programs, lengths)
 
 
@@ -265,17 +268,20 @@ def decision_codes(programs: np.ndarray, lengths: np.ndarray, panel: np.ndarray,
     return np.asarray(d_out.copy_to_host())
 
 
-def buy_hold_cash(close: np.ndarray, day0: int = 0, day1: int | None = None) -> F64:
-    """Final cash (n_stocks,) of buying at close[day0] and selling at close[day1 - 1]."""
+def buy_hold_cash(close: np.ndarray, day0: int = 0, day1: int | None = None,
+                  costs: tuple[float, float, float] = DEFAULT_COSTS) -> F64:
+    """Final cash (n_stocks,) of buying at close[day0] and selling at close[day1 - 1],
+    paying `costs` (gp_core.cost_tuple) on both trades."""
     close = np.ascontiguousarray(close, np.float64)
     day1 = close.shape[0] if day1 is None else day1
     out = np.empty(close.shape[1], np.float64)
-    _buy_hold_all_cpu(close, day0, day1, out)
+    _buy_hold_all_cpu(close, day0, day1, costs, out)
     return out
 
 
 def cash_from_codes(codes: np.ndarray, close: np.ndarray, day0: int = 0,
-                    day1: int | None = None) -> F64:
+                    day1: int | None = None,
+                    costs: tuple[float, float, float] = DEFAULT_COSTS) -> F64:
     """Final cash (n_stocks,) of trading decision codes (day1 - day0, n_stocks) at close."""
     close = np.ascontiguousarray(close, np.float64)
     day1 = close.shape[0] if day1 is None else day1
@@ -283,7 +289,7 @@ def cash_from_codes(codes: np.ndarray, close: np.ndarray, day0: int = 0,
     if codes.shape != (day1 - day0, close.shape[1]):
         raise ValueError(f"codes must be {(day1 - day0, close.shape[1])}, got {codes.shape}")
     out = np.empty(close.shape[1], np.float64)
-    _codes_cash_cpu(codes, close, day0, day1, out)
+    _codes_cash_cpu(codes, close, day0, day1, costs, out)
     return out
 
 
@@ -394,11 +400,13 @@ class WindowEvaluator:
     the buy-and-hold cash of each stock over it, and the timing of the latest evaluation.
 
     `panel` (n_days, 31, n_stocks) float32, `close` (n_days, n_stocks) float64, trading days
-    [day0, day1). Subclasses implement `final_cash`.
+    [day0, day1), `costs` (gp_core.cost_tuple) paid by every trade, buy-and-hold's included.
+    Subclasses implement `final_cash`.
     """
 
     def __init__(self, panel: np.ndarray, close: np.ndarray, day0: int, day1: int,
-                 device: str = "auto") -> None:
+                 device: str = "auto",
+                 costs: tuple[float, float, float] = DEFAULT_COSTS) -> None:
         panel_c, close_c = _check_panel(panel, close, day0, day1)
         assert close_c is not None
         if not np.all(np.isfinite(close_c[day0:day1])) or np.any(close_c[day0:day1] <= 0):
@@ -408,12 +416,26 @@ class WindowEvaluator:
         self.day0, self.day1 = day0, day1
         self.n_stocks = panel_c.shape[2]
         self.n_days = day1 - day0
-        self.bh_cash = buy_hold_cash(close_c, day0, day1)
+        c0, c1, c2 = (float(c) for c in costs)
+        self.costs = (c0, c1, c2)
+        self.bh_cash = buy_hold_cash(close_c, day0, day1, self.costs)
         self.last_seconds = 0.0
         self.last_ops = 0
 
     def final_cash(self, programs: np.ndarray, lengths: np.ndarray) -> F64:
         raise NotImplementedError
+
+    def behaviours(self, programs: np.ndarray, lengths: np.ndarray) -> npt.NDArray[np.uint64]:
+        """Behaviour fingerprints (n,) of programs over this window (gp_bitwise.behaviours:
+        equal fingerprints, equal daily returns), on the host whatever the device: a hall of
+        fame asks for a few per generation."""
+        from gpu import gp_bitwise
+
+        masks = getattr(self, "_host_masks", None)
+        if masks is None:
+            masks = gp_bitwise.build_masks(self.panel, self.day0, self.day1, "cpu")
+            self._host_masks = masks
+        return gp_bitwise.behaviours(programs, lengths, masks, self.n_days)
 
     def fitness(self, programs: np.ndarray, lengths: np.ndarray) -> tuple[F64, F64]:
         """(fitness (n,), final cash (n, n_stocks))."""
@@ -456,7 +478,8 @@ class PopulationEvaluator(WindowEvaluator):
     """
 
     def __init__(self, panel: np.ndarray, close: np.ndarray, day0: int, day1: int,
-                 device: str = "auto", method: str = "bitwise") -> None:
+                 device: str = "auto", method: str = "bitwise",
+                 costs: tuple[float, float, float] = DEFAULT_COSTS) -> None:
         if method not in ("bitwise", "stack"):
             raise ValueError(f"unknown GP evaluation method {method!r}: bitwise or stack")
         self.method = method
@@ -464,8 +487,8 @@ class PopulationEvaluator(WindowEvaluator):
         if method == "bitwise":
             from gpu.gp_bitwise import BitwiseEvaluator
 
-            self._bits = BitwiseEvaluator(panel, close, day0, day1, device)
-        super().__init__(panel, close, day0, day1, device)
+            self._bits = BitwiseEvaluator(panel, close, day0, day1, device, costs)
+        super().__init__(panel, close, day0, day1, device, costs)
         panel_c, close_c = self.panel, self.close
         self._d_panel: Any = None
         self._d_close: Any = None
@@ -505,12 +528,13 @@ class PopulationEvaluator(WindowEvaluator):
         if n == 0:
             return out
         if self.device == "cpu":
-            _final_cash_cpu(programs, lengths, self.panel, self.close, self.day0, self.day1, out)
+            _final_cash_cpu(programs, lengths, self.panel, self.close, self.day0, self.day1,
+                            self.costs, out)
         else:
             d_out = cuda.device_array(out.shape, np.float64)
             _final_cash_kernel[_blocks(n * self.n_stocks), THREADS_PER_BLOCK](
                 cuda.to_device(programs), cuda.to_device(lengths), self._d_panel, self._d_close,
-                self.day0, self.day1, d_out)
+                self.day0, self.day1, self.costs, d_out)
             d_out.copy_to_host(out)
         self.last_seconds = time.perf_counter() - t0
         self.last_ops = gp_ops(lengths, self.n_stocks, self.n_days)

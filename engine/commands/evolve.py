@@ -20,12 +20,17 @@ from engine.plot_worker import PlotWorker
 from feeds.datadir import data_dir
 from gpu import warm_start
 from gpu.device import DeviceUnavailable
+from gpu.gp_core import COMMISSION, DEFAULT_COSTS, SLIPPAGE_BPS, cost_tuple
 from gpu.gp_eval import PopulationEvaluator, buy_hold_cash, roi
 from strategies.gp.evolution import EvolutionConfig, EvolutionResult, GenerationStats, evolve
 from strategies.gp.representation import rules_programs
+from strategies.gp.returns import trade_period
 from strategies.gp.strategy import simulate_money, simulate_money_next_open
 from strategies.gp.strategy_file import PeriodRecord, StrategyFile, rule_record, save_strategy
 from strategies.gp.window import GPWindow, Period, load_window
+from strategies.relative_stats import relative_stats, summary_lines
+
+Costs = tuple[float, float, float]
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -62,6 +67,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="where to evaluate: cuda if there is a GPU under auto")
     p.add_argument("--quiet", action="store_true", help="no per-generation progress lines")
+    p.add_argument("--commission", type=float, default=COMMISSION,
+                   help="per trade, $, in the fitness and buy-and-hold alike (the paper "
+                        "broker's model; default %(default)g)")
+    p.add_argument("--slippage-bps", type=float, default=SLIPPAGE_BPS,
+                   help="fill price moved against each trade, basis points (default "
+                        "%(default)g)")
+    wf = p.add_argument_group("walk-forward (strategies/gp/walk_forward.py)")
+    wf.add_argument("--walk-forward", metavar="TRAIN,TEST[,STEP]",
+                    help="evolve on TRAIN trading days, trade the result on the next TEST "
+                         "out of sample, move on by STEP (default TEST) over the whole data "
+                         "from --start; fold k uses seed --seed + k")
+    wf.add_argument("--anchored", action="store_true",
+                    help="walk-forward training windows grow from the first day instead of "
+                         "rolling")
+    wf.add_argument("--ensemble", type=int, default=1, metavar="K",
+                    help="walk-forward: trade the majority vote of the hall of fame's top K "
+                         "instead of the best rule (default 1)")
     # island model on Dask (strategies/gp/islands.py): --population is per island
     isl = p.add_argument_group("islands on Dask (--population individuals each)")
     isl.add_argument("--islands", type=int, help="island populations evolved on a Dask "
@@ -100,9 +122,10 @@ def progress_line(s: GenerationStats, total: int, device: str) -> str:
             f"{s.gp_ops_per_second:9.3g} GP ops/s  {device}  {s.seconds:.2f} s")
 
 
-def period_report(window: GPWindow, period: Period, cash: np.ndarray) -> dict[str, Any]:
+def period_report(window: GPWindow, period: Period, cash: np.ndarray,
+                  costs: Costs = DEFAULT_COSTS) -> dict[str, Any]:
     """Mean ROI of one rule's final cash (n_stocks,) against buy-and-hold over `period`."""
-    bh = buy_hold_cash(window.close, period.day0, period.day1)
+    bh = buy_hold_cash(window.close, period.day0, period.day1, costs)
     excess = roi(cash) - roi(bh)
     return {
         "roi": float(np.mean(roi(cash))),
@@ -114,31 +137,40 @@ def period_report(window: GPWindow, period: Period, cash: np.ndarray) -> dict[st
 
 
 def evaluate_period(window: GPWindow, period: Period, result: EvolutionResult,
-                    device: str) -> dict[str, Any]:
-    """Best rule and hall of fame over one period (the best's per-stock money included)."""
-    ev = PopulationEvaluator(window.panel, window.close, period.day0, period.day1, device)
+                    device: str, costs: Costs = DEFAULT_COSTS, trials: int = 1
+                    ) -> dict[str, Any]:
+    """Best rule and hall of fame over one period (the best's per-stock money included),
+    and the best rule's statistics against buy-and-hold (`stats`, for `trials` rules
+    tried)."""
+    ev = PopulationEvaluator(window.panel, window.close, period.day0, period.day1, device,
+                             costs=costs)
     rules = [c.rule for c in result.hall_of_fame]
     programs, lengths = rules_programs(rules)
     fitness, cash = ev.fitness(programs, lengths)
     stopped = window.stopped(period)
     if stopped:  # survivorship: a stock that stops trading is closed at its last price
         cash = np.stack([simulate_money(r, window.panel, window.close, period.day0,
-                                        period.day1, window.last_day) for r in rules])
-        bh = buy_hold_cash(window.close, period.day0, period.day1)
+                                        period.day1, window.last_day, costs) for r in rules])
+        bh = buy_hold_cash(window.close, period.day0, period.day1, costs)
         fitness = np.mean(roi(cash) - roi(bh)[None, :], axis=1)
-    report = period_report(window, period, cash[0])
+    report = period_report(window, period, cash[0], costs)
     report["stopped_trading"] = stopped
     report["hall_of_fame_fitness"] = [float(f) for f in fitness]
     ens = simulate_money(rules, window.panel, window.close, period.day0, period.day1,
-                         window.last_day)
+                         window.last_day, costs)
     report["ensemble_roi"] = float(np.mean(roi(ens)))
     # fitness uses the paper's fill model (signal-close); the same best rule filled at the
     # next day's open shows how much of its edge was the same-close assumption
     report["fill_model"] = "signal-close"
     if window.open is not None:
         nxt = simulate_money_next_open(rules[0], window.panel, window.open, window.close,
-                                       period.day0, period.day1, window.last_day)
+                                       period.day0, period.day1, window.last_day, costs)
         report["roi_next_open"] = float(np.mean(roi(nxt)))
+    trading = trade_period(rules[:1], window.panel, window.close, period.day0, period.day1,
+                           costs, window.last_day)
+    stats = relative_stats(trading.returns, trading.buy_hold_returns, trials=max(1, trials))
+    report["stats"] = stats.as_dict()
+    report["stats_summary"] = summary_lines(stats)
     return report
 
 
@@ -161,6 +193,8 @@ def _check_options(args: argparse.Namespace) -> list[str] | None:
     island_only = {"--migrate-every": args.migrate_every, "--migrants": args.migrants,
                    "--workers": args.workers}
     given = [k for k, v in island_only.items() if v is not None]
+    if args.walk_forward is not None:  # folds side by side: a cluster, but no islands
+        given = [k for k in given if k != "--workers"]
     if given and args.islands is None and not args.scheduler:
         raise UserError(f"{', '.join(given)} only apply to an island run: add --islands N")
     check_writable_file(args.out, "--out")
@@ -169,19 +203,27 @@ def _check_options(args: argparse.Namespace) -> list[str] | None:
     return [s.strip() for s in args.symbols.split(",") if s.strip()] if args.symbols else None
 
 
-def _load(args: argparse.Namespace, symbols: list[str] | None
+def _costs(args: argparse.Namespace) -> Costs:
+    try:
+        return cost_tuple(args.commission, args.slippage_bps)
+    except ValueError as e:
+        raise UserError(f"--commission/--slippage-bps: {e}") from None
+
+
+def _load(args: argparse.Namespace, symbols: list[str] | None, costs: Costs
           ) -> tuple[GPWindow, PopulationEvaluator]:
     try:
         window = load_window(args.data, None if symbols else args.stocks, args.train_days,
                              args.test_days, start=args.start, symbols=symbols)
         train_eval = PopulationEvaluator(window.panel, window.close, window.train.day0,
-                                         window.train.day1, args.device)
+                                         window.train.day1, args.device, costs=costs)
     except (ValueError, OSError, DeviceUnavailable) as e:
         raise UserError(str(e)) from None
     return window, train_eval
 
 
-def _on_islands(args: argparse.Namespace, config: EvolutionConfig, window: GPWindow) -> Any:
+def _on_islands(args: argparse.Namespace, config: EvolutionConfig, window: GPWindow,
+               costs: Costs) -> Any:
     """The island model on Dask (strategies.gp.islands): its IslandsResult."""
     from strategies.gp import islands as isl
 
@@ -190,7 +232,7 @@ def _on_islands(args: argparse.Namespace, config: EvolutionConfig, window: GPWin
                           50 if args.migrants is None else args.migrants)
     try:
         plan.check(config.population)
-        data = isl.PanelData.training(window)
+        data = isl.PanelData.training(window, costs)
         return isl.evolve_on_dask(data, config, plan, args.scheduler, args.workers,
                                   args.device, args.quiet)
     except (ValueError, OSError, DeviceUnavailable) as e:
@@ -214,6 +256,8 @@ def _write_outputs(args: argparse.Namespace, window: GPWindow, result: Evolution
         data=window.source, train=_record(train), test=_record(test), seed=config.seed,
         best=rule_record(best.rule, best.fitness, best.generation),
         hall_of_fame=[rule_record(c.rule, c.fitness, c.generation) for c in result.hall_of_fame],
+        commission=args.commission, slippage_bps=args.slippage_bps,
+        rules_tried=rules_tried(config, islands),
     )
     out: Path = args.out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -235,12 +279,21 @@ def _write_outputs(args: argparse.Namespace, window: GPWindow, result: Evolution
     return out, png
 
 
+def rules_tried(config: EvolutionConfig, islands: Any = None) -> int:
+    """Individuals evaluated (population x generations, over all islands): the trials of
+    the deflated Sharpe ratio."""
+    n_islands = islands.plan.islands if islands is not None else 1
+    return n_islands * config.population * config.generations
+
+
 def _print_summary(result: EvolutionResult, train: dict[str, Any], test: dict[str, Any] | None,
-                   device: str, out: Path, png: Path) -> None:
+                   device: str, out: Path, png: Path, args: argparse.Namespace) -> None:
     best = result.best
     print(f"best: buy {best.rule.buy_infix}\n      sell {best.rule.sell_infix}")
     print("fills: signal-close (the GP paper's model: each trade at the close that produced "
           "its signal); next-open: the same rule filled at the next day's open")
+    print(f"costs: ${args.commission:g} a trade, {args.slippage_bps:g} bp slippage, "
+          f"buy-and-hold included")
     print(f"train ROI {train['roi']:+.2%} vs buy-and-hold {train['roi_buy_hold']:+.2%} "
           f"(fitness {train['fitness']:+.4f}); next-open ROI "
           f"{train.get('roi_next_open', float('nan')):+.2%}")
@@ -250,6 +303,11 @@ def _print_summary(result: EvolutionResult, train: dict[str, Any], test: dict[st
               f"{test.get('roi_next_open', float('nan')):+.2%}")
         for sym, last in test["stopped_trading"].items():
             print(f"  {sym} stopped trading on {last}: closed at its last price")
+    for name, rep in (("train", train), ("test", test)):
+        if rep is not None:
+            print(f"{name}, best rule, daily returns:")
+            for line in rep["stats_summary"]:
+                print(f"  {line}")
     print(f"{result.gp_ops_per_second:.3g} GP ops/s on {device}; wrote {out} and {png}")
 
 
@@ -273,6 +331,9 @@ def _report(args: argparse.Namespace, window: GPWindow, result: EvolutionResult,
                              if result.eval_seconds > 0 else 0.0),
         "device": device,
         "fill_model": "signal-close",
+        "commission": args.commission,
+        "slippage_bps": args.slippage_bps,
+        "rules_tried": rules_tried(config, islands),
         "seed": config.seed,
         "config": {k: getattr(config, k) for k in config.__struct_fields__},
         "data": window.source,
@@ -287,13 +348,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     config = _config(args)
     symbols = _check_options(args)
+    costs = _costs(args)
+    if args.walk_forward is not None:
+        return {**run_walk_forward(args, config, symbols, costs),
+                "seconds": time.perf_counter() - t0}
     # the CUDA context is made while the window loads; numba's BLAS probe is skipped
     warm_start.start_context(args.device)
     warm_start.skip_blas_probe()
     on_islands = args.islands is not None or bool(args.scheduler)
     # the PNG's process starts now: matplotlib's import overlaps the evolution
     with PlotWorker(background=None if not on_islands else False) as plots:
-        window, train_eval = _load(args, symbols)
+        window, train_eval = _load(args, symbols, costs)
         device = train_eval.device
         train_desc = window.describe(window.train)
         print(f"evolving {config.population} individuals x {config.generations} generations "
@@ -305,13 +370,141 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if not args.quiet:
                 print(progress_line(s, config.generations, device), file=sys.stderr, flush=True)
 
-        islands = _on_islands(args, config, window) if on_islands else None
+        islands = _on_islands(args, config, window, costs) if on_islands else None
         result = islands.evolution_result() if islands is not None else evolve(
             train_eval, config, progress)
-        train = evaluate_period(window, window.train, result, device)
-        test = (evaluate_period(window, window.test, result, device) if window.test.days
-                else None)
+        trials = rules_tried(config, islands)
+        train = evaluate_period(window, window.train, result, device, costs, trials)
+        test = (evaluate_period(window, window.test, result, device, costs, trials)
+                if window.test.days else None)
         out, png = _write_outputs(args, window, result, train, test, islands, device, plots)
-    _print_summary(result, train, test, device, out, png)
+    _print_summary(result, train, test, device, out, png, args)
     return {**_report(args, window, result, train, test, islands, device, out, png),
             "seconds": time.perf_counter() - t0}
+
+
+# --------------------------------------------------------------------------- walk-forward
+def _walk_forward_plan(args: argparse.Namespace, config: EvolutionConfig) -> Any:
+    from strategies.gp.walk_forward import WalkForwardPlan
+
+    if args.islands is not None:
+        raise UserError("--walk-forward runs its folds side by side on Dask instead of "
+                        "islands: drop --islands")
+    if not 1 <= args.ensemble <= config.hall_of_fame:
+        raise UserError(f"--ensemble must be in [1, --hall-of-fame = {config.hall_of_fame}], "
+                        f"got {args.ensemble}")
+    try:
+        return WalkForwardPlan.parse(args.walk_forward, args.anchored)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
+def _fold_client(args: argparse.Namespace, n_folds: int) -> tuple[Any, Any]:
+    """(client, local cluster or None): Dask when --scheduler or --workers asks for it."""
+    if not args.scheduler and args.workers is None:
+        return None, None
+    import logging
+
+    from distributed import Client
+
+    from strategies.gp.islands import local_cluster
+
+    logging.getLogger("distributed").setLevel(logging.WARNING)
+    try:
+        if args.scheduler:
+            return Client(args.scheduler, timeout="10s"), None
+        cluster = local_cluster(n_folds, args.device, args.workers, dashboard_address=None)
+        return Client(cluster), cluster
+    except (ValueError, OSError) as e:
+        raise UserError(f"Dask cluster: {e}") from None
+
+
+def _walk_forward_file(args: argparse.Namespace, window: GPWindow, wf: Any) -> None:
+    """The last fold's strategy file: the rule one would trade next, with its windows."""
+    from strategies.gp.walk_forward import FoldOutcome
+
+    last: FoldOutcome = wf.outcomes[-1]
+    best = last.hall_of_fame[0]
+    records = []
+    for d0, d1 in ((last.fold.train0, last.fold.train1), (last.fold.test0, last.fold.test1)):
+        t = trade_period([best.rule], window.panel[:last.fold.test1],
+                         window.close[:last.fold.test1], d0, d1, wf.costs)
+        records.append(PeriodRecord(symbols=list(window.symbols),
+                                    first_date=str(window.dates[d0]),
+                                    last_date=str(window.dates[d1 - 1]), days=d1 - d0,
+                                    roi=t.roi, roi_buy_hold=t.roi_buy_hold))
+    sf = StrategyFile(
+        data=window.source, train=records[0], test=records[1], seed=last.seed,
+        best=rule_record(best.rule, best.fitness, best.generation),
+        hall_of_fame=[rule_record(c.rule, c.fitness, c.generation) for c in last.hall_of_fame],
+        commission=args.commission, slippage_bps=args.slippage_bps,
+        rules_tried=wf.rules_tried)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    save_strategy(args.out, sf)
+
+
+def run_walk_forward(args: argparse.Namespace, config: EvolutionConfig,
+                     symbols: list[str] | None, costs: Costs) -> dict[str, Any]:
+    """`evolve --walk-forward`: folds evolved and traded out of sample, stitched
+    (strategies.gp.walk_forward); the report under `walk_forward`."""
+    from gpu.device import resolve_device
+    from strategies.gp import walk_forward as wfm
+    from strategies.gp.window import history_window
+
+    plan = _walk_forward_plan(args, config)
+    try:
+        device = resolve_device(args.device, "GP evaluation")
+        window = history_window(args.data, None if symbols else args.stocks, args.start,
+                                symbols)
+        folds = plan.folds(len(window.dates))
+    except (ValueError, OSError, DeviceUnavailable) as e:
+        raise UserError(str(e)) from None
+    history = wfm.History(window.panel, window.close, costs)
+    dates = [str(d)[:10] for d in window.dates]
+    print(f"walk-forward: {len(folds)} folds of {plan.describe()} over {window.n_stocks} "
+          f"stocks x {len(dates)} days ({dates[0]} .. {dates[-1]}); {config.population} "
+          f"individuals x {config.generations} generations per fold, device {device}",
+          file=sys.stderr, flush=True)
+
+    def progress(o: Any, done: int, total: int, elapsed: float) -> None:
+        print(wfm.eta_line(o, done, total, elapsed), file=sys.stderr, flush=True)
+
+    client, cluster = _fold_client(args, len(folds))
+    try:
+        outcomes = wfm.run_folds(history, config, folds, args.ensemble, args.device, client,
+                                 progress)
+    except (ValueError, OSError, DeviceUnavailable) as e:
+        raise UserError(str(e)) from None
+    finally:
+        if client is not None:
+            client.close()
+        if cluster is not None:
+            cluster.close()
+    wf = wfm.stitch(plan, history, outcomes, dates, args.ensemble, args.commission,
+                    args.slippage_bps)
+    stats = wf.stats()
+    png = args.png or args.out.with_name(args.out.stem + "_walk_forward.png")
+    wfm.plot(png, wf, f"{window.n_stocks} stocks, {len(folds)} folds "
+                      f"{plan.train_days}/{plan.test_days}/{plan.step}"
+                      f"{' anchored' if plan.anchored else ''}, out of sample: "
+                      f"{wf.oos_roi:+.2%} vs buy-and-hold {wf.oos_roi_buy_hold:+.2%}")
+    _walk_forward_file(args, window, wf)
+    _print_walk_forward(wf, stats, png, args.out)
+    return {"walk_forward": wf.report(stats), "device": device, "data": window.source,
+            "symbols": list(window.symbols), "seed": config.seed,
+            "config": {k: getattr(config, k) for k in config.__struct_fields__},
+            "commission": args.commission, "slippage_bps": args.slippage_bps,
+            "rules_tried": wf.rules_tried, "out": str(args.out), "png": str(png)}
+
+
+def _print_walk_forward(wf: Any, stats: Any, png: Path, out: Path) -> None:
+    from strategies.gp.walk_forward import fold_table
+
+    for line in fold_table(wf):
+        print(line)
+    print(wf.description())
+    print(f"out of sample, stitched: {wf.oos_roi:+.2%}; buy-and-hold {wf.oos_roi_buy_hold:+.2%}; "
+          f"first fold's rule held {wf.oos_roi_static:+.2%}")
+    for line in summary_lines(stats):
+        print(line)
+    print(f"wrote {out} (the last fold's rules) and {png}")

@@ -118,33 +118,69 @@ class GenerationStats:
 
 @dataclass(frozen=True)
 class Champion:
-    """A rule with its training fitness and the generation that first produced it."""
+    """A rule with its training fitness, the generation that first produced it and its
+    behaviour fingerprint over the training days (gpu.gp_bitwise.behaviours; None when the
+    hall of fame was kept without one)."""
 
     rule: GPRule
     fitness: float
     generation: int
+    behaviour: int | None = None
+
+
+#: fingerprints of individuals `index` of a population (gpu.gp_eval.WindowEvaluator.behaviours)
+Behaviours = Callable[[Population, npt.NDArray[np.int64]], npt.NDArray[np.uint64]]
+
+#: candidates fingerprinted together (one parallel pass), and the memo's bound
+_BEHAVIOUR_BATCH = 256
+_MEMO_LIMIT = 200_000
+
+
+def population_behaviours(evaluator: PopulationEvaluator) -> Behaviours:
+    """The evaluator's behaviour fingerprints of chosen individuals of a population."""
+    def behaviours(pop: Population, index: npt.NDArray[np.int64]) -> npt.NDArray[np.uint64]:
+        return evaluator.behaviours(*pop.take(index).compile())
+    return behaviours
 
 
 class HallOfFame:
-    """The `capacity` fittest distinct rules seen in any generation (ties: earlier first)."""
+    """The `capacity` fittest rules of distinct behaviour seen in any generation (ties:
+    earlier first).
+
+    Distinct twice over: the same trees count once, and, when `update` is given the
+    evaluator's fingerprints, so do different trees with the same trades (identical daily
+    returns over the training days: `x AND x` for `x`, a dead branch): of such twins the
+    fitter stays, on equal fitness the earlier. Without that, a converged population fills
+    the hall with one behaviour under many spellings. Fingerprints are memoised per tree
+    pair, so a clone met again in a later generation costs nothing.
+    """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._members: dict[bytes, Champion] = {}
+        self._memo: dict[bytes, int] = {}
 
-    def update(self, pop: Population, fitness: F64, generation: int) -> None:
+    def __getstate__(self) -> dict[str, object]:
+        # an island ships its hall between epochs: the memo is a cache, it stays behind
+        return {"capacity": self.capacity, "_members": self._members, "_memo": {}}
+
+    def update(self, pop: Population, fitness: F64, generation: int,
+               behaviours: Behaviours | None = None) -> None:
         # candidates best first: the few dozen best decide almost always; the full order
         # is sorted only if they are exhausted without filling the hall (many duplicates)
         values = np.where(np.isnan(fitness), -np.inf, fitness)
         first = top_order(values, 4 * self.capacity + 16)
-        if self._take(pop, fitness, generation, first) or first.size == fitness.size:
+        if (self._take(pop, fitness, generation, first, behaviours)
+                or first.size == fitness.size):
             return
-        self._take(pop, fitness, generation, top_order(values, fitness.size)[first.size:])
+        self._take(pop, fitness, generation, top_order(values, fitness.size)[first.size:],
+                   behaviours)
 
     def _take(self, pop: Population, fitness: F64, generation: int,
-              order: npt.NDArray[np.int64]) -> bool:
+              order: npt.NDArray[np.int64], behaviours: Behaviours | None) -> bool:
         """Offer candidates in `order` (best first); True once none further can enter."""
-        for i in order.tolist():
+        candidates = order.tolist()
+        for pos, i in enumerate(candidates):
             f = float(fitness[i])
             if not np.isfinite(f):
                 return True
@@ -153,11 +189,32 @@ class HallOfFame:
             key = pop.key(i)
             if key in self._members:
                 continue
-            self._members[key] = Champion(pop.rule(i), f, generation)
+            b = None
+            if behaviours is not None:
+                b = self._behaviour(pop, key, candidates[pos:], behaviours)
+                twin = next((k for k, c in self._members.items() if c.behaviour == b), None)
+                if twin is not None:
+                    if f <= self._members[twin].fitness:
+                        continue  # the same trades, no fitter: the member stays
+                    del self._members[twin]
+            self._members[key] = Champion(pop.rule(i), f, generation, b)
             if len(self._members) > self.capacity:
                 worst = self._worst()
                 self._members = {k: c for k, c in self._members.items() if c is not worst}
         return False
+
+    def _behaviour(self, pop: Population, key: bytes, upcoming: list[int],
+                   behaviours: Behaviours) -> int:
+        """Fingerprint of the candidate `key` (upcoming[0]); the next candidates not yet
+        known are fingerprinted in the same pass."""
+        if key not in self._memo:
+            batch = [i for i in upcoming[:_BEHAVIOUR_BATCH] if pop.key(i) not in self._memo]
+            if len(self._memo) + len(batch) > _MEMO_LIMIT:
+                self._memo.clear()
+            found = behaviours(pop, np.asarray(batch, np.int64))
+            for i, h in zip(batch, found.tolist(), strict=True):
+                self._memo[pop.key(i)] = int(h)
+        return self._memo[key]
 
     def _worst(self) -> Champion:
         return self.members[-1]
@@ -332,7 +389,7 @@ def advance(evaluator: PopulationEvaluator, state: EvolutionState, until: int,
         new_fit = evaluator.parts_fitness(parts, n_todo)
         fitness = np.concatenate([carried, new_fit])
         state.population, state.fitness, state.generation = pop, fitness, g + 1
-        state.hall.update(pop, fitness, g)
+        state.hall.update(pop, fitness, g, population_behaviours(evaluator))
         sizes = pop.node_counts()
         finite = fitness[np.isfinite(fitness)]
         stats = GenerationStats(

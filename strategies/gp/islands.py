@@ -60,6 +60,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpu.device import cuda_present, cuda_simulated
+from gpu.gp_core import DEFAULT_COSTS
 from gpu.gp_eval import PopulationEvaluator
 from strategies.gp.evolution import (
     Champion,
@@ -218,24 +219,28 @@ class PanelData:
     day0: int
     day1: int
     token: str
+    costs: tuple[float, float, float] = DEFAULT_COSTS   # gp_core.cost_tuple
 
     @staticmethod
-    def make(panel: np.ndarray, close: np.ndarray, day0: int, day1: int) -> PanelData:
+    def make(panel: np.ndarray, close: np.ndarray, day0: int, day1: int,
+             costs: tuple[float, float, float] = DEFAULT_COSTS) -> PanelData:
         panel = np.ascontiguousarray(panel, np.float32)
         close = np.ascontiguousarray(close, np.float64)
         h = hashlib.blake2b(digest_size=16)
         for a in (panel, close):
             h.update(repr(a.shape).encode())
             h.update(a.tobytes())
-        h.update(f"{day0}:{day1}".encode())
-        return PanelData(panel, close, day0, day1, h.hexdigest())
+        h.update(f"{day0}:{day1}:{costs!r}".encode())
+        return PanelData(panel, close, day0, day1, h.hexdigest(), costs)
 
     @staticmethod
-    def training(window: GPWindow) -> PanelData:
+    def training(window: GPWindow, costs: tuple[float, float, float] = DEFAULT_COSTS
+                 ) -> PanelData:
         """The window's training days only: fewer bytes, and workers never see test days
         (indicators were computed over the whole window, so the cut changes no value)."""
         end = window.train.day1
-        return PanelData.make(window.panel[:end], window.close[:end], window.train.day0, end)
+        return PanelData.make(window.panel[:end], window.close[:end], window.train.day0, end,
+                              costs)
 
     @property
     def nbytes(self) -> int:
@@ -269,7 +274,8 @@ def evaluator_for(data: PanelData, device: str) -> PopulationEvaluator:
         ev = _EVALUATORS.get(key)
         if ev is None:
             _EVALUATORS.clear()  # a worker serves one run at a time: free the last window
-            ev = PopulationEvaluator(data.panel, data.close, data.day0, data.day1, device)
+            ev = PopulationEvaluator(data.panel, data.close, data.day0, data.day1, device,
+                                     costs=data.costs)
             _EVALUATORS[key] = ev
             EVALUATORS_BUILT[0] += 1
         return ev
@@ -369,8 +375,8 @@ def ring_migration(populations: list[Population], fitness: list[F64], migrants: 
 
 
 def merge_halls(halls: list[list[Champion]], capacity: int) -> list[Champion]:
-    """The `capacity` best distinct rules of all islands; equal fitness: earlier generation,
-    then lower island."""
+    """The `capacity` best distinct rules of all islands (distinct trees and distinct
+    behaviour fingerprints); equal fitness: earlier generation, then lower island."""
     best: dict[bytes, tuple[float, int, int, Champion]] = {}
     for island, members in enumerate(halls):
         for c in members:
@@ -379,7 +385,17 @@ def merge_halls(halls: list[list[Champion]], capacity: int) -> list[Champion]:
             if key not in best or rank[:3] < best[key][:3]:
                 best[key] = rank
     ranked = sorted(best.values(), key=lambda r: r[:3])
-    return [r[3] for r in ranked[:capacity]]
+    # islands share the training days, so equal fingerprints are equal trades: once each
+    seen: set[int] = set()
+    out: list[Champion] = []
+    for r in ranked:
+        b = r[3].behaviour
+        if b is not None and b in seen:
+            continue
+        if b is not None:
+            seen.add(b)
+        out.append(r[3])
+    return out[:capacity]
 
 
 # --------------------------------------------------------------------------- the driver

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from gpu.gp_core import CODE_BUY, CODE_SELL
+from gpu.gp_core import CODE_BUY, CODE_SELL, DEFAULT_COSTS
 from gpu.gp_decider import AsyncDecider
 from gpu.gp_eval import cash_from_codes, decision_codes, final_cash
 from strategies.base import Features, Signals
@@ -121,14 +121,16 @@ class GPStrategy(GPEnsemble):
 def simulate_money(strategy_or_rule: GPRule | GPEnsemble | Sequence[GPRule],
                    panel: npt.NDArray[np.float32], close: F64, day0: int = 0,
                    day1: int | None = None,
-                   last_day: npt.NDArray[np.int64] | None = None) -> F64:
+                   last_day: npt.NDArray[np.int64] | None = None,
+                   costs: tuple[float, float, float] = DEFAULT_COSTS) -> F64:
     """Final cash per stock (dollars, float64) of the paper's simulation over days
     [day0, day1) of `panel` (n_days, 31, n_stocks) and `close` (n_days, n_stocks), on the
     CPU evaluator. A single rule runs the evaluator the GP uses; several rules (an ensemble)
     are voted day by day, then traded with the same money rules.
 
     `last_day[s]` (optional) is the last day stock s trades: from that day on its decision
-    is SELL, so a position is closed at the stock's last price and nothing trades after."""
+    is SELL, so a position is closed at the stock's last price and nothing trades after.
+    `costs` (gp_core.cost_tuple): the broker's commission and slippage on every trade."""
     if isinstance(strategy_or_rule, GPRule):
         rules = [strategy_or_rule]
     elif isinstance(strategy_or_rule, GPEnsemble):
@@ -139,7 +141,8 @@ def simulate_money(strategy_or_rule: GPRule | GPEnsemble | Sequence[GPRule],
     programs, lengths = rules_programs(rules)
     stops = last_day is not None and bool(np.any(last_day < day1 - 1))
     if len(rules) == 1 and not stops:
-        return final_cash(programs, lengths, panel, close, day0, day1, device="cpu")[0]
+        return final_cash(programs, lengths, panel, close, day0, day1, device="cpu",
+                          costs=costs)[0]
     codes = decision_codes(programs, lengths, panel, day0, day1, device="cpu")
     if len(rules) == 1:
         voted = np.array(codes[0], np.int8)
@@ -150,7 +153,7 @@ def simulate_money(strategy_or_rule: GPRule | GPEnsemble | Sequence[GPRule],
         for s, d in enumerate(last_day.tolist()):
             if d < day1 - 1:
                 voted[max(d - day0, 0):, s] = CODE_SELL
-    return cash_from_codes(voted, close, day0, day1)
+    return cash_from_codes(voted, close, day0, day1, costs)
 
 
 def next_open_prices(open_: F64, close: F64, day0: int, day1: int) -> F64:
@@ -165,7 +168,8 @@ def next_open_prices(open_: F64, close: F64, day0: int, day1: int) -> F64:
 def simulate_money_next_open(strategy_or_rule: GPRule | GPEnsemble | Sequence[GPRule],
                              panel: npt.NDArray[np.float32], open_: F64, close: F64,
                              day0: int = 0, day1: int | None = None,
-                             last_day: npt.NDArray[np.int64] | None = None) -> F64:
+                             last_day: npt.NDArray[np.int64] | None = None,
+                             costs: tuple[float, float, float] = DEFAULT_COSTS) -> F64:
     """`simulate_money` under the next-open fill model: the same decisions (read at each
     day's close), the same money rules, filled at the next day's open instead of the close
     that produced them. The difference to `simulate_money` is the edge the same-close
@@ -176,4 +180,4 @@ def simulate_money_next_open(strategy_or_rule: GPRule | GPEnsemble | Sequence[GP
         for s, d in enumerate(last_day.tolist()):
             if d < day1 - 1:
                 prices[max(d, day0):day1, s] = close[d, s]
-    return simulate_money(strategy_or_rule, panel, prices, day0, day1, last_day)
+    return simulate_money(strategy_or_rule, panel, prices, day0, day1, last_day, costs)

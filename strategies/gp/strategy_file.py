@@ -66,6 +66,13 @@ class StrategyFile(msgspec.Struct, **_STRUCT):
     seed: int | None = None
     best: RuleRecord  # type: ignore[misc]  # kw_only: msgspec allows it, mypy cannot tell
     hall_of_fame: list[RuleRecord] = msgspec.field(default_factory=list)
+    # the costs the rules were evolved (and their ROIs computed) with, for a replay to use:
+    # the paper broker's model (engine.broker); files written before they existed had these
+    commission: float = 1.0
+    slippage_bps: float = 0.0
+    #: individuals evaluated to find these rules (population x generations, all islands or
+    #: walk-forward folds): the trials of a deflated Sharpe ratio; None = not recorded
+    rules_tried: int | None = None
 
     def rule(self) -> GPRule:
         """The best rule (already validated by read_strategy_file)."""
@@ -122,6 +129,10 @@ def validate(sf: StrategyFile) -> None:
                          f"{TERMINAL_SET_VERSION}: re-evolve the strategy")
     if list(sf.terminals) != list(TERMINALS):
         raise ValueError("terminal names or order differ from gpu.terminals.TERMINALS")
+    if not (sf.commission >= 0 and sf.slippage_bps >= 0 and np.isfinite(sf.commission)
+            and np.isfinite(sf.slippage_bps)):
+        raise ValueError(f"commission and slippage_bps must be numbers >= 0, got "
+                         f"{sf.commission} and {sf.slippage_bps}")
     record_rule(sf.best, "best")
     for i, r in enumerate(sf.hall_of_fame):
         record_rule(r, f"hall_of_fame[{i}]")

@@ -313,3 +313,19 @@ def _with_test_days(table: DailyTable, train: DailyMatrix, start: str | None, to
     if not np.all(np.isfinite(arrays["close"][: train.close.shape[0]])):
         raise ValueError("training days of the chosen stocks are incomplete")
     return DailyMatrix(dates=calendar, symbols=list(train.symbols), **arrays), last_day
+
+
+def trading_days(path: str | Path | DailyTable, start: str | None = None) -> int:
+    """Trading days (dates with any bar) in the data from `start` (default: its first day)."""
+    table = path if isinstance(path, DailyTable) else _table(resolve_data_file(path))
+    sel = table.select(None, start, None) if start is not None else table
+    return int(np.unique(sel.dates).size)
+
+
+def history_window(path: str | Path | DailyTable, n_stocks: int | None,
+                   start: str | None = None, symbols: list[str] | None = None) -> GPWindow:
+    """The whole history from `start` as one window (all of it "train"), its indicator panel
+    computed from the first day: what a walk-forward cuts its folds from. Its stocks trade
+    on every day of it (daily_matrix)."""
+    return load_window(path, n_stocks, trading_days(path, start), 0, start=start,
+                       symbols=symbols)
