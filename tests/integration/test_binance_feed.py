@@ -1,0 +1,186 @@
+"""End to end: a local venue -> `feed --source binance` (a real process) -> a ZeroMQ SUB;
+its recording replayed by `feed --data` and `replay --data`; bad options.
+
+Nothing here reaches the internet: the venue is a websockets server on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+
+import run_engine
+from feeds.messages import Heartbeat, Message, Quote, Trade, make_decoder
+from tests.feeds.binance_venue import Step, Venue, spot_book, spot_trade, wrap
+from tests.live_procs import ROOT, _env, free_port
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _scripts() -> list[list[Step]]:
+    t = _now_ms()
+    first: list[Step] = [
+        wrap(spot_trade("BTCUSDT", 1, 91_000.0, 0.1, t)),
+        json.dumps(spot_book("BTCUSDT", 10, 90_999.5, 91_000.5)),
+        wrap(spot_trade("ETHUSDT", 70, 3_000.0, 2.0, t + 1)),
+        '{"stream":"btcusdt@trade","data":{"e":"trade"',  # cut short
+        json.dumps({"e": "depthUpdate", "s": "BTCUSDT"}),  # a stream we do not handle
+        wrap(spot_trade("BTCUSDT", 4, 91_001.0, 0.2, t + 2)),  # 1 -> 4: a gap
+        ("close",),  # the venue's 24-hour cut
+    ]
+    second: list[Step] = [
+        wrap(spot_trade("BTCUSDT", 5, 91_002.0, 0.3, t + 3)),
+        json.dumps(spot_book("ETHUSDT", 3, 2_999.9, 3_000.1)),
+        wrap(spot_trade("ETHUSDT", 71, 3_000.1, 1.0, t + 4)),
+    ]
+    return [first, second]
+
+
+def _subscriber(endpoint: str) -> tuple[zmq.Context[Any], zmq.Socket[Any]]:
+    ctx: zmq.Context[Any] = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(endpoint)
+    return ctx, sub
+
+
+def _receive(sub: zmq.Socket[Any], n_data: int, timeout: float, until_final: bool = False
+             ) -> list[Message]:
+    """Messages until `n_data` trades and quotes arrived (or the final heartbeat)."""
+    dec = make_decoder()
+    got: list[Message] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not sub.poll(100):
+            continue
+        msg = dec.decode(sub.recv_multipart()[1])
+        got.append(msg)
+        if until_final and isinstance(msg, Heartbeat) and msg.final:
+            break
+        if not until_final and sum(isinstance(m, Trade | Quote) for m in got) >= n_data:
+            break
+    return got
+
+
+def _feed(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, str(ROOT / "run_engine.py"), "feed", *args],
+                            cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _data(msgs: list[Message]) -> list[Message]:
+    return [m for m in msgs if isinstance(m, Trade | Quote)]
+
+
+def test_venue_to_feed_process_to_subscriber_and_the_recording_replays(tmp_path: Path) -> None:
+    record, status = tmp_path / "btc.jsonl.gz", tmp_path / "feed.json"
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    with Venue(_scripts()) as venue:
+        ctx, sub = _subscriber(endpoint)
+        proc = _feed("--source", "binance", "--market", "spot", "--symbols", "btcusdt,ethusdt",
+                     "--streams", "trade,bookTicker", "--url", venue.url, "--publish", endpoint,
+                     "--record", str(record), "--json", str(status), "--wait", "20")
+        try:
+            live = _receive(sub, 7, timeout=30)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=20)
+            sub.close(0)
+            ctx.term()
+        subscriptions = list(venue.subscriptions)
+    assert proc.returncode == 0, err
+    assert subscriptions == [["btcusdt@trade", "btcusdt@bookTicker", "ethusdt@trade",
+                              "ethusdt@bookTicker"]] * 2
+    opening = live[0]
+    assert isinstance(opening, Heartbeat) and opening.session > 0  # the session opens first
+    data = _data(live)
+    assert [(type(m).__name__, m.symbol) for m in data] == [
+        ("Trade", "BTCUSDT"), ("Quote", "BTCUSDT"), ("Trade", "ETHUSDT"), ("Trade", "BTCUSDT"),
+        ("Trade", "BTCUSDT"), ("Quote", "ETHUSDT"), ("Trade", "ETHUSDT")]
+    first = data[0]
+    assert isinstance(first, Trade) and (first.price, first.size) == (91_000.0, 0.1)
+    assert all(b.ts >= a.ts for a, b in zip(data, data[1:], strict=False))
+    report = json.loads(status.read_text())["binance"]
+    assert report["gaps"] == {"BTCUSDT": 1} and report["connections"] == 2
+    assert report["skipped"] == {"malformed_json": 1, "unknown_event": 1}
+    assert report["disconnects"] == 1 and "trades" in out
+
+    # the recording, published by `feed --data`: the same messages in the same order
+    endpoint2 = f"tcp://127.0.0.1:{free_port()}"
+    ctx, sub = _subscriber(endpoint2)
+    replay_feed = _feed("--data", str(record), "--publish", endpoint2, "--wait", "20")
+    try:
+        replayed = _receive(sub, 0, timeout=30, until_final=True)
+    finally:
+        replay_feed.wait(20)
+        sub.close(0)
+        ctx.term()
+    assert _data(replayed) == data
+
+    # and a backtest reads it: every trade is a tick
+    result = tmp_path / "replay.json"
+    assert run_engine.main(["replay", "--data", str(record), "--device", "cpu",
+                            "--json", str(result)]) == 0
+    replay = json.loads(result.read_text())
+    assert replay["ticks"] == sum(isinstance(m, Trade) for m in data)
+    assert replay["quotes"] == sum(isinstance(m, Quote) for m in data)
+
+
+def test_each_start_of_the_adapter_is_a_new_feed_session() -> None:
+    sessions = []
+    with Venue([[]]) as venue:
+        for _ in range(2):
+            endpoint = f"tcp://127.0.0.1:{free_port()}"
+            ctx, sub = _subscriber(endpoint)
+            proc = _feed("--source", "binance", "--symbols", "btcusdt", "--url", venue.url,
+                         "--publish", endpoint, "--max-seconds", "0.5", "--wait", "20")
+            try:
+                msgs = _receive(sub, 0, timeout=20, until_final=False)
+            finally:
+                proc.communicate(timeout=20)
+                sub.close(0)
+                ctx.term()
+            assert proc.returncode == 0
+            sessions.append({m.session for m in msgs if isinstance(m, Heartbeat)})
+            time.sleep(0.01)  # sessions are start times in ms
+    assert len(sessions[0]) == len(sessions[1]) == 1 and sessions[0] != sessions[1]
+
+
+@pytest.mark.parametrize("argv,word", [
+    (["--market", "x"], "--market"),
+    (["--symbols", " , "], "--symbols"),
+    (["--symbols", ""], "--symbols"),
+    (["--streams", "trades"], "--streams"),
+    (["--streams", ""], "--streams"),
+    (["--url", "http://127.0.0.1:1"], "--url"),
+    (["--url", "ws://"], "--url"),
+    (["--url", "ws://127.0.0.1:70000"], "--url"),
+    (["--stale-after", "0"], "--stale-after"),
+    (["--reconnect-after", "nan"], "--reconnect-after"),
+    (["--record", "/nonexistent-folder/r.gz"], "--record"),
+    (["--data", "x.csv"], "--data"),
+    (["--source", "kraken"], "--source"),
+])
+def test_bad_options_are_one_line_and_exit_2(argv: list[str], word: str,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["feed", "--source", "binance", "--symbols", "btcusdt", "--publish",
+            "tcp://127.0.0.1:1", "--wait", "0.1", "--url", "ws://127.0.0.1:1"]
+    code = run_engine.main(base + argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and word in err, err
+
+
+def test_venue_options_without_the_venue_are_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    code = run_engine.main(["feed", "--publish", "tcp://127.0.0.1:1", "--url", "ws://h:1"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "--url" in err
