@@ -11,6 +11,11 @@ Sizing:
 - fixed: `quantity` shares per entry.
 
 Slippage moves the fill price against the order by `slippage_bps` basis points.
+Quotes: with a best bid and offer known for the symbol (`quote`, from quote messages), a
+market order crosses the spread: a buy fills at the ask, a sell at the bid (slippage, when
+set, moves it further), and `spread_paid` adds quantity x half the spread, the cost of
+crossing measured from the mid. Without a two-sided quote the order fills at the trade price
+as before. The latest quote is used, however old: quote data that stops is the data's gap.
 No entry may spend money the account does not have: a long entry needs its cost and
 commission in cash, a short entry needs `short_margin` x its notional (100% by default) plus
 commission in equity; orders that do not pass are refused and counted by reason in
@@ -81,6 +86,10 @@ class PaperBroker:
     #: an entry may reach at its fill price; set by the live risk limits because the gate
     #: approves at the last trade before the order and the fill comes at a later price
     gross_notional_cap: float = 0.0
+    #: each symbol's latest two-sided quote (bid, ask) by name (see the module docstring)
+    quotes: dict[str, tuple[float, float]] = field(default_factory=dict)
+    #: money paid for crossing spreads: sum of quantity x (ask - bid) / 2 over quote fills
+    spread_paid: float = 0.0
     _order_id: int = 0
 
     def __post_init__(self) -> None:
@@ -109,6 +118,23 @@ class PaperBroker:
     def initial_capital(self) -> float:
         return self.cash_per_symbol * len(self.accounts)
 
+    def quote(self, symbol: str, bid: float, ask: float) -> None:
+        """The symbol's best bid and offer now; a quote missing a side (price 0) or
+        crossed leaves none, so orders fill at the trade price until the next good one."""
+        if 0.0 < bid <= ask < math.inf:
+            self.quotes[symbol] = (bid, ask)
+        else:
+            self.quotes.pop(symbol, None)
+
+    def _touch(self, symbol: str, side: int, price: float) -> tuple[float, float]:
+        """(the price a market order of `side` crosses to, before slippage; the half
+        spread it pays per unit): the ask or the bid with a quote, else `price` and 0."""
+        quoted = self.quotes.get(symbol)
+        if quoted is None:
+            return price, 0.0
+        bid, ask = quoted
+        return (ask if side > 0 else bid), (ask - bid) * 0.5
+
     # --- orders ----------------------------------------------------------------------
     def _fill_price(self, side: int, price: float) -> float:
         return price * (1.0 + side * self.slippage_bps * 1e-4)
@@ -122,7 +148,7 @@ class PaperBroker:
         if self.sizing == "fixed":
             return self.quantity
         acct = self.accounts[sym]
-        fill_price = self._fill_price(side, price)
+        fill_price = self._fill_price(side, self._touch(self.symbols[sym], side, price)[0])
         money = acct.cash - self.commission
         if acct.position != 0.0:
             money += acct.position * price - self.commission
@@ -151,7 +177,8 @@ class PaperBroker:
         acct = self.accounts[sym]
         side = order.side
         qty = order.quantity
-        fill_price = self._fill_price(side, price)
+        touch, half_spread = self._touch(order.symbol, side, price)
+        fill_price = self._fill_price(side, touch)
         if order.reason == "close":
             qty = abs(acct.position)
         elif self.sizing == "all-in" and acct.position == 0.0:
@@ -173,6 +200,7 @@ class PaperBroker:
             self.refused[reason] = self.refused.get(reason, 0) + 1
             return None
         acct.book(side, qty, fill_price, price, self.commission)
+        self.spread_paid += qty * half_spread
         fill = Fill(
             seq=len(self.fills) + 1,
             ts=ts,

@@ -299,6 +299,7 @@ class Engine:
         elif t is Quote:
             self.stats.quotes += 1
             self._now = msg.ts
+            self.broker.quote(msg.symbol, msg.bid, msg.ask)  # type: ignore[union-attr]
         elif t is Heartbeat:
             self.stats.heartbeats += 1
             if msg.final:  # type: ignore[union-attr]

@@ -215,6 +215,8 @@ def build_report(result: ReplayResult, strategy_name: str, trials: int = 1) -> d
         "ticks": ticks,
         "trades": eng.stats.trades,
         "quotes": eng.stats.quotes,
+        # quantity x half the spread over fills that crossed a quote (engine/broker.py)
+        "spread_paid": broker.spread_paid,
         "bars": eng.stats.bars,
         "bar_events": eng.stats.bar_events,
         "overlapped_bar_events": eng.stats.overlapped_bar_events,

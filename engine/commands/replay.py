@@ -221,6 +221,10 @@ def summary(r: dict[str, Any]) -> str:
         f"{_money(r['average_loss'])}; exposure {r['exposure'] * 100:.1f}%, turnover "
         f"{r['turnover']:.1f}x",
     ]
+    if r.get("spread_paid"):
+        lines.append(f"  spread paid {r['spread_paid']:,.2f}: market orders crossed the "
+                     f"quoted spread (buys at the ask, sells at the bid; half the spread "
+                     f"each, from the mid; {r['quotes']:,} quotes)")
     if r.get("orders_refused"):
         lines.append("  orders refused: " + ", ".join(
             f"{k} {v:,}" for k, v in sorted(r["orders_refused"].items())))
