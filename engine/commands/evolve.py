@@ -494,7 +494,9 @@ def run_walk_forward(args: argparse.Namespace, config: EvolutionConfig,
             "symbols": list(window.symbols), "seed": config.seed,
             "config": {k: getattr(config, k) for k in config.__struct_fields__},
             "commission": args.commission, "slippage_bps": args.slippage_bps,
-            "rules_tried": wf.rules_tried, "out": str(args.out), "png": str(png)}
+            "rules_tried": wf.rules_tried, "out": str(args.out), "png": str(png),
+            "fold_seconds": [o.seconds for o in outcomes],
+            "fold_devices": [o.device for o in outcomes]}
 
 
 def _print_walk_forward(wf: Any, stats: Any, png: Path, out: Path) -> None:

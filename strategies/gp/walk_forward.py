@@ -291,7 +291,6 @@ class WalkForward:
                 "test_fills": o.test.fills, "turnover": o.test.turnover,
                 "rules": [{"buy": r.buy_infix, "sell": r.sell_infix} for r in o.chosen],
                 "train_fitness": o.hall_of_fame[0].fitness,
-                "device": o.device, "seconds": o.seconds,
             })
         return rows
 
@@ -308,6 +307,8 @@ class WalkForward:
                 f"the whole history (chosen knowing they survive it)")
 
     def report(self, stats: RelativeStats) -> dict[str, Any]:
+        """JSON-ready; a function of the data, options and seed alone (timings are not in
+        it: the same seed gives the same report byte for byte)."""
         return {
             "train_days": self.plan.train_days, "test_days": self.plan.test_days,
             "step": self.plan.step, "anchored": self.plan.anchored, "ensemble": self.ensemble,
