@@ -127,13 +127,14 @@ def test_venue_to_feed_process_to_subscriber_and_the_recording_replays(tmp_path:
         ctx.term()
     assert _data(replayed) == data
 
-    # and a backtest reads it: every trade is a tick
+    # and a backtest reads it: its trades and quotes
     result = tmp_path / "replay.json"
     assert run_engine.main(["replay", "--data", str(record), "--device", "cpu",
                             "--json", str(result)]) == 0
     replay = json.loads(result.read_text())
-    assert replay["ticks"] == sum(isinstance(m, Trade) for m in data)
+    assert replay["trades"] == sum(isinstance(m, Trade) for m in data)
     assert replay["quotes"] == sum(isinstance(m, Quote) for m in data)
+    assert replay["ticks"] == len(data) and "spread_paid" in replay
 
 
 def test_each_start_of_the_adapter_is_a_new_feed_session() -> None:
