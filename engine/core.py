@@ -15,6 +15,7 @@ intended positions), `orders` (pending orders and fills) and `stats` (counts, eq
 from __future__ import annotations
 
 import logging
+import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import InitVar, dataclass, field
@@ -136,6 +137,18 @@ class Engine:
         self._order_prices: list[float] | None = None
         # `overlaps`'s answer for the strategy it was asked about (the daemon may wrap it)
         self._overlap_known: tuple[Strategy, bool] | None = None
+        #: warm-up (`warm_until`): bars whose data all lie before this time (ns) only feed
+        #: the indicators; -1 = none
+        self.warmup_end = -1
+
+    def warm_until(self, ts: int) -> None:
+        """Warm up on the data before `ts` (ns) without trading: its bars feed the indicator
+        bank and nothing else. The strategy is not asked, no order is placed, no equity
+        point taken and buy-and-hold starts at the first price at or after `ts`, so the
+        strategy meets its first bar at `ts` with warm indicators and signal 0, as the GP
+        evaluator starts a window inside its panel. A tick bar that spans `ts` is cut
+        there, so no data at or after `ts` reaches the warm-up."""
+        self.warmup_end = ts
 
     @property
     def tz(self) -> ZoneInfo:
@@ -332,6 +345,8 @@ class Engine:
             await self._close_bars(clock.next_boundary)
             await self._new_day_check(clock.next_boundary - 1, ts)
         clock.start_bar(ts)
+        if ts < self.warmup_end < clock.next_boundary:  # the last warm-up bar ends there
+            clock.next_boundary = self.warmup_end
 
     def local_date(self, ts: int) -> date:
         """The exchange's date at `ts` (ns since the epoch)."""
@@ -366,6 +381,10 @@ class Engine:
             await self.settle()
         bars = self.bars
         idx = bars.with_ticks()
+        # a tick bar's data end before its boundary; a bar message's at its own time
+        if (bar_ts - 1 if self.clock.group_ts < 0 else bar_ts) < self.warmup_end:
+            self._warm_bars(idx)
+            return
         if phase is None:
             phase = self.phase_at(bar_ts - 1)  # the bar's last instant decides its phase
         if idx:
@@ -400,6 +419,20 @@ class Engine:
         decisions.decide(strategy, idx, signals, phase, bar_ts, self._place)
         bars.reopen(idx)
         self.equity_curve.append(equity_point(self.broker, bars.c, bars.first_price, bar_ts))
+
+    def _warm_bars(self, idx: list[int]) -> None:
+        """A warm-up bar close (`warm_until`): indicators only; the first prices seen are
+        forgotten, so buy-and-hold buys at the first price of the trading period."""
+        bars = self.bars
+        if idx:
+            bars.push(idx, self.bank)
+            self.stats.warmup_bars += len(idx)
+        self.stats.warmup_bar_events += 1
+        bars.reopen(idx)
+        first = bars.first_price
+        for i in idx:
+            first[i] = math.nan
+            self.refresh_flag(i)  # a tick's first price is noted on the rare path
 
     def _bar_time(self, bar_ts: int) -> Callable[[], datetime]:
         """The bar's close in the exchange's time, for an error message (called only then)."""

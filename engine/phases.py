@@ -142,6 +142,8 @@ def _liquidate(holding: Holding, move: Transition) -> Action:
 
 
 NS_PER_SECOND = 1_000_000_000
+#: session names that choose the hours of data, not phases (engine/commands/replay.py)
+MARKET_HOURS = ("regular", "extended")
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,8 +169,9 @@ class SessionSchedule:
 
     @classmethod
     def parse(cls, text: str | None, timezone: str = "America/New_York") -> SessionSchedule:
-        """"09:35,15:45,15:55" -> schedule; None or "" -> always TRADE."""
-        if not text:
+        """"09:35,15:45,15:55" -> schedule; None, "" or a market-hours name ("regular",
+        "extended": which hours of LEAN US-equity ticks a replay reads) -> always TRADE."""
+        if not text or text.strip().lower() in MARKET_HOURS:
             return cls(timezone=timezone)
         parts = text.split(",")
         if len(parts) != 3:

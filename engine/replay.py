@@ -231,10 +231,12 @@ async def replay_async(
     option_book: Any = None,
     progress: Callable[[int], None] | None = None,
     publish_rate: float = 0.0,
+    trade_from: int | None = None,
 ) -> ReplayResult:
     """Replay `factory`'s records through the engine. `publish_rate` > 0 paces the feed at
     that many messages per second (a market played back at a chosen speed, as a live
-    feed would arrive); 0 publishes as fast as the engine takes them."""
+    feed would arrive); 0 publishes as fast as the engine takes them. `trade_from` (ns):
+    the records before it only warm the indicators (`Engine.warm_until`)."""
     config = config or EngineConfig()
     ctx = zmq.asyncio.Context()
     tmpdir = tempfile.mkdtemp(prefix="replay-ipc-")
@@ -246,6 +248,8 @@ async def replay_async(
     frozen = contextlib.ExitStack()
     try:
         engine = Engine(list(feed.source.symbols), strategy, config, option_book=option_book)
+        if trade_from is not None:
+            engine.warm_until(trade_from)
         frozen.enter_context(startup_objects_frozen())  # no full collection walks them
         t0 = time.perf_counter()
         feed.start()
@@ -289,9 +293,9 @@ async def replay_async(
 
 def replay(factory: SourceFactory, strategy: Strategy, config: EngineConfig | None = None,
            option_book: Any = None, progress: Callable[[int], None] | None = None,
-           publish_rate: float = 0.0) -> ReplayResult:
+           publish_rate: float = 0.0, trade_from: int | None = None) -> ReplayResult:
     return asyncio.run(replay_async(factory, strategy, config, option_book, progress,
-                                    publish_rate))
+                                    publish_rate, trade_from))
 
 
 async def raw_limit_async(factory: SourceFactory, transport: str = "inproc") -> tuple[int, float]:

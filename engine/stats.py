@@ -30,6 +30,9 @@ class EngineStats:
     fills: int = 0
     heartbeats: int = 0
     option_values: int = 0
+    #: bar events and bars before the trading period that only warmed the indicators
+    warmup_bar_events: int = 0
+    warmup_bars: int = 0
 
     @property
     def market_data(self) -> int:

@@ -287,8 +287,10 @@ class LeanSource:
 
     `kinds`: ("trade",) or ("trade", "quote"). `symbols`: equity tickers, futures roots (GC =
     every contract) or contracts (GCZ13), case-insensitive. `start`/`end`: keep
-    start <= ts < end (see `feeds.records.to_ns`). `regular_hours_only`: keep 09:30 <= time <
-    16:00 New York on the file's date. `drop_suspicious`: drop rows AlgoSeek flags.
+    start <= ts < end (see `feeds.records.to_ns`). `regular_hours_only`: keep US-equity ticks
+    09:30 <= time < 16:00 New York on the file's date (the exchange's regular session; LEAN's
+    own default leaves extended hours out too); futures trade around the clock and keep all.
+    `drop_suspicious`: drop rows AlgoSeek flags.
     No data for a requested symbol, or none in range, is a ValueError unless `missing_ok`.
     Symbols are sorted by name; ties in time keep (symbol, kind) order, trades before quotes.
     """
@@ -422,7 +424,7 @@ class LeanSource:
             keep &= ts >= self.start
         if self.end is not None:
             keep &= ts < self.end
-        if self.regular_hours_only:
+        if self.regular_hours_only and f.asset == "equity":
             keep &= (ts >= date_ns(f.day, 9, 30)) & (ts < date_ns(f.day, 16, 0))
         return records if keep.all() else records[keep]
 

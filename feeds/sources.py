@@ -84,10 +84,12 @@ def open_source(
     end: TimeLike = None,
     kinds: Sequence[str] = ("trade",),
     missing_ok: bool = False,
+    regular_hours: bool = False,
 ) -> Source:
     """One Source for `path`, whatever its format (see the module docstring).
 
     `kinds` applies to LEAN data ("trade", "quote"); daily files give bars, tick CSVs trades.
+    `regular_hours`: LEAN US-equity ticks only 09:30-16:00 New York (`LeanSource`).
     """
     start_ns, end_ns = to_ns(start), to_ns(end)
     fmt = detect_format(path)
@@ -95,7 +97,8 @@ def open_source(
         path = resolve_data_file(path)
     if fmt == "lean":
         return LeanSource(
-            path, kinds=kinds, symbols=symbols, start=start_ns, end=end_ns, missing_ok=missing_ok
+            path, kinds=kinds, symbols=symbols, start=start_ns, end=end_ns, missing_ok=missing_ok,
+            regular_hours_only=regular_hours,
         )
     if fmt == "daily":
         return DailySource(path, symbols, start_ns, end_ns, missing_ok=missing_ok)
@@ -110,6 +113,7 @@ def open_sources(
     start: TimeLike = None,
     end: TimeLike = None,
     kinds: Sequence[str] = ("trade",),
+    regular_hours: bool = False,
 ) -> Source:
     """Several paths merged into one time-ordered Source with one symbol table.
 
@@ -120,8 +124,9 @@ def open_sources(
     if not paths:
         raise ValueError("no data paths given")
     if len(paths) == 1:
-        return open_source(paths[0], symbols, start, end, kinds)
-    sources = [open_source(p, symbols, start, end, kinds, missing_ok=True) for p in paths]
+        return open_source(paths[0], symbols, start, end, kinds, regular_hours=regular_hours)
+    sources = [open_source(p, symbols, start, end, kinds, missing_ok=True,
+                           regular_hours=regular_hours) for p in paths]
     if symbols is not None:
         found = {s.upper() for src in sources for s in src.symbols}
         # a futures root (GC) stands for its contracts (GCZ13)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +14,20 @@ import msgspec
 from engine.config import load_config
 from engine.errors import UserError
 from engine.outputs import check_writable_dir
+from engine.phases import MARKET_HOURS, SessionSchedule
 from engine.replay import replay
 from engine.report import MIN_RATIO_DAYS, build_report, write_outputs
+from engine.warmup import (
+    find_warmup_start,
+    first_look_back_ns,
+    parse_warmup,
+    strategy_lookback,
+)
 from gpu.device import resolve_device
 from strategies.registry import strategy_from_spec
+
+#: the GP evaluator's default costs (gpu/gp_core.py): a file that records none used these
+COMMISSION, SLIPPAGE_BPS = 1.0, 0.0
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -45,8 +56,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bar-seconds", type=float,
                    help="time-bar length for tick data, seconds (default 60)")
     p.add_argument("--session",
-                   help="t1,t2,t3 as HH:MM exchange time: WAIT before t1, TRADE until t2, "
-                        "LIQUIDATE until t3, STOP after (default: always trade)")
+                   help="regular (LEAN US-equity ticks 09:30-16:00 New York only, the "
+                        "default), extended (pre- and post-market ticks too), or t1,t2,t3 as "
+                        "HH:MM exchange time: WAIT before t1, TRADE until t2, LIQUIDATE until "
+                        "t3, STOP after (reads extended hours when it reaches outside "
+                        "09:30-16:00); default: the config's, else regular, always trading")
     p.add_argument("--fill", choices=("auto", "signal-close", "next-open", "next-tick"),
                    help="when orders fill: signal-close (at the close that produced the "
                         "signal, the GP paper's model), next-open (the next bar's open), "
@@ -57,31 +71,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="fill price moved against the order, basis points (default 0)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="device of GPU-capable work (strategies, option groups)")
-    p.add_argument("--window", choices=("train",),
-                   help="with a GP strategy file: replay its training window (its symbols and "
-                        "dates, and its data file unless --data is given), where the engine "
-                        "must end with the evaluator's money per stock")
+    p.add_argument("--window", choices=("train", "test"),
+                   help="with a GP strategy file: replay its training or test window (its "
+                        "symbols and dates, and its data file unless --data is given), "
+                        "warmed as the evaluator's panel is (test: on the training days); "
+                        "the summary compares the ROI with the one evolve stored")
+    p.add_argument("--warmup", metavar="BARS",
+                   help="bars before --start that only warm the indicators (default: the "
+                        "strategy's longest lookback: sma-cross its slow window, GP rules "
+                        "their longest indicator, else 255)")
 
 
-def source_factory(args: argparse.Namespace) -> Any:
-    """A picklable zero-argument factory of the replay's Source (the feed may be a process)."""
+def source_factory(args: argparse.Namespace, regular_hours: bool = False,
+                   data_from: int | None = None) -> Any:
+    """A picklable zero-argument factory of the replay's Source (the feed may be a process).
+
+    `data_from` (ns): read from there instead of `--start` (the warm-up's first bar);
+    `regular_hours`: LEAN US-equity ticks of the regular session only."""
     if args.data:
-        from feeds.sources import open_sources, parse_date
+        from feeds.sources import open_sources
 
-        for d in args.data:
-            if not Path(d).exists():
-                raise UserError(f"--data {d}: no such file or folder")
+        start, end = _bounds(args)
         symbols = [s.strip() for s in args.symbols.split(",")] if args.symbols else None
-        try:
-            start = parse_date(args.start) if args.start else None
-            end = parse_date(args.end, end_of_day=True) if args.end else None
-        except ValueError as exc:
-            raise UserError(str(exc)) from None
-        if start is not None and end is not None and start > end:
-            raise UserError(f"--start {args.start} is after --end {args.end}")
         kinds = ("trade", "quote") if args.quotes else ("trade",)
-        factory: Any = functools.partial(open_sources, list(args.data), symbols=symbols,
-                                    start=start, end=end, kinds=kinds)
+        factory: Any = functools.partial(
+            open_sources, list(args.data), symbols=symbols,
+            start=start if data_from is None else data_from, end=end, kinds=kinds,
+            regular_hours=regular_hours)
     else:
         from feeds.synthetic import SyntheticMarket
 
@@ -97,20 +113,58 @@ def source_factory(args: argparse.Namespace) -> Any:
     return factory
 
 
-def apply_window(args: argparse.Namespace) -> None:
-    """Fill --symbols/--start/--end (and --data, --fill) from a GP strategy file's window."""
-    from strategies.gp.strategy_file import read_strategy_file as load_gp_file
+def _bounds(args: argparse.Namespace) -> tuple[int | None, int | None]:
+    """--start and --end as ns (end inclusive of its day); one-line errors."""
+    from feeds.sources import parse_date
 
-    path = args.strategy.partition("#")[0]
-    if not path.endswith(".json"):
-        raise UserError("--window needs a GP strategy file (*.json) as --strategy")
+    for d in args.data:
+        if not Path(d).exists():
+            raise UserError(f"--data {d}: no such file or folder")
     try:
-        sf = load_gp_file(path)
+        start = parse_date(args.start) if args.start else None
+        end = parse_date(args.end, end_of_day=True) if args.end else None
     except ValueError as exc:
         raise UserError(str(exc)) from None
-    period = sf.train
-    if period is None:
-        raise UserError(f"{path} records no training window")
+    if start is not None and end is not None and start > end:
+        raise UserError(f"--start {args.start} is after --end {args.end}")
+    return start, end
+
+
+def _gp_file(spec: str) -> Any:
+    """The GP strategy file of a --strategy spec (`best.json#ensemble` too), else None."""
+    from strategies.gp.strategy_file import read_strategy_file as load_gp_file
+
+    path = spec.partition("#")[0]
+    if not path.endswith(".json"):
+        return None
+    try:
+        return load_gp_file(path)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """A `--window` replay: the file's record of the window (evolve's ROI) and where the
+    evaluator's indicator panel started (the training window's first day)."""
+
+    name: str
+    record: Any  # strategies.gp.strategy_file.PeriodRecord
+    panel_start: str
+    #: bars the evaluator's panel had before the window (test: the training days)
+    bars_before: int
+
+
+def apply_window(args: argparse.Namespace) -> WindowPlan:
+    """Fill --symbols/--start/--end (and --data, --fill) from a GP strategy file's window."""
+    path = args.strategy.partition("#")[0]
+    sf = _gp_file(args.strategy)
+    if sf is None:
+        raise UserError("--window needs a GP strategy file (*.json) as --strategy")
+    period = sf.train if args.window == "train" else sf.test
+    if period is None or sf.train is None:
+        what = "training" if args.window == "train" else "test"
+        raise UserError(f"{path} records no {what} window")
     if not args.data:
         if not sf.data or not Path(sf.data).exists():
             raise UserError(f"{path} was evolved on {sf.data!r}, which is not here: give --data")
@@ -119,6 +173,8 @@ def apply_window(args: argparse.Namespace) -> None:
     args.start = args.start or period.first_date
     args.end = args.end or period.last_date
     args.fill = args.fill or "signal-close"  # the evaluator trades at the close
+    return WindowPlan(args.window, period, sf.train.first_date,
+                      0 if args.window == "train" else sf.train.days)
 
 
 def _load_strategy(spec: str, device: str) -> Any:
@@ -140,21 +196,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     resolve_device(args.device, "engine")  # --device cuda without a GPU: a clear error now
     if args.out is not None:
         check_writable_dir(args.out, "--out")
-    if args.window:
-        apply_window(args)
-    cfg = load_config(args.config)
-    overrides = _given(args, ("transport", "bar_seconds", "session"))
-    overrides["device"] = args.device
-    broker_over = _given(args, ("fill", "commission", "slippage_bps"))
     try:
-        if broker_over:
-            overrides["broker"] = msgspec.structs.replace(cfg.broker, **broker_over)
-        cfg = msgspec.structs.replace(cfg, **overrides)
-        msgspec.convert(msgspec.to_builtins(cfg), type(cfg))  # re-validate overrides
-    except (ValueError, msgspec.ValidationError) as exc:
-        raise UserError(_option_error(str(exc))) from None
+        warmup_bars = parse_warmup(args.warmup)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    plan = apply_window(args) if args.window else None
+    gp_file = _gp_file(args.strategy)
+    cfg = _config(args, gp_file)
     strategy = _load_strategy(args.strategy, args.device)
-    factory = source_factory(args)
+    hours = market_hours(cfg.session)
+    warm = _plan_warmup(args, cfg, strategy, plan, warmup_bars, hours == "regular")
+    factory = source_factory(args, hours == "regular", warm.data_from)
 
     option_book = None
     if cfg.options:
@@ -165,14 +217,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     def progress(n: int) -> None:
         print(f"  ... {n:,} ticks", file=sys.stderr, flush=True)
 
-    result = replay(factory, strategy, cfg, option_book=option_book, progress=progress)
-    if result.engine.stats.market_data + result.engine.stats.bars == 0:
+    result = replay(factory, strategy, cfg, option_book=option_book, progress=progress,
+                    trade_from=warm.trade_from if warm.data_from is not None else None)
+    stats = result.engine.stats
+    if stats.market_data + stats.bars == 0 or (warm.data_from is not None
+                                                and stats.bar_events == 0):
         window = f" between {args.start or 'the start'} and {args.end or 'the end'}" if (
             args.start or args.end) else ""
         raise UserError(f"no market data to replay{window} "
                         f"(messages received {result.received:,}, skipped "
                         f"{sum(result.skipped.values()):,})")
-    report = build_report(result, strategy.name)
+    trials = getattr(gp_file, "rules_tried", None) or 1
+    report = build_report(result, strategy.name, trials=int(trials))
+    report["warmup"] = warm.report(stats.warmup_bar_events, stats.warmup_bars)
+    report["session"] = session_report(cfg.session, hours, args.data)
+    report["costs"] = {"commission": cfg.broker.commission,
+                       "slippage_bps": cfg.broker.slippage_bps}
+    if plan is not None:
+        report["evolve_comparison"] = window_comparison(plan, report, gp_file)
     if args.out:
         try:
             report["files"] = write_outputs(report, result, args.out)
@@ -180,6 +242,150 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             raise UserError(f"--out {args.out}: cannot write: {exc}") from None
     print(summary(report))
     return report
+
+
+def _config(args: argparse.Namespace, gp_file: Any) -> Any:
+    """The config file's settings with the command line's over them. A GP strategy file
+    that records its costs (`commission`, `slippage_bps`: evolve's) supplies those the
+    command line does not give."""
+    cfg = load_config(args.config)
+    overrides = _given(args, ("transport", "bar_seconds", "session"))
+    overrides["device"] = args.device
+    broker_over = _given(args, ("fill", "commission", "slippage_bps"))
+    for key in ("commission", "slippage_bps"):
+        recorded = getattr(gp_file, key, None)
+        if key not in broker_over and recorded is not None:
+            broker_over[key] = float(recorded)
+    try:
+        if broker_over:
+            overrides["broker"] = msgspec.structs.replace(cfg.broker, **broker_over)
+        cfg = msgspec.structs.replace(cfg, **overrides)
+        msgspec.convert(msgspec.to_builtins(cfg), type(cfg))  # re-validate overrides
+    except (ValueError, msgspec.ValidationError) as exc:
+        raise UserError(_option_error(str(exc))) from None
+    return cfg
+
+
+@dataclass(frozen=True)
+class WarmupPlan:
+    """The warm-up of one replay: bars asked for (and why), the bars found in the data
+    before `trade_from`, and where the data is read from (None: from --start, no warm-up)."""
+
+    requested: int
+    why: str
+    trade_from: int | None
+    data_from: int | None
+    found: int
+
+    def report(self, bar_events: int, bars: int) -> dict[str, Any]:
+        """report.json's `warmup`: what was asked and what the engine used."""
+        return {
+            "requested": self.requested, "bars": bar_events, "symbol_bars": bars,
+            "complete": bar_events >= self.requested, "why": self.why,
+            "from": _iso_ns(self.data_from) if self.data_from is not None else None,
+        }
+
+
+def _iso_ns(ts: int) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ts / 1e9, UTC).isoformat().replace("+00:00", "Z")
+
+
+def _plan_warmup(args: argparse.Namespace, cfg: Any, strategy: Any, plan: WindowPlan | None,
+                 asked: int | None, regular_hours: bool) -> WarmupPlan:
+    """How many bars before --start warm the indicators, and from where the data is read
+    (engine/warmup.py). A --window replay warms as the evaluator's panel did (train: not
+    at all; test: on the training days) unless --warmup says otherwise."""
+    from feeds.sources import detect_format, open_sources, parse_date
+
+    trade_from, _end = _bounds(args) if args.data else (None, None)
+    if plan is not None and asked is None:
+        why = ("the evaluator's panel starts with the training window" if plan.name == "train"
+               else f"the evaluator's panel: the {plan.bars_before} training days")
+        data_from = parse_date(plan.panel_start) if plan.bars_before else None
+        return WarmupPlan(plan.bars_before, why, trade_from, data_from, plan.bars_before)
+    if asked is not None:
+        requested, why = asked, "--warmup"
+    else:
+        requested, why = strategy_lookback(strategy)
+    if trade_from is None:  # nothing comes before the data's first bar
+        return WarmupPlan(asked or 0, "no --start: the replay starts with its data", None,
+                          None, 0)
+    if requested == 0:
+        return WarmupPlan(0, why, trade_from, None, 0)
+    symbols = [s.strip() for s in args.symbols.split(",")] if args.symbols else None
+    kinds = ("trade", "quote") if args.quotes else ("trade",)
+
+    def open_before(lo: int | None) -> Any:
+        return open_sources(list(args.data), symbols=symbols, start=lo, end=trade_from,
+                            kinds=kinds, regular_hours=regular_hours)
+
+    daily = all(detect_format(d) == "daily" for d in args.data)
+    span = None if daily else first_look_back_ns(requested, cfg.bar_seconds)
+    try:
+        data_from, found = find_warmup_start(open_before, trade_from, requested,
+                                             cfg.bar_seconds, cfg.timezone, span)
+    except ValueError:  # no data at all before --start: a cold start, reported
+        data_from, found = None, 0
+    return WarmupPlan(requested, why, trade_from, data_from, found)
+
+
+def market_hours(session: str) -> str:
+    """"regular" or "extended": the hours of LEAN US-equity ticks a replay reads. Regular
+    (09:30-16:00 New York) unless asked: `extended`, or a phase schedule that reaches
+    outside the regular session."""
+    text = session.strip().lower()
+    if text in MARKET_HOURS:
+        return text
+    if not text:
+        return "regular"
+    sched = SessionSchedule.parse(session)
+    assert sched.t1 is not None and sched.t3 is not None
+    inside = sched.t1 >= REGULAR_OPEN_S and sched.t3 <= REGULAR_CLOSE_S
+    return "regular" if inside else "extended"
+
+
+REGULAR_OPEN_S, REGULAR_CLOSE_S = 9 * 3600 + 30 * 60, 16 * 3600
+
+
+def session_report(session: str, hours: str, data: list[str]) -> dict[str, Any]:
+    """report.json's `session`: the hours read and the phase schedule in force."""
+    from feeds.sources import detect_format
+
+    lean = any(detect_format(d) == "lean" for d in data)
+    text = session.strip()
+    return {
+        "hours": hours if lean else "all",
+        "regular_hours": "09:30-16:00 America/New_York" if lean and hours == "regular"
+        else None,
+        "schedule": text if text and text.lower() not in MARKET_HOURS else None,
+    }
+
+
+def window_comparison(plan: WindowPlan, report: dict[str, Any], gp_file: Any
+                      ) -> dict[str, Any]:
+    """This replay's money against the ROI evolve stored for the same window: equal to the
+    cent when the fill model, the costs and the warm-up are the evaluator's."""
+    rec = plan.record
+    want = report["initial_equity"] * (1.0 + rec.roi) if rec.roi is not None else None
+    diff = report["final_equity"] - want if want is not None else None
+    recorded = (getattr(gp_file, "commission", None), getattr(gp_file, "slippage_bps", None))
+    costs = (COMMISSION if recorded[0] is None else float(recorded[0]),
+             SLIPPAGE_BPS if recorded[1] is None else float(recorded[1]))
+    same = {
+        "fill": report["fill"] == "signal-close",
+        "costs": (report["costs"]["commission"], report["costs"]["slippage_bps"]) == costs,
+        "warmup": report["warmup"]["bars"] == plan.bars_before,
+    }
+    return {
+        "window": plan.name, "evolve_roi": rec.roi, "evolve_roi_buy_hold": rec.roi_buy_hold,
+        "replay_roi": report["roi"], "replay_roi_buy_hold": report["roi_buy_hold"],
+        "difference": diff,
+        "equal_to_the_cent": diff is not None and abs(diff) < 0.005,
+        "like_for_like": all(same.values()),
+        "differs_in": [k for k, v in same.items() if not v],
+    }
 
 
 def _given(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]:
@@ -221,6 +427,7 @@ def summary(r: dict[str, Any]) -> str:
         f"{_money(r['average_loss'])}; exposure {r['exposure'] * 100:.1f}%, turnover "
         f"{r['turnover']:.1f}x",
     ]
+    lines += _research_lines(r)
     if r.get("spread_paid"):
         lines.append(f"  spread paid {r['spread_paid']:,.2f}: market orders crossed the "
                      f"quoted spread (buys at the ask, sells at the bid; half the spread "
@@ -236,6 +443,47 @@ def summary(r: dict[str, Any]) -> str:
     if "files" in r:
         lines.append("  wrote " + ", ".join(r["files"].values()))
     return "\n".join(lines)
+
+
+def _research_lines(r: dict[str, Any]) -> list[str]:
+    """The session, the warm-up, the comparison with evolve and the statistics against
+    buy-and-hold, in words."""
+    lines = []
+    sess = r.get("session")
+    if sess:
+        hours = {"regular": "regular hours 09:30-16:00 New York (--session extended adds "
+                            "pre- and post-market ticks)",
+                 "extended": "extended hours (pre- and post-market ticks included)",
+                 "all": "every bar of the data"}[sess["hours"]]
+        sched = f", phases {sess['schedule']}" if sess.get("schedule") else ""
+        lines.append(f"  session: {hours}{sched}")
+    w = r.get("warmup")
+    if w:
+        if w["bars"] or w["requested"]:
+            enough = ("" if w["complete"] else
+                      f"; the data had only {w['bars']:,} of the {w['requested']:,} asked")
+            lines.append(f"  warm-up: {w['bars']:,} bars before the first traded bar "
+                         f"({w['requested']:,} asked: {w['why']}){enough}")
+        else:
+            lines.append(f"  warm-up: none ({w['why']})")
+    c = r.get("evolve_comparison")
+    if c and c["evolve_roi"] is not None:
+        verdict = ("equal to the cent" if c["equal_to_the_cent"]
+                   else f"differs by ${c['difference']:,.2f}")
+        unlike = ("" if c["like_for_like"] else
+                  f" (not like for like: its {', '.join(c['differs_in'])} unlike evolve's)")
+        lines.append(f"  evolve's {c['window']} ROI {c['evolve_roi'] * 100:+.2f}% (buy & hold "
+                     f"{c['evolve_roi_buy_hold'] * 100:+.2f}%); this replay "
+                     f"{c['replay_roi'] * 100:+.2f}% (buy & hold "
+                     f"{c['replay_roi_buy_hold'] * 100:+.2f}%): {verdict}{unlike}")
+    vs = r.get("vs_buy_hold")
+    if vs:
+        from strategies.relative_stats import RelativeStats, summary_lines
+
+        fields = {k: vs[k] for k in RelativeStats.__dataclass_fields__}
+        fields["excess_ci95"] = tuple(vs["excess_ci95"])
+        lines += ["  " + line for line in summary_lines(RelativeStats(**fields))]
+    return lines
 
 
 def _num(x: float | None) -> str:
