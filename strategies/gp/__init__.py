@@ -36,7 +36,9 @@ A buy that cannot afford one share leaves s = 1 and no position (the engine's ph
 does the same: the next entry needs a 0 -> +1 transition again).
 
 Money. $10,000 per stock at the start of each period (train and test each start flat with
-fresh cash), $1 commission per trade, float64 arithmetic in exactly the order written above
+fresh cash), $1 commission per trade by default (`evolve --commission X --slippage-bps Y`:
+the paper broker's costs, a fill at close x (1 +/- Y 1e-4) and floor((cash - X) / fill)
+shares; see gpu.gp_core.cost_tuple), float64 arithmetic in exactly the order written above
 (on the GPU the product shares*close is rounded separately: libdevice dmul_rn, no fused
 multiply-add). After the last day whatever is held is sold at the last close (-$1).
 ROI = final cash / 10,000 - 1. Buy-and-hold: the same buy at the first day's close and the

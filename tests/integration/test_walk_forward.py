@@ -112,11 +112,13 @@ def test_folds_on_a_dask_scheduler_give_the_serial_report(
 
 @pytest.mark.parametrize(("plan", "says"), [
     ("0,5", "TRAIN >= 2"), ("10", "TRAIN,TEST[,STEP]"), ("a,b", "whole numbers"),
-    ("400,40", "needed for one fold"), ("100,40,0", "STEP >= 1")])
+    ("400,40", "needed for one fold"), ("100,40,0", "STEP >= 1"),
+    ("120,40 --ensemble 0", "--ensemble must be"), ("120,40 --ensemble 11", "--ensemble must"),
+    ("120,40 --islands 2", "drop --islands")])
 def test_bad_plans_exit_2_in_one_line(shared_data: Path, tmp_path: Path,
                                       capsys: pytest.CaptureFixture[str], plan: str,
                                       says: str) -> None:
-    args = [a if a != "120,40" else plan for a in ARGS]
+    args = [a for arg in ARGS for a in (plan.split() if arg == "120,40" else [arg])]
     code = run_engine.main(["evolve", "--data", str(data_file(shared_data)), *args,
                             "--out", str(tmp_path / "b.json")])
     err = capsys.readouterr().err.strip().splitlines()

@@ -158,13 +158,16 @@ def test_command_refuses_bad_costs_in_one_line(shared_data: Path, tmp_path: Path
     assert not (tmp_path / "b.json").exists()
 
 
-def test_strategy_file_records_costs_and_rules_tried(shared_data: Path, tmp_path: Path) -> None:
+def test_strategy_file_records_costs_and_rules_tried(shared_data: Path, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]
+                                                     ) -> None:
     import run_engine
 
     out = tmp_path / "best.json"
     assert run_engine.main(_evolve_args(shared_data / "sp500_5yr_daily", out, "--commission",
                                         "3.5", "--slippage-bps", "6", "--json",
                                         str(tmp_path / "e.json"))) == 0
+    printed = capsys.readouterr().out
     sf = read_strategy_file(out)
     assert (sf.commission, sf.slippage_bps, sf.rules_tried) == (3.5, 6.0, 30 * 2)
     report = json.loads((tmp_path / "e.json").read_text())
@@ -173,6 +176,11 @@ def test_strategy_file_records_costs_and_rules_tried(shared_data: Path, tmp_path
         assert stats["trials"] == 60 and stats["days"] == report[period]["days"]
         assert stats["total_return"] == pytest.approx(report[period]["roi"], abs=1e-12) or \
             report[period]["stopped_trading"]
+        # the summary says it in words; an interval containing zero is named as such
+        assert stats["verdict"] in printed
+        lo, hi = stats["excess_ci95"]
+        assert ("contains zero" in stats["verdict"]) == (lo <= 0.0 <= hi)
+    assert "$3.5 a trade, 6 bp slippage" in printed
     # a file written before the fields existed still loads, with the paper's costs
     raw = json.loads(out.read_text())
     for k in ("commission", "slippage_bps", "rules_tried"):
