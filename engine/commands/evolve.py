@@ -175,13 +175,13 @@ def evaluate_period(window: GPWindow, period: Period, result: EvolutionResult,
 
 
 def write_hall_of_fame_returns(path: Path, window: GPWindow, result: EvolutionResult,
-                               device: str) -> None:
+                               device: str, costs: Costs = DEFAULT_COSTS) -> None:
     """Daily training-period returns of each hall-of-fame rule (strategies.gp.returns)."""
     from strategies.gp.returns import column_names, daily_returns
     from strategies.selection import write_returns
 
     rules = [c.rule for c in result.hall_of_fame]
-    returns = daily_returns(rules, window, window.train, device)
+    returns = daily_returns(rules, window, window.train, device, costs)
     dates = [str(d) for d in window.dates[window.train.day0:window.train.day1]]
     write_returns(path, column_names(len(rules)), returns, dates)
 
@@ -275,7 +275,8 @@ def _write_outputs(args: argparse.Namespace, window: GPWindow, result: Evolution
     else:
         plots.fitness(png, result.history, title)
     if args.returns_out:
-        write_hall_of_fame_returns(args.returns_out, window, result, device)
+        write_hall_of_fame_returns(args.returns_out, window, result, device,
+                                   _costs(args))
     return out, png
 
 

@@ -166,7 +166,8 @@ def test_strategy_file_records_costs_and_rules_tried(shared_data: Path, tmp_path
     out = tmp_path / "best.json"
     assert run_engine.main(_evolve_args(shared_data / "sp500_5yr_daily", out, "--commission",
                                         "3.5", "--slippage-bps", "6", "--json",
-                                        str(tmp_path / "e.json"))) == 0
+                                        str(tmp_path / "e.json"), "--returns-out",
+                                        str(tmp_path / "r.csv"))) == 0
     printed = capsys.readouterr().out
     sf = read_strategy_file(out)
     assert (sf.commission, sf.slippage_bps, sf.rules_tried) == (3.5, 6.0, 30 * 2)
@@ -181,6 +182,12 @@ def test_strategy_file_records_costs_and_rules_tried(shared_data: Path, tmp_path
         lo, hi = stats["excess_ci95"]
         assert ("contains zero" in stats["verdict"]) == (lo <= 0.0 <= hi)
     assert "$3.5 a trade, 6 bp slippage" in printed
+    # the hall of fame's daily returns for `select` pay the same costs: the best rule's
+    # compound to its training ROI
+    rows = [ln.split(",") for ln in (tmp_path / "r.csv").read_text().splitlines()]
+    col = rows[0].index("hof0")
+    assert math.prod(1.0 + float(r[col]) for r in rows[1:]) - 1.0 == pytest.approx(
+        report["train"]["roi"], abs=1e-12)
     # a file written before the fields existed still loads, with the paper's costs
     raw = json.loads(out.read_text())
     for k in ("commission", "slippage_bps", "rules_tried"):
