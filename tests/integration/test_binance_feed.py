@@ -18,6 +18,7 @@ import pytest
 import zmq
 
 import run_engine
+from engine.curve import load_keys, write_keys
 from feeds.messages import Heartbeat, Message, Quote, Trade, make_decoder
 from tests.feeds.binance_venue import Step, Venue, spot_book, spot_trade, wrap
 from tests.live_procs import ROOT, _env, free_port
@@ -46,9 +47,12 @@ def _scripts() -> list[list[Step]]:
     return [first, second]
 
 
-def _subscriber(endpoint: str) -> tuple[zmq.Context[Any], zmq.Socket[Any]]:
+def _subscriber(endpoint: str, curve: tuple[bytes, bytes, bytes] | None = None
+                ) -> tuple[zmq.Context[Any], zmq.Socket[Any]]:
     ctx: zmq.Context[Any] = zmq.Context()
     sub = ctx.socket(zmq.SUB)
+    if curve is not None:
+        sub.curve_publickey, sub.curve_secretkey, sub.curve_serverkey = curve
     sub.setsockopt(zmq.SUBSCRIBE, b"")
     sub.connect(endpoint)
     return ctx, sub
@@ -155,6 +159,26 @@ def test_each_start_of_the_adapter_is_a_new_feed_session() -> None:
             sessions.append({m.session for m in msgs if isinstance(m, Heartbeat)})
             time.sleep(0.01)  # sessions are start times in ms
     assert len(sessions[0]) == len(sessions[1]) == 1 and sessions[0] != sessions[1]
+
+
+def test_curve_serves_the_venue_feed_to_key_holders(tmp_path: Path) -> None:
+    write_keys(tmp_path / "keys")
+    keys = load_keys(tmp_path / "keys")
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    script: list[Step] = [wrap(spot_trade("BTCUSDT", 1, 91_000.0, 0.5, _now_ms()))]
+    with Venue([script]) as venue:
+        ctx, sub = _subscriber(endpoint, keys.client)
+        proc = _feed("--source", "binance", "--symbols", "btcusdt", "--url", venue.url,
+                     "--publish", endpoint, "--curve", str(tmp_path / "keys"), "--wait", "20")
+        try:
+            got = _receive(sub, 1, timeout=20)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=20)
+            sub.close(0)
+            ctx.term()
+    assert proc.returncode == 0, err
+    assert [(m.symbol, m.price) for m in got if isinstance(m, Trade)] == [("BTCUSDT", 91_000.0)]
 
 
 @pytest.mark.parametrize("argv,word", [
