@@ -442,6 +442,15 @@ def _walk_forward_file(args: argparse.Namespace, window: GPWindow, wf: Any) -> N
         rules_tried=wf.rules_tried)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     save_strategy(args.out, sf)
+    if args.returns_out:  # the last fold's hall of fame over its training days, for select
+        from strategies.gp.returns import column_names, daily_returns
+        from strategies.selection import write_returns
+
+        train = Period("train", last.fold.train0, last.fold.train1)
+        rules = [c.rule for c in last.hall_of_fame]
+        write_returns(args.returns_out, column_names(len(rules)),
+                      daily_returns(rules, window, train, "cpu", wf.costs),
+                      [str(d) for d in window.dates[train.day0:train.day1]])
 
 
 def run_walk_forward(args: argparse.Namespace, config: EvolutionConfig,

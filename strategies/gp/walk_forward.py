@@ -22,6 +22,9 @@ its last close; fills at the close that produced the signal. The rule traded is 
 best, or the majority vote of its hall of fame's top K (`ensemble`, GPEnsemble's vote). The
 benchmark is buy-and-hold of the same stocks over the same window with the same costs.
 
+Turnover (per fold): the value traded at the close, buys and sells, over the window's
+starting equity (2.0: the whole equity bought and sold once).
+
 Stitching: the out-of-sample equity compounds, each fold starting with the equity the last
 one ended with, so `oos_roi` = prod(1 + test_roi) - 1; the daily returns of all test
 windows, one after another, feed the statistics against buy-and-hold

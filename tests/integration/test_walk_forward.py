@@ -79,7 +79,8 @@ def test_report_contract_and_compounding(first: tuple[dict[str, Any], Path],
 
 def test_stdout_table_and_verdict(shared_data: Path, tmp_path: Path,
                                   capsys: pytest.CaptureFixture[str]) -> None:
-    report = walk(shared_data, tmp_path, "--ensemble", "3", "--anchored")
+    report = walk(shared_data, tmp_path, "--ensemble", "3", "--anchored", "--returns-out",
+                  str(tmp_path / "r.csv"))
     out, err = capsys.readouterr()
     wf = report["walk_forward"]
     assert wf["anchored"] and wf["ensemble"] == 3
@@ -91,6 +92,11 @@ def test_stdout_table_and_verdict(shared_data: Path, tmp_path: Path,
     assert f"{wf['oos_roi']:+.2%}" in out
     n = len(wf["folds"])
     assert [f"fold {k}/{n}" in err for k in range(1, n + 1)] == [True] * n and "ETA" in err
+    # --returns-out: the last fold's hall of fame over its (anchored) training days
+    rows = (tmp_path / "r.csv").read_text().splitlines()
+    last = wf["folds"][-1]
+    assert rows[0].startswith("date,hof0") and len(rows) - 1 == last["train_days"]
+    assert rows[1].startswith(last["train_start"]) and rows[-1].startswith(last["train_end"])
 
 
 def test_same_seed_same_report(first: tuple[dict[str, Any], Path], shared_data: Path,
