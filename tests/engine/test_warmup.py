@@ -169,3 +169,34 @@ def test_warmup_longer_than_the_data_is_reported(daily: Path, tmp_path: Path,
         "requested": 5000, "bars": have, "complete": False, "why": ""}
     assert f"had only {have:,} of the 5,000" in capsys.readouterr().out
     assert len(fills) > 0
+
+
+def test_a_tick_bar_spanning_start_is_cut_there(tmp_path: Path) -> None:
+    """5-hour bars do not divide a day, so one bar spans midnight at --start: its ticks
+    before --start close a warm-up bar, its ticks from --start open the first traded bar
+    (pandas groups the ticks the same way: by bar and by side of --start)."""
+    start = pd.Timestamp("2024-01-04", tz=NY)
+    ts = pd.date_range(pd.Timestamp("2024-01-02", tz=NY), periods=3 * 144,
+                       freq="10min").as_unit("ns")
+    price = 100.0 + np.sin(np.arange(len(ts)) / 7.0) + np.arange(len(ts)) * 0.001
+    path = tmp_path / "ticks.csv"
+    pd.DataFrame({"ts": ts.asi8, "symbol": "AAA", "price": price, "size": 1.0}).to_csv(
+        path, index=False)
+    bar_ns = 5 * 3600 * 10**9
+    local = ts.asi8 + int(ts[0].utcoffset().total_seconds()) * 10**9  # EST all along
+    frame = pd.DataFrame({"key": local // bar_ns, "after": ts >= start, "price": price})
+    bars = frame.groupby(["key", "after"], sort=True)["price"].last().reset_index()
+    assert (bars.groupby("key").size() == 2).sum() == 1  # one bar spans --start
+
+    strategy = FirstFeatures()
+    factory = functools.partial(open_sources, [str(path)])
+    res = replay(factory, strategy, EngineConfig(bar_seconds=5 * 3600),
+                 trade_from=start.value)
+    warm = bars[~bars["after"]]
+    assert res.engine.stats.warmup_bar_events == len(warm)
+    first_traded = bars[bars["after"]].iloc[0]["price"]
+    closes = np.concatenate([warm["price"].to_numpy(), [first_traded]])
+    assert strategy.seen[0][0, TERMINAL_INDEX["close"]] == np.float32(first_traded)
+    assert strategy.seen[0][0, TERMINAL_INDEX["sma5"]] == pytest.approx(closes[-5:].mean(),
+                                                                        rel=1e-6)
+    assert len(strategy.seen) == int(bars["after"].sum())
