@@ -64,7 +64,8 @@ STREAM_KINDS = ("trade", "aggTrade", "bookTicker")
 #: the id field whose sequence each trade stream numbers without holes
 _TRADE_ID = {"trade": "t", "aggTrade": "a"}
 #: an event time further than this from the receive time is not believed (a bogus time
-#: would otherwise hold the feed's monotone clock in the future)
+#: would otherwise hold the feed's monotone clock in the future); a local clock this far
+#: off makes every timed frame count as `time_far_from_receipt`: fix the clock (NTP)
 MAX_TIME_DISTANCE_NS = 300 * NS_PER_SECOND
 _MAX_ID = (1 << 63) - 1
 _SYMBOL_OK = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
@@ -352,8 +353,7 @@ class FrameNormaliser:
 # ---------------------------------------------------------------- the websocket client
 
 
-@dataclass(frozen=True, kw_only=True)
-class ClientSettings:
+class ClientSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """How the client connects and keeps the connection (times in seconds)."""
 
     url: str

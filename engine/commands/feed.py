@@ -13,7 +13,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import math
+import os
 import signal
 import sys
 import time
@@ -27,12 +29,15 @@ from engine.errors import UserError
 from feeds.publish import publish_source
 from feeds.transport import Publisher
 
+log = logging.getLogger(__name__)
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--publish", required=True, help="endpoint to bind, e.g. tcp://127.0.0.1:5555")
     p.add_argument("--rate", type=float, default=0.0, help="messages per second (0 = max)")
     p.add_argument("--wait", type=float, default=30.0,
-                   help="seconds to wait for a subscriber before giving up")
+                   help="seconds to wait for a subscriber before giving up (--source "
+                        "binance: 0 = start without one)")
     p.add_argument("--data", action="append", default=[], metavar="PATH",
                    help="files to publish, as for replay (default: the synthetic market)")
     p.add_argument("--symbols", help="comma-separated symbols of --data (default: all), or "
@@ -160,6 +165,8 @@ def _binance_settings(args: argparse.Namespace) -> tuple[list[str], Any]:
         parent = Path(args.record).parent
         if not parent.is_dir():
             raise UserError(f"--record {args.record}: folder {parent} does not exist")
+        if not os.access(parent, os.W_OK):
+            raise UserError(f"--record {args.record}: folder {parent} is not writable")
     settings = ClientSettings(url=url, streams=tuple(stream_names(symbols, streams)),
                               stale_after=args.stale_after,
                               reconnect_after=args.reconnect_after)
@@ -216,11 +223,22 @@ async def _serve_binance(args: argparse.Namespace, symbols: list[str], settings:
     counters = FeedCounters()
     norm = FrameNormaliser(symbols, counters)
     stream = LiveStream(pub, norm.symbols, session, args.heartbeat)
-    recorder = RecordingWriter(args.record) if args.record else None
+    try:
+        recorder = RecordingWriter(args.record) if args.record else None
+    except OSError as exc:
+        raise UserError(f"--record {args.record}: cannot write: {exc.strerror}") from None
+    recording = recorder is not None
 
     def on_frame(recv_ns: int, text: str) -> None:
-        if recorder is not None:
-            recorder.write(recv_ns, text)
+        nonlocal recording
+        if recording and recorder is not None:
+            try:
+                recorder.write(recv_ns, text)
+            except OSError as exc:  # a full disk stops the recording, not the feed
+                log.error("--record %s: cannot write (%s): recording stopped", args.record,
+                          exc)
+                counters.skipped.add("recording_stopped", 1, str(exc))
+                recording = False
         norm.add(recv_ns, text)
         stream.send(norm.take())  # at once: a live frame must not wait for company
 
@@ -230,15 +248,20 @@ async def _serve_binance(args: argparse.Namespace, symbols: list[str], settings:
         loop.add_signal_handler(sig, stop.set)
     if args.max_seconds > 0:
         loop.call_later(args.max_seconds, stop.set)
-    client = BinanceClient(settings, on_frame, counters,
-                           on_sent=recorder.write if recorder is not None else None)
+    def on_sent(ns: int, text: str) -> None:
+        if recording and recorder is not None:
+            with contextlib.suppress(OSError):  # on_frame reports a failing recorder
+                recorder.write(ns, text)
+
+    client = BinanceClient(settings, on_frame, counters, on_sent=on_sent)
     watch = StaleWatch(settings.streams, norm.last_seen, counters, settings.stale_after)
     try:
         await asyncio.gather(client.run(stop), watch.run(stop), _beats(stream, stop))
     finally:
         sent = stream.close(final=False)  # a venue's stream does not end: no liquidation
         if recorder is not None:
-            recorder.close()
+            with contextlib.suppress(OSError):  # already reported by on_frame
+                recorder.close()
     out: dict[str, Any] = {"sent": sent, "binance": counters.as_dict()}
     if recorder is not None:
         out["recorded_lines"] = recorder.lines
