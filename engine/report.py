@@ -169,14 +169,11 @@ def vs_buy_hold(result: ReplayResult, trials: int = 1) -> dict[str, Any] | None:
     return relative_stats(strategy, bench, trials=max(1, int(trials))).as_dict()
 
 
-def build_report(result: ReplayResult, strategy_name: str, trials: int = 1) -> dict[str, Any]:
-    """The replay's report; `trials`: rules tried to find the strategy (an evolved file's
-    `rules_tried`), which deflates its Sharpe ratio in `vs_buy_hold`."""
+def _per_symbol(result: ReplayResult) -> tuple[dict[str, Any], float]:
+    """Each symbol's figures, and buy-and-hold's final equity over all symbols (bought at
+    each symbol's first price, sold at its last, paying the broker's costs both ways)."""
     eng = result.engine
     broker = eng.broker
-    curve = np.asarray([p.equity for p in eng.equity_curve], np.float64)
-    initial = broker.initial_capital()
-    final = broker.equity()
     firsts, lasts = eng.first_prices(), eng.last_prices()
     per_symbol: dict[str, Any] = {}
     bh_total = 0.0
@@ -198,6 +195,18 @@ def build_report(result: ReplayResult, strategy_name: str, trials: int = 1) -> d
             "first_price": f if traded else None,
             "last_price": last if traded else None,
         }
+    return per_symbol, bh_total
+
+
+def build_report(result: ReplayResult, strategy_name: str, trials: int = 1) -> dict[str, Any]:
+    """The replay's report; `trials`: rules tried to find the strategy (an evolved file's
+    `rules_tried`), which deflates its Sharpe ratio in `vs_buy_hold`."""
+    eng = result.engine
+    broker = eng.broker
+    curve = np.asarray([p.equity for p in eng.equity_curve], np.float64)
+    initial = broker.initial_capital()
+    final = broker.equity()
+    per_symbol, bh_total = _per_symbol(result)
     bar_data = eng.clock.group_ts >= 0
     ts = np.asarray([p.ts for p in eng.equity_curve], np.int64)
     rets = daily_returns(ts, curve, initial, eng.tz)

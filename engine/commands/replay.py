@@ -234,7 +234,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     report["costs"] = {"commission": cfg.broker.commission,
                        "slippage_bps": cfg.broker.slippage_bps}
     if plan is not None:
-        report["evolve_comparison"] = window_comparison(plan, report, gp_file)
+        report["evolve_comparison"] = window_comparison(plan, report, gp_file, args.strategy)
     if args.out:
         try:
             report["files"] = write_outputs(report, result, args.out)
@@ -363,7 +363,7 @@ def session_report(session: str, hours: str, data: list[str]) -> dict[str, Any]:
     }
 
 
-def window_comparison(plan: WindowPlan, report: dict[str, Any], gp_file: Any
+def window_comparison(plan: WindowPlan, report: dict[str, Any], gp_file: Any, spec: str
                       ) -> dict[str, Any]:
     """This replay's money against the ROI evolve stored for the same window: equal to the
     cent when the fill model, the costs and the warm-up are the evaluator's."""
@@ -374,6 +374,8 @@ def window_comparison(plan: WindowPlan, report: dict[str, Any], gp_file: Any
     costs = (COMMISSION if recorded[0] is None else float(recorded[0]),
              SLIPPAGE_BPS if recorded[1] is None else float(recorded[1]))
     same = {
+        # evolve stored the best rule's ROI: an ensemble (`best.json#ensemble`) is another
+        "strategy": "#" not in spec,
         "fill": report["fill"] == "signal-close",
         "costs": (report["costs"]["commission"], report["costs"]["slippage_bps"]) == costs,
         "warmup": report["warmup"]["bars"] == plan.bars_before,
