@@ -68,6 +68,10 @@ _TRADE_ID = {"trade": "t", "aggTrade": "a"}
 #: off makes every timed frame count as `time_far_from_receipt`: fix the clock (NTP)
 MAX_TIME_DISTANCE_NS = 300 * NS_PER_SECOND
 _MAX_ID = (1 << 63) - 1
+#: the most streams Binance lets one connection listen to
+MAX_STREAMS = 1024
+#: the event a Binance server sends before it shuts down: reconnect at once
+SERVER_SHUTDOWN = "serverShutdown"
 _SYMBOL_OK = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
 
 
@@ -143,6 +147,8 @@ class FeedCounters:
     quotes: int = 0
     #: subscription replies `{"result": null, "id": n}`
     acks: int = 0
+    #: `serverShutdown` notices (each is followed by a reconnect)
+    shutdown_notices: int = 0
     #: per symbol: forward jumps of a trade stream's ids (one per jump)
     gaps: dict[str, int] = field(default_factory=dict)
     skipped: SkipCounter = field(default_factory=lambda: SkipCounter("binance"))
@@ -157,7 +163,8 @@ class FeedCounters:
 
     def as_dict(self) -> dict[str, Any]:
         return {"frames": self.frames, "trades": self.trades, "quotes": self.quotes,
-                "acks": self.acks, "gaps": dict(self.gaps), "skipped": dict(self.skipped.counts),
+                "acks": self.acks, "shutdown_notices": self.shutdown_notices,
+                "gaps": dict(self.gaps), "skipped": dict(self.skipped.counts),
                 "connections": self.connections, "connect_failures": self.connect_failures,
                 "disconnects": self.disconnects,
                 "scheduled_reconnects": self.scheduled_reconnects,
@@ -271,7 +278,9 @@ class FrameNormaliser:
             event = "bookTicker"  # spot bookTicker frames carry no event type
         if not isinstance(event, str):
             raise _Bad("unknown_event")
-        if event in _TRADE_ID:
+        if event == SERVER_SHUTDOWN:
+            self.counters.shutdown_notices += 1
+        elif event in _TRADE_ID:
             self._trade(recv_ns, data, event)
         elif event == "bookTicker":
             self._quote(recv_ns, data)
@@ -469,6 +478,10 @@ class BinanceClient:
                 self.counters.skipped.add("binary_frame", 1, frame[:64])
                 continue
             self.on_frame(recv_ns, sanitise(frame))
+            if SERVER_SHUTDOWN in frame and frame.lstrip().startswith("{"):
+                # the server is about to go: leave now and reconnect to another
+                log.warning("binance: the server announced its shutdown: reconnecting")
+                return
 
 
 class StaleWatch:

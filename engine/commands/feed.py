@@ -136,6 +136,7 @@ def _binance_settings(args: argparse.Namespace) -> tuple[list[str], Any]:
     """The subscribed symbols and the client's settings; bad options are one line."""
     from feeds.binance import (
         MARKET_URLS,
+        MAX_STREAMS,
         ClientSettings,
         parse_market,
         parse_streams,
@@ -167,7 +168,11 @@ def _binance_settings(args: argparse.Namespace) -> tuple[list[str], Any]:
             raise UserError(f"--record {args.record}: folder {parent} does not exist")
         if not os.access(parent, os.W_OK):
             raise UserError(f"--record {args.record}: folder {parent} is not writable")
-    settings = ClientSettings(url=url, streams=tuple(stream_names(symbols, streams)),
+    names = stream_names(symbols, streams)
+    if len(names) > MAX_STREAMS:
+        raise UserError(f"{len(names)} streams ({len(symbols)} symbols x {len(streams)}): "
+                        f"Binance allows at most {MAX_STREAMS} on one connection")
+    settings = ClientSettings(url=url, streams=tuple(names),
                               stale_after=args.stale_after,
                               reconnect_after=args.reconnect_after)
     return symbols, settings

@@ -93,8 +93,12 @@ class Venue:
         for step in script:
             if isinstance(step, str):
                 await ws.send(step)
-            elif step[0] == "sleep":
-                await asyncio.sleep(step[1])
+            elif step[0] == "sleep":  # cut short when the venue stops
+                assert self._stop is not None
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), step[1])
+                if self._stop.is_set():
+                    return
             elif step[0] == "close":
                 await ws.close(1000, "24h")
                 return

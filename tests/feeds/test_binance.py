@@ -146,7 +146,7 @@ def _mutations(rng: random.Random, n: int) -> list[str | bytes]:
 
 def _check_total(n: FrameNormaliser) -> None:
     c = n.counters
-    assert c.frames == c.trades + c.quotes + c.acks + c.skipped.total
+    assert c.frames == c.trades + c.quotes + c.acks + c.shutdown_notices + c.skipped.total
     r = n.take()
     assert len(r) == c.trades + c.quotes
     assert np.all(np.diff(r["ts"]) >= 0)

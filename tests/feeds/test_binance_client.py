@@ -100,6 +100,19 @@ def test_reconnects_resubscribes_and_counts_through_drops_and_bad_frames() -> No
     assert counters.trades == 8 and counters.quotes == 1
 
 
+def test_a_server_shutdown_notice_makes_the_client_move_at_once() -> None:
+    notice = json.dumps({"e": "serverShutdown", "E": _now_ms()})
+    scripts: list[list[Step]] = [[*_trades("BTCUSDT", [1]), notice, ("sleep", 30.0)],
+                                 _trades("BTCUSDT", [2])]
+    counters = FeedCounters()
+    with Venue(scripts) as venue:
+        t0 = time.monotonic()
+        records, _ = _run_client(venue, until=2, counters=counters)
+        assert time.monotonic() - t0 < 5.0  # it did not wait for the server to go
+    assert len(records) == 2 and counters.shutdown_notices == 1
+    assert counters.connections == 2 and not counters.skipped.counts
+
+
 def test_refused_connections_back_off_and_the_client_stops_on_request() -> None:
     counters = FeedCounters()
     with Venue([[]]) as venue:

@@ -195,6 +195,7 @@ def test_curve_serves_the_venue_feed_to_key_holders(tmp_path: Path) -> None:
     (["--record", "/nonexistent-folder/r.gz"], "--record"),
     (["--data", "x.csv"], "--data"),
     (["--source", "kraken"], "--source"),
+    (["--symbols", ",".join(f"s{i}usdt" for i in range(600))], "1024"),
 ])
 def test_bad_options_are_one_line_and_exit_2(argv: list[str], word: str,
                                              capsys: pytest.CaptureFixture[str]) -> None:
