@@ -377,8 +377,12 @@ class ClientSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     ping_interval: float = 20.0
     ping_timeout: float = 20.0
     open_timeout: float = 10.0
-    #: the largest frame accepted (bigger ones close the connection: a reconnect)
-    max_frame_bytes: int = 1 << 20
+    #: the largest frame used (a market-data frame is a few hundred bytes): a bigger one
+    #: is counted as `frame_too_large` and skipped, and costs only itself...
+    max_frame_bytes: int = 1 << 16
+    #: ...up to this size; beyond it the library closes the connection (a reconnect)
+    #: rather than hold an unbounded frame in memory
+    max_message_bytes: int = 1 << 24
 
 
 #: frame sinks: (local receive ns, text) of a frame received, and of one we sent
@@ -429,7 +433,7 @@ class BinanceClient:
         try:
             async with connect(s.url, ping_interval=s.ping_interval,
                                ping_timeout=s.ping_timeout, open_timeout=s.open_timeout,
-                               close_timeout=2.0, max_size=s.max_frame_bytes,
+                               close_timeout=2.0, max_size=s.max_message_bytes,
                                proxy=None if is_loopback(s.url) else True) as ws:
                 opened = True
                 self.counters.connections += 1
@@ -473,9 +477,11 @@ class BinanceClient:
         async for frame in ws:
             recv_ns = time.time_ns()
             self._framed = True
-            if isinstance(frame, bytes):
+            if isinstance(frame, bytes) or len(frame) > self.settings.max_frame_bytes:
                 self.counters.frames += 1
-                self.counters.skipped.add("binary_frame", 1, frame[:64])
+                self.counters.skipped.add(
+                    "binary_frame" if isinstance(frame, bytes) else "frame_too_large", 1,
+                    frame[:64])
                 continue
             self.on_frame(recv_ns, sanitise(frame))
             if SERVER_SHUTDOWN in frame and frame.lstrip().startswith("{"):

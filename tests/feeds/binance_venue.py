@@ -53,9 +53,9 @@ def wrap(data: dict[str, Any]) -> str:
     return json.dumps({"stream": f"{data['s'].lower()}@{event}", "data": data})
 
 
-#: script steps: a frame's text, ("sleep", s), ("close",) clean close, ("drop",) TCP reset,
-#: ("close_before_ack",) close on the SUBSCRIBE without answering it
-Step = str | tuple[Any, ...]
+#: script steps: a frame's text (bytes: a binary frame), ("sleep", s), ("close",) clean
+#: close, ("drop",) TCP reset, ("close_before_ack",) close on the SUBSCRIBE unanswered
+Step = str | bytes | tuple[Any, ...]
 
 
 @dataclass
@@ -91,7 +91,7 @@ class Venue:
             return
         await ws.send(json.dumps({"result": None, "id": request["id"]}))
         for step in script:
-            if isinstance(step, str):
+            if isinstance(step, str | bytes):
                 await ws.send(step)
             elif step[0] == "sleep":  # cut short when the venue stops
                 assert self._stop is not None

@@ -77,6 +77,7 @@ def test_reconnects_resubscribes_and_counts_through_drops_and_bad_frames() -> No
         # then the TCP connection drops
         [*_trades("BTCUSDT", [1, 2, 3]), json.dumps(spot_book("BTCUSDT", 1, 99.9, 100.1)),
          '{"e":"trade",', json.dumps({"e": "kline", "s": "BTCUSDT"}),
+         " " * 70_000, b"\x00\x01binary",
          *_trades("BTCUSDT", [7, 5]), ("drop",)],
         # 2nd: closed on the subscription before any answer (a failure: backoff)
         [("close_before_ack",)],
@@ -95,7 +96,8 @@ def test_reconnects_resubscribes_and_counts_through_drops_and_bad_frames() -> No
     assert counters.disconnects == 3  # the drop, the close before the answer, the cut
     assert counters.gaps == {"BTCUSDT": 1}
     assert counters.skipped.counts == {"malformed_json": 1, "unknown_event": 1,
-                                       "trade_id_repeated_or_backwards": 1}
+                                       "trade_id_repeated_or_backwards": 1,
+                                       "frame_too_large": 1, "binary_frame": 1}
     assert counters.acks == 3
     assert counters.trades == 8 and counters.quotes == 1
 
