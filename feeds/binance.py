@@ -47,7 +47,6 @@ import msgspec
 import numpy as np
 
 from feeds.records import (
-    CHUNK_RECORDS,
     KIND_QUOTE,
     KIND_TRADE,
     NS_PER_MS,
@@ -233,23 +232,25 @@ class FrameNormaliser:
         self._last_id: dict[tuple[int, str], int] = {}
         #: per stream name (`btcusdt@trade`): local receive time (ns) of its last event
         self.last_seen: dict[str, int] = {}
-        self._buf = np.zeros(CHUNK_RECORDS, RECORD_DTYPE)
-        self._n = 0
+        self._stream_name: dict[tuple[int, str], str] = {}
+        #: records made and not yet taken, as tuples of RECORD_DTYPE's fields (one numpy
+        #: array per take() is cheaper than a numpy write per field and frame)
+        self._rows: list[tuple[int, int, int, float, float, float, float, float]] = []
         self._decode = msgspec.json.Decoder().decode
 
     @property
     def pending(self) -> int:
-        return self._n
+        return len(self._rows)
 
     def take(self) -> np.ndarray:
-        """The records made since the last call (a copy), in order."""
-        out = self._buf[: self._n].copy()
-        self._n = 0
+        """The records made since the last call, in order."""
+        out = np.array(self._rows, RECORD_DTYPE) if self._rows else np.zeros(0, RECORD_DTYPE)
+        self._rows = []
         return out
 
     def add(self, recv_ns: int, text: str | bytes) -> None:
         """One received frame. Never raises for anything a peer sends; at most one record
-        is added (take() before `pending` reaches CHUNK_RECORDS)."""
+        is added (a reader takes them every CHUNK_RECORDS)."""
         self.counters.frames += 1
         try:
             self._frame(recv_ns, text)
@@ -350,13 +351,15 @@ class FrameNormaliser:
 
     def _emit(self, recv_ns: int, sym: int, event: str, ts: int, kind: int, f0: float,
               f1: float, f2: float, f3: float) -> None:
-        ts = max(ts, self.clock)
-        self.clock = ts
-        self.last_seen[f"{self.symbols[sym].lower()}@{event}"] = recv_ns
-        rec = self._buf[self._n]
-        rec["ts"], rec["sym"], rec["kind"] = ts, sym, kind
-        rec["f0"], rec["f1"], rec["f2"], rec["f3"] = f0, f1, f2, f3
-        self._n += 1
+        if ts < self.clock:
+            ts = self.clock
+        else:
+            self.clock = ts
+        name = self._stream_name.get((sym, event))
+        if name is None:
+            name = self._stream_name[sym, event] = f"{self.symbols[sym].lower()}@{event}"
+        self.last_seen[name] = recv_ns
+        self._rows.append((ts, sym, kind, f0, f1, f2, f3, 0.0))
 
 
 # ---------------------------------------------------------------- the websocket client
