@@ -31,7 +31,7 @@ from feeds.datadir import data_dir  # noqa: E402
 from gpu.gp_core import cost_tuple  # noqa: E402
 from strategies.gp import walk_forward as wfm  # noqa: E402
 from strategies.gp.evolution import EvolutionConfig  # noqa: E402
-from strategies.gp.window import history_window  # noqa: E402
+from strategies.gp.window import history_matrix  # noqa: E402
 from strategies.relative_stats import summary_lines  # noqa: E402
 
 
@@ -68,11 +68,10 @@ def main() -> int:
         return 1
     plan = wfm.WalkForwardPlan.parse(args.walk_forward, args.anchored)
     t0 = time.perf_counter()
-    window = history_window(args.data, args.stocks)
-    folds = plan.folds(len(window.dates))
-    history = wfm.History(window.panel, window.close,
-                          cost_tuple(args.commission, args.slippage_bps))
-    log(f"{window.n_stocks} stocks x {len(window.dates)} days loaded in "
+    m = history_matrix(args.data, args.stocks)
+    folds = plan.folds(m.n_days)
+    history = wfm.History.of(m, cost_tuple(args.commission, args.slippage_bps))
+    log(f"{len(m.symbols)} stocks x {m.n_days} days loaded in "
         f"{time.perf_counter() - t0:.1f} s; {len(folds)} folds of {plan.describe()}; "
         f"{args.population} x {args.generations} per fold on {device}")
     cfg = config(args, args.population, args.generations)
@@ -90,7 +89,7 @@ def main() -> int:
     t_run = time.perf_counter()
     outcomes = wfm.run_folds(history, cfg, folds, args.ensemble, device, progress=progress)
     wall = time.perf_counter() - t_run
-    dates = [str(d)[:10] for d in window.dates]
+    dates = [str(d)[:10] for d in m.dates]
     wf = wfm.stitch(plan, history, outcomes, dates, args.ensemble, args.commission,
                     args.slippage_bps)
     stats = wf.stats()
@@ -108,7 +107,7 @@ def main() -> int:
         result: dict[str, Any] = {
             "benchmark": "walk_forward", "device": device,
             "gpu": gpu_name() if device == "cuda" else None,
-            "stocks": window.n_stocks, "days": len(dates), "folds": len(folds),
+            "stocks": len(m.symbols), "days": len(dates), "folds": len(folds),
             "population": args.population, "generations": args.generations,
             "warmup": args.warmup, "warmup_seconds": warm_s,
             "wall_seconds": wall, "seconds_per_fold": wall / len(folds),

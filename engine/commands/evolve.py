@@ -27,7 +27,7 @@ from strategies.gp.representation import rules_programs
 from strategies.gp.returns import trade_period
 from strategies.gp.strategy import simulate_money, simulate_money_next_open
 from strategies.gp.strategy_file import PeriodRecord, StrategyFile, rule_record, save_strategy
-from strategies.gp.window import GPWindow, Period, load_window
+from strategies.gp.window import GPWindow, Period, load_window, window_from_matrix
 from strategies.relative_stats import relative_stats, summary_lines
 
 Costs = tuple[float, float, float]
@@ -420,22 +420,37 @@ def _fold_client(args: argparse.Namespace, n_folds: int) -> tuple[Any, Any]:
         raise UserError(f"Dask cluster: {e}") from None
 
 
-def _walk_forward_file(args: argparse.Namespace, window: GPWindow, wf: Any) -> None:
-    """The last fold's strategy file: the rule one would trade next, with its windows."""
+def fold_window(m: Any, fold: Any, source: str) -> GPWindow:
+    """The GPWindow `evolve` would build for a fold: its training and test days, the
+    indicator panel starting with its training window."""
+    from feeds.daily import DailyMatrix
+
+    sl = slice(fold.train0, fold.test1)
+    part = DailyMatrix(dates=m.dates[sl], symbols=list(m.symbols),
+                       **{k: getattr(m, k)[sl] for k in ("open", "high", "low", "close",
+                                                         "volume")})
+    return window_from_matrix(part, fold.train1 - fold.train0, fold.test1 - fold.test0,
+                              source=source)
+
+
+def _walk_forward_file(args: argparse.Namespace, m: Any, source: str, wf: Any) -> None:
+    """The last fold's strategy file: the rule one would trade next, with its windows, as
+    `evolve` over that fold's days with its seed writes it."""
     from strategies.gp.walk_forward import FoldOutcome
 
     last: FoldOutcome = wf.outcomes[-1]
     best = last.hall_of_fame[0]
+    window = fold_window(m, last.fold, source)
     records = []
-    for d0, d1 in ((last.fold.train0, last.fold.train1), (last.fold.test0, last.fold.test1)):
-        t = trade_period([best.rule], window.panel[:last.fold.test1],
-                         window.close[:last.fold.test1], d0, d1, wf.costs)
+    for period in (window.train, window.test):
+        t = trade_period([best.rule], window.panel, window.close, period.day0, period.day1,
+                         wf.costs)
         records.append(PeriodRecord(symbols=list(window.symbols),
-                                    first_date=str(window.dates[d0]),
-                                    last_date=str(window.dates[d1 - 1]), days=d1 - d0,
-                                    roi=t.roi, roi_buy_hold=t.roi_buy_hold))
+                                    first_date=str(window.dates[period.day0]),
+                                    last_date=str(window.dates[period.day1 - 1]),
+                                    days=period.days, roi=t.roi, roi_buy_hold=t.roi_buy_hold))
     sf = StrategyFile(
-        data=window.source, train=records[0], test=records[1], seed=last.seed,
+        data=source, train=records[0], test=records[1], seed=last.seed,
         best=rule_record(best.rule, best.fitness, best.generation),
         hall_of_fame=[rule_record(c.rule, c.fitness, c.generation) for c in last.hall_of_fame],
         commission=args.commission, slippage_bps=args.slippage_bps,
@@ -446,32 +461,32 @@ def _walk_forward_file(args: argparse.Namespace, window: GPWindow, wf: Any) -> N
         from strategies.gp.returns import column_names, daily_returns
         from strategies.selection import write_returns
 
-        train = Period("train", last.fold.train0, last.fold.train1)
         rules = [c.rule for c in last.hall_of_fame]
         write_returns(args.returns_out, column_names(len(rules)),
-                      daily_returns(rules, window, train, "cpu", wf.costs),
-                      [str(d) for d in window.dates[train.day0:train.day1]])
+                      daily_returns(rules, window, window.train, "cpu", wf.costs),
+                      [str(d) for d in window.dates[window.train.day0:window.train.day1]])
 
 
 def run_walk_forward(args: argparse.Namespace, config: EvolutionConfig,
                      symbols: list[str] | None, costs: Costs) -> dict[str, Any]:
     """`evolve --walk-forward`: folds evolved and traded out of sample, stitched
     (strategies.gp.walk_forward); the report under `walk_forward`."""
+    from feeds.sources import resolve_data_file
     from gpu.device import resolve_device
     from strategies.gp import walk_forward as wfm
-    from strategies.gp.window import history_window
+    from strategies.gp.window import history_matrix
 
     plan = _walk_forward_plan(args, config)
     try:
         device = resolve_device(args.device, "GP evaluation")
-        window = history_window(args.data, None if symbols else args.stocks, args.start,
-                                symbols)
-        folds = plan.folds(len(window.dates))
+        source = str(resolve_data_file(args.data))
+        m = history_matrix(source, None if symbols else args.stocks, args.start, symbols)
+        folds = plan.folds(m.n_days)
     except (ValueError, OSError, DeviceUnavailable) as e:
         raise UserError(str(e)) from None
-    history = wfm.History(window.panel, window.close, costs)
-    dates = [str(d)[:10] for d in window.dates]
-    print(f"walk-forward: {len(folds)} folds of {plan.describe()} over {window.n_stocks} "
+    history = wfm.History.of(m, costs)
+    dates = [str(d)[:10] for d in m.dates]
+    print(f"walk-forward: {len(folds)} folds of {plan.describe()} over {len(m.symbols)} "
           f"stocks x {len(dates)} days ({dates[0]} .. {dates[-1]}); {config.population} "
           f"individuals x {config.generations} generations per fold, device {device}",
           file=sys.stderr, flush=True)
@@ -494,14 +509,14 @@ def run_walk_forward(args: argparse.Namespace, config: EvolutionConfig,
                     args.slippage_bps)
     stats = wf.stats()
     png = args.png or args.out.with_name(args.out.stem + "_walk_forward.png")
-    wfm.plot(png, wf, f"{window.n_stocks} stocks, {len(folds)} folds "
+    wfm.plot(png, wf, f"{len(m.symbols)} stocks, {len(folds)} folds "
                       f"{plan.train_days}/{plan.test_days}/{plan.step}"
                       f"{' anchored' if plan.anchored else ''}, out of sample: "
                       f"{wf.oos_roi:+.2%} vs buy-and-hold {wf.oos_roi_buy_hold:+.2%}")
-    _walk_forward_file(args, window, wf)
+    _walk_forward_file(args, m, source, wf)
     _print_walk_forward(wf, stats, png, args.out)
-    return {"walk_forward": wf.report(stats), "device": device, "data": window.source,
-            "symbols": list(window.symbols), "seed": config.seed,
+    return {"walk_forward": wf.report(stats), "device": device, "data": source,
+            "symbols": list(m.symbols), "seed": config.seed,
             "config": {k: getattr(config, k) for k in config.__struct_fields__},
             "commission": args.commission, "slippage_bps": args.slippage_bps,
             "rules_tried": wf.rules_tried, "out": str(args.out), "png": str(png),

@@ -7,12 +7,15 @@ TEST, so the test windows tile the history after the first training window. Fold
 would run past the data are not made.
 
 Out of sample, honestly:
-- the indicator panel is computed once over the whole history (every indicator reads only
-  its own day and earlier ones), so a test window starts with warm indicators;
-- a fold's task cuts the panel and closes at its test window's end before anything else,
-  so neither its evolution nor its test can read a later day (a test perturbs the prices
-  after a fold and finds the fold unchanged), and its evolution evaluates only training
-  days;
+- a fold's task first cuts the prices to [its training window's first day, its test
+  window's last day], so neither its evolution nor its test can read a later day (a test
+  perturbs the prices after a fold and finds the fold unchanged), and its evolution
+  evaluates only training days;
+- its indicator panel is computed on that cut, starting with the training window as
+  `evolve`'s does, so the test window starts with indicators warmed through training, and a
+  fold is exactly `evolve --symbols ... --start TRAIN_START --train-days TRAIN --test-days
+  TEST --seed SEED + k` (tested), whose strategy file a `replay --window test` reproduces
+  to the cent (the panel's start matters: NVI, PVI and the EMAs carry their first day);
 - fold k evolves with seed = base seed + k, so the run is reproducible and folds may run
   in any order, serially or side by side on a Dask cluster, with identical results.
 
@@ -48,8 +51,10 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
+from feeds.daily import DailyMatrix
 from gpu.gp_core import DEFAULT_COSTS
 from gpu.gp_eval import PopulationEvaluator
+from gpu.indicators import compute_panel
 from strategies.gp.evolution import Champion, EvolutionConfig, evolve
 from strategies.gp.representation import GPRule
 from strategies.gp.returns import PeriodTrading, trade_period
@@ -124,11 +129,30 @@ class WalkForwardPlan:
 # --------------------------------------------------------------------------- one fold
 @dataclass(frozen=True)
 class History:
-    """What every fold reads: the whole history's panel and closes, and the costs."""
+    """What every fold reads: the whole history's daily OHLCV (days x stocks, float64) of
+    stocks that trade on every day of it, and the costs."""
 
-    panel: npt.NDArray[np.float32]
+    open: F64
+    high: F64
+    low: F64
     close: F64
+    volume: F64
     costs: tuple[float, float, float] = DEFAULT_COSTS
+
+    @staticmethod
+    def of(m: DailyMatrix, costs: tuple[float, float, float] = DEFAULT_COSTS) -> History:
+        def f64(a: npt.ArrayLike) -> F64:
+            return np.ascontiguousarray(a, np.float64)
+
+        return History(f64(m.open), f64(m.high), f64(m.low), f64(m.close), f64(m.volume),
+                       costs)
+
+    def cut(self, day0: int, day1: int) -> tuple[npt.NDArray[np.float32], F64]:
+        """(indicator panel, closes) of days [day0, day1) alone, the panel starting at day0."""
+        sl = slice(day0, day1)
+        panel = compute_panel(self.open[sl], self.high[sl], self.low[sl], self.close[sl],
+                              self.volume[sl], device="cpu")
+        return panel, np.ascontiguousarray(self.close[sl])
 
 
 @dataclass
@@ -164,15 +188,14 @@ def run_fold(history: History, config: EvolutionConfig, fold: Fold, ensemble: in
 
     t0 = time.perf_counter()
     _apply_thread_share()
-    # nothing after the test window exists for this fold
-    panel = np.ascontiguousarray(history.panel[:fold.test1])
-    close = np.ascontiguousarray(history.close[:fold.test1])
-    evaluator = PopulationEvaluator(panel, close, fold.train0, fold.train1, device,
-                                    costs=history.costs)
+    # nothing after the test window exists for this fold; day 0 is its first training day
+    panel, close = history.cut(fold.train0, fold.test1)
+    train_days, test_end = fold.train1 - fold.train0, fold.test1 - fold.train0
+    evaluator = PopulationEvaluator(panel, close, 0, train_days, device, costs=history.costs)
     result = evolve(evaluator, msgspec.structs.replace(config, seed=fold_seed(config.seed, fold)))
     chosen = [c.rule for c in result.hall_of_fame[:ensemble]]
-    train = trade_period(chosen, panel, close, fold.train0, fold.train1, history.costs)
-    test = trade_period(chosen, panel, close, fold.test0, fold.test1, history.costs)
+    train = trade_period(chosen, panel, close, 0, train_days, history.costs)
+    test = trade_period(chosen, panel, close, train_days, test_end, history.costs)
     return FoldOutcome(fold, fold_seed(config.seed, fold), result.hall_of_fame, chosen, train,
                        test, config.population * config.generations, evaluator.device,
                        time.perf_counter() - t0)
@@ -180,10 +203,10 @@ def run_fold(history: History, config: EvolutionConfig, fold: Fold, ensemble: in
 
 def trade_static(history: History, rules: Sequence[GPRule], fold: Fold) -> PeriodTrading:
     """`rules` (the first fold's choice) over another fold's test window, as that fold's
-    own rule would trade it."""
-    panel = history.panel[:fold.test1]
-    close = history.close[:fold.test1]
-    return trade_period(rules, panel, close, fold.test0, fold.test1, history.costs)
+    own rule trades it (the same indicator panel)."""
+    panel, close = history.cut(fold.train0, fold.test1)
+    return trade_period(rules, panel, close, fold.test0 - fold.train0,
+                        fold.test1 - fold.train0, history.costs)
 
 
 # --------------------------------------------------------------------------- running folds

@@ -322,10 +322,11 @@ def trading_days(path: str | Path | DailyTable, start: str | None = None) -> int
     return int(np.unique(sel.dates).size)
 
 
-def history_window(path: str | Path | DailyTable, n_stocks: int | None,
-                   start: str | None = None, symbols: list[str] | None = None) -> GPWindow:
-    """The whole history from `start` as one window (all of it "train"), its indicator panel
-    computed from the first day: what a walk-forward cuts its folds from. Its stocks trade
-    on every day of it (daily_matrix)."""
-    return load_window(path, n_stocks, trading_days(path, start), 0, start=start,
-                       symbols=symbols)
+def history_matrix(path: str | Path | DailyTable, n_stocks: int | None,
+                   start: str | None = None, symbols: list[str] | None = None) -> DailyMatrix:
+    """Daily OHLCV of the whole history from `start` (default: the data's first day) for
+    stocks that trade on every day of it (daily_matrix): what a walk-forward cuts its
+    folds from."""
+    table = path if isinstance(path, DailyTable) else _table(resolve_data_file(path))
+    return daily_matrix(table, n_stocks=n_stocks, symbols=symbols, start=start,
+                        n_days=trading_days(table, start))

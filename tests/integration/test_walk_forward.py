@@ -19,7 +19,7 @@ import run_engine
 from gpu.gp_core import cost_tuple
 from strategies.gp.strategy import simulate_money
 from strategies.gp.strategy_file import read_strategy_file
-from strategies.gp.window import history_window, load_window
+from strategies.gp.window import history_matrix, load_window
 
 START = "2017-01-03"   # about 275 trading days to the file's end: three 120/40 folds
 ARGS = ["--stocks", "4", "--start", START, "--population", "30", "--generations", "2",
@@ -50,8 +50,8 @@ def test_report_contract_and_compounding(first: tuple[dict[str, Any], Path],
                                          capsys: pytest.CaptureFixture[str]) -> None:
     report, tmp = first
     wf = report["walk_forward"]
-    w = history_window(data_file(shared_data), 4, START)
-    dates = [str(d) for d in w.dates]
+    m = history_matrix(data_file(shared_data), 4, START)
+    dates = [str(d) for d in m.dates]
     folds = wf["folds"]
     assert len(folds) == (len(dates) - 120) // 40 >= 3
     for k, f in enumerate(folds):
@@ -114,6 +114,37 @@ def test_folds_on_a_dask_scheduler_give_the_serial_report(
                                   dashboard_address=None) as cluster:
         on_dask = walk(shared_data, tmp_path, "--scheduler", cluster.scheduler_address)
     assert on_dask["walk_forward"] == first[0]["walk_forward"]
+
+
+def test_the_last_fold_is_an_evolve_run_and_its_file_replays_to_the_cent(
+        first: tuple[dict[str, Any], Path], shared_data: Path, tmp_path: Path) -> None:
+    """The last fold = `evolve` over its days with its seed (same rules, same file), and
+    `replay --window test` of the walk-forward's strategy file ends with its test money."""
+    report, tmp = first
+    last = report["walk_forward"]["folds"][-1]
+    assert run_engine.main([
+        "evolve", "--data", str(data_file(shared_data)), "--symbols",
+        ",".join(report["symbols"]), "--start", last["train_start"], "--train-days",
+        str(last["train_days"]), "--test-days", str(last["test_days"]), "--population", "30",
+        "--generations", "2", "--device", "cpu", "--quiet", "--seed", str(last["seed"]),
+        "--out", str(tmp_path / "fold.json"), "--json", str(tmp_path / "fold_r.json")]) == 0
+    fold = json.loads((tmp_path / "fold_r.json").read_text())
+    assert (fold["best"]["buy"], fold["best"]["sell"]) == (last["rules"][0]["buy"],
+                                                           last["rules"][0]["sell"])
+    assert fold["test"]["roi"] == last["test_roi"]
+    assert fold["test"]["roi_buy_hold"] == last["test_roi_buy_hold"]
+    wf_file, fold_file = read_strategy_file(tmp / "best.json"), read_strategy_file(
+        tmp_path / "fold.json")
+    assert wf_file.hall_of_fame == fold_file.hall_of_fame
+    assert (wf_file.train, wf_file.test) == (fold_file.train, fold_file.test)
+    out = tmp_path / "replay"
+    assert run_engine.main(["replay", "--strategy", str(tmp / "best.json"), "--window", "test",
+                            "--device", "cpu", "--fill", "signal-close", "--out",
+                            str(out)]) == 0
+    rep = json.loads((out / "report.json").read_text())
+    got = np.array([rep["per_symbol"][s]["final_equity"] for s in report["symbols"]])
+    assert float(np.mean(got / 10_000 - 1)) == pytest.approx(last["test_roi"], abs=1e-6)
+    assert rep["fills"] == last["test_fills"] > 0  # the same trades, and some
 
 
 @pytest.mark.parametrize(("plan", "says"), [

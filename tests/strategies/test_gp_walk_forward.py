@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+import msgspec
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -17,9 +18,11 @@ from hypothesis import strategies as st
 
 from feeds.daily import DailyMatrix
 from gpu.gp_core import cost_tuple
+from gpu.gp_eval import PopulationEvaluator
 from strategies.gp import walk_forward as wfm
-from strategies.gp.evolution import EvolutionConfig
+from strategies.gp.evolution import EvolutionConfig, evolve
 from strategies.gp.reference import eval_tree
+from strategies.gp.strategy import simulate_money
 from strategies.gp.window import GPWindow, window_from_matrix
 
 CONFIG = EvolutionConfig(population=30, generations=3, seed=11, elite=2, hall_of_fame=4)
@@ -38,17 +41,22 @@ def market(days: int = 140, stocks: int = 3, seed: int = 5) -> DailyMatrix:
                        low=np.minimum(open_, close) - spread, close=close, volume=volume)
 
 
-def whole(m: DailyMatrix) -> GPWindow:
-    return window_from_matrix(m, m.n_days, 0, source="synthetic")
+def fold_window(m: DailyMatrix, f: wfm.Fold) -> GPWindow:
+    """What `evolve` builds for the fold's days: the panel starts with its training days."""
+    sl = slice(f.train0, f.test1)
+    part = DailyMatrix(dates=m.dates[sl], symbols=m.symbols,
+                       **{k: getattr(m, k)[sl] for k in ("open", "high", "low", "close",
+                                                         "volume")})
+    return window_from_matrix(part, f.train1 - f.train0, f.test1 - f.test0)
 
 
-def history(w: GPWindow, commission: float = 1.0, bps: float = 0.0) -> wfm.History:
-    return wfm.History(w.panel, w.close, cost_tuple(commission, bps))
+def history(m: DailyMatrix, commission: float = 1.0, bps: float = 0.0) -> wfm.History:
+    return wfm.History.of(m, cost_tuple(commission, bps))
 
 
 @pytest.fixture(scope="module")
-def window() -> GPWindow:
-    return whole(market())
+def window() -> DailyMatrix:
+    return market()
 
 
 # --------------------------------------------------------------------------- fold boundaries
@@ -103,12 +111,12 @@ def test_bad_plans_are_one_line_errors(bad: str) -> None:
 
 # --------------------------------------------------------------------------- folds
 @pytest.fixture(scope="module")
-def serial(window: GPWindow) -> list[wfm.FoldOutcome]:
-    return wfm.run_folds(history(window), CONFIG, PLAN.folds(window.close.shape[0]), 2, "cpu")
+def serial(window: DailyMatrix) -> list[wfm.FoldOutcome]:
+    return wfm.run_folds(history(window), CONFIG, PLAN.folds(window.n_days), 2, "cpu")
 
 
 def test_each_fold_trades_its_choice_out_of_sample_by_the_rules(
-        window: GPWindow, serial: list[wfm.FoldOutcome]) -> None:
+        window: DailyMatrix, serial: list[wfm.FoldOutcome]) -> None:
     """The test ROI of each fold, recomputed with a plain loop: trees walked by the
     reference evaluator, voted, money by the broker's rules; buy-and-hold the same."""
     assert [o.fold.index for o in serial] == [0, 1, 2, 3]
@@ -116,10 +124,25 @@ def test_each_fold_trades_its_choice_out_of_sample_by_the_rules(
         f = o.fold
         assert o.seed == CONFIG.seed + f.index
         assert len(o.chosen) == 2 and o.chosen == [c.rule for c in o.hall_of_fame[:2]]
-        roi, roi_bh = plain_period(o.chosen, window, f.test0, f.test1)
+        fw = fold_window(window, f)
+        roi, roi_bh = plain_period(o.chosen, fw, fw.test.day0, fw.test.day1)
         assert o.test.roi == pytest.approx(roi, abs=1e-12)
         assert o.test.roi_buy_hold == pytest.approx(roi_bh, abs=1e-12)
         assert o.test.returns.shape == (f.test1 - f.test0,)
+
+
+def test_a_fold_is_evolve_over_its_days_with_its_seed(window: DailyMatrix,
+                                                     serial: list[wfm.FoldOutcome]) -> None:
+    """Fold k is `evolve` over the window of its training and test days (indicators from
+    its first training day) with seed + k: the same hall of fame, the same test money."""
+    for o in serial[:2]:
+        fw = fold_window(window, o.fold)
+        ev = PopulationEvaluator(fw.panel, fw.close, fw.train.day0, fw.train.day1, "cpu")
+        result = evolve(ev, msgspec.structs.replace(CONFIG, seed=o.seed))
+        assert [(str(c.rule), c.fitness) for c in result.hall_of_fame] == \
+            [(str(c.rule), c.fitness) for c in o.hall_of_fame]
+        cash = simulate_money(o.chosen, fw.panel, fw.close, fw.test.day0, fw.test.day1)
+        assert np.array_equal(cash, o.test.cash)
 
 
 def plain_period(rules: list, w: GPWindow, d0: int, d1: int) -> tuple[float, float]:
@@ -163,9 +186,8 @@ def test_no_look_ahead_prices_after_a_fold_change_nothing_in_it(
         dates=m.dates, symbols=m.symbols,
         **{k: np.concatenate([getattr(m, k)[:cut], getattr(other, k)[cut:] * 1.7])
            for k in ("open", "high", "low", "close", "volume")})
-    w2 = whole(changed)
-    assert not np.array_equal(w2.close[cut:], m.close[cut:])
-    again = wfm.run_folds(history(w2), CONFIG, PLAN.folds(m.n_days), 2, "cpu")
+    assert not np.array_equal(changed.close[cut:], m.close[cut:])
+    again = wfm.run_folds(history(changed), CONFIG, PLAN.folds(m.n_days), 2, "cpu")
     for a, b in zip(serial[:2], again[:2], strict=True):
         assert_same_fold(a, b)
     assert any(not np.array_equal(a.test.returns, b.test.returns)
@@ -183,19 +205,19 @@ def assert_same_fold(a: wfm.FoldOutcome, b: wfm.FoldOutcome) -> None:
 
 
 def test_same_seed_same_folds_other_seed_other_folds(
-        window: GPWindow, serial: list[wfm.FoldOutcome]) -> None:
-    again = wfm.run_folds(history(window), CONFIG, PLAN.folds(window.close.shape[0]), 2, "cpu")
+        window: DailyMatrix, serial: list[wfm.FoldOutcome]) -> None:
+    again = wfm.run_folds(history(window), CONFIG, PLAN.folds(window.n_days), 2, "cpu")
     for a, b in zip(serial, again, strict=True):
         assert_same_fold(a, b)
     other = wfm.run_folds(history(window), EvolutionConfig(
         population=30, generations=3, seed=12, elite=2, hall_of_fame=4),
-        PLAN.folds(window.close.shape[0])[:1], 2, "cpu")
+        PLAN.folds(window.n_days)[:1], 2, "cpu")
     assert other[0].seed == 12
     assert [str(c.rule) for c in other[0].hall_of_fame] != \
         [str(c.rule) for c in serial[0].hall_of_fame]
 
 
-def test_stitched_roi_compounds_exactly(window: GPWindow,
+def test_stitched_roi_compounds_exactly(window: DailyMatrix,
                                         serial: list[wfm.FoldOutcome]) -> None:
     dates = [str(d) for d in window.dates]
     wf = wfm.stitch(PLAN, history(window), serial, dates, 2, 1.0, 0.0)
@@ -218,8 +240,8 @@ def test_stitched_roi_compounds_exactly(window: GPWindow,
     assert stats.total_return == pytest.approx(wf.oos_roi, rel=1e-12)
 
 
-def test_costs_lower_every_fold_and_buy_and_hold_pays_them(window: GPWindow) -> None:
-    fold = PLAN.folds(window.close.shape[0])[:1]
+def test_costs_lower_every_fold_and_buy_and_hold_pays_them(window: DailyMatrix) -> None:
+    fold = PLAN.folds(window.n_days)[:1]
     cheap = wfm.run_folds(history(window, 0.0, 0.0), CONFIG, fold, 1, "cpu")[0]
     dear = wfm.run_folds(history(window, 5.0, 20.0), CONFIG, fold, 1, "cpu")[0]
     assert dear.test.roi_buy_hold < cheap.test.roi_buy_hold
@@ -229,14 +251,14 @@ def test_costs_lower_every_fold_and_buy_and_hold_pays_them(window: GPWindow) -> 
     assert again.roi < cheap.test.roi or cheap.test.fills == 0
 
 
-def test_a_dask_cluster_gives_the_serial_folds(window: GPWindow,
+def test_a_dask_cluster_gives_the_serial_folds(window: DailyMatrix,
                                                serial: list[wfm.FoldOutcome]) -> None:
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
                                   dashboard_address=None) as cluster, \
             distributed.Client(cluster) as client:
         seen: list[int] = []
-        on_dask = wfm.run_folds(history(window), CONFIG, PLAN.folds(window.close.shape[0]), 2,
+        on_dask = wfm.run_folds(history(window), CONFIG, PLAN.folds(window.n_days), 2,
                                 "cpu", client, lambda o, done, n, t: seen.append(done))
     assert seen == [1, 2, 3, 4]
     for a, b in zip(serial, on_dask, strict=True):
