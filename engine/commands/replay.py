@@ -166,9 +166,12 @@ def apply_window(args: argparse.Namespace) -> WindowPlan:
         what = "training" if args.window == "train" else "test"
         raise UserError(f"{path} records no {what} window")
     if not args.data:
-        if not sf.data or not Path(sf.data).exists():
+        # a relative path is where evolve ran; beside the strategy file serves too
+        found = [p for p in (Path(sf.data), Path(path).parent / sf.data)
+                 if sf.data and p.exists()]
+        if not found:
             raise UserError(f"{path} was evolved on {sf.data!r}, which is not here: give --data")
-        args.data = [sf.data]
+        args.data = [str(found[0])]
     args.symbols = args.symbols or ",".join(period.symbols)
     args.start = args.start or period.first_date
     args.end = args.end or period.last_date

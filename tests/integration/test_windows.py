@@ -86,3 +86,16 @@ def test_cold_test_window_differs_and_says_so(evolved: dict[str, Any],
     cmp = rep["evolve_comparison"]
     assert not cmp["equal_to_the_cent"] and cmp["differs_in"] == ["warmup"]
     assert "not like for like" in capsys.readouterr().out
+
+
+def test_data_path_beside_the_strategy_file(evolved: dict[str, Any], tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file evolved on a relative path replays from another folder when the data lies
+    beside it."""
+    doc = json.loads(evolved["best"].read_text())
+    doc["data"] = evolved["data"].name  # relative: d.csv next to best.json
+    moved = evolved["tmp"] / "relative.json"
+    moved.write_text(json.dumps(doc))
+    monkeypatch.chdir(tmp_path)
+    assert run_engine.main(["replay", "--strategy", str(moved), "--window", "test",
+                            "--device", "cpu"]) == 0
