@@ -175,7 +175,8 @@ class SessionSchedule:
             return cls(timezone=timezone)
         parts = text.split(",")
         if len(parts) != 3:
-            raise ValueError(f"--session expects three times HH:MM,HH:MM,HH:MM, got {text!r}")
+            raise ValueError(f"--session expects regular, extended or three times "
+                             f"HH:MM,HH:MM,HH:MM, got {text!r}")
         secs = []
         for p in parts:
             try:
