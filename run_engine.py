@@ -95,11 +95,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             try:
                 args.json.write_text(json.dumps(results, indent=2, default=str))
+            except BrokenPipeError:
+                raise
             except OSError as exc:
                 raise UserError(f"--json {args.json}: cannot write: {exc.strerror}") from None
+    except BrokenPipeError:  # the reader of our output left (`... | head`): nothing to say
+        _quiet_stdout()
+        return 141  # as a shell reports a command ended by SIGPIPE
     except (UserError, DeviceUnavailable, SettingError) as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return int(getattr(exc, "exit_code", 2))  # 2, or an error's own (3: journal I/O)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -109,6 +114,17 @@ def main(argv: list[str] | None = None) -> int:
               "(run with -v for the traceback)", file=sys.stderr)
         return 1
     return 0
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's last flush finds no closed pipe."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

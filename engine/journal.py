@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from engine import snapshot_format
+from engine.errors import UserError
 from feeds.messages import Fill, Order, RiskRejection
 
 #: PRAGMA application_id of an engine journal ("TRDJ")
@@ -95,6 +96,21 @@ def _number(v: Any) -> Any:
 
 class JournalError(ValueError):
     """The journal cannot be used (one line for the user)."""
+
+
+class JournalWriteError(UserError):
+    """A write to the journal failed (disk full, I/O error, the file locked or gone): the
+    daemon stops with this one line and exit code 3; nothing of the failed batch was
+    published, and everything published is journaled."""
+
+    exit_code = 3
+
+    @classmethod
+    def of(cls, path: Path, exc: BaseException) -> JournalWriteError:
+        name = getattr(exc, "sqlite_errorname", "") or type(exc).__name__
+        return cls(f"journal {path}: cannot write ({exc}, {name}); the daemon stops: the "
+                   "batch being written was not published, everything published is "
+                   "journaled; restart once the cause is fixed")
 
 
 @dataclass

@@ -6,6 +6,7 @@ Orders, fills, positions, cash, risk events and stream positions.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -47,13 +48,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     print(f"journal {args.journal}: {len(data['orders'])} orders, {len(data['fills'])} fills, "
           f"{len(data['risk_events'])} risk events, {len(data['streams'])} streams",
           file=sys.stderr)
+    # `--json /dev/stdout | jq`: stdout is the JSON's alone, the table goes to stderr
+    table = sys.stderr if _is_stdout(args.json) else sys.stdout
     for sym, pos in sorted(data["positions"].items()):
-        print(f"  {sym:<12} position {pos:>12g}  cash flow {data['cash'].get(sym, 0.0):>14,.2f}")
+        print(f"  {sym:<12} position {pos:>12g}  cash flow {data['cash'].get(sym, 0.0):>14,.2f}",
+              file=table)
     counts: dict[str, int] = {}
     for e in data["risk_events"]:
         counts[e["limit"]] = counts.get(e["limit"], 0) + 1
     if counts:
-        print("  risk events: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+        print("  risk events: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
+              file=table)
     if args.reset_kill_switch:
         print("  kill switch reset", file=sys.stderr)
     return data
+
+
+def _is_stdout(path: Path | None) -> bool:
+    """Whether `path` is this process's standard output (/dev/stdout, /proc/self/fd/1)."""
+    if path is None:
+        return False
+    try:
+        a, b = os.stat(path), os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError):
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)

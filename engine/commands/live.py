@@ -17,6 +17,7 @@ import asyncio
 import ipaddress
 import json
 import logging
+import sqlite3
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -27,7 +28,7 @@ import zmq.asyncio
 from engine.config import load_config
 from engine.errors import UserError
 from engine.gcpause import startup_objects_frozen
-from engine.journal import Journal, JournalError
+from engine.journal import Journal, JournalError, JournalWriteError
 from gpu.device import resolve_device
 
 log = logging.getLogger("live")
@@ -130,19 +131,22 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
         raise
     daemon = None
     try:
-        daemon = Daemon(cfg=cfg, strategy=strategy, journal=journal, state=state, sub=sub,
-                        out=out, device=device, status_file=args.status_file,
-                        max_seconds=args.max_seconds, ticks=args.ticks,
-                        status_json=args.log_json)
-        stop = asyncio.Event()
-        status_now = asyncio.Event()
-        install_signals(stop, status_now)
-        log.info("%s, ticks from %s, orders on %s, journal %s (%d fills, restored: %s)%s",
-                 strategy.name, args.ticks, out.endpoint, args.journal, len(state.fills),
-                 daemon.restored, ", CURVE on" if curve else "")
-        with startup_objects_frozen():  # no full collection walks the start-up objects
-            await daemon.run(stop, status_now, topics)
-        daemon.shutdown_snapshot()
+        try:
+            daemon = Daemon(cfg=cfg, strategy=strategy, journal=journal, state=state,
+                            sub=sub, out=out, device=device, status_file=args.status_file,
+                            max_seconds=args.max_seconds, ticks=args.ticks,
+                            status_json=args.log_json)
+            stop = asyncio.Event()
+            status_now = asyncio.Event()
+            install_signals(stop, status_now)
+            log.info("%s, ticks from %s, orders on %s, journal %s (%d fills, restored: %s)%s",
+                     strategy.name, args.ticks, out.endpoint, args.journal, len(state.fills),
+                     daemon.restored, ", CURVE on" if curve else "")
+            with startup_objects_frozen():  # no full collection walks the start-up objects
+                await daemon.run(stop, status_now, topics)
+            daemon.shutdown_snapshot()
+        except sqlite3.Error as exc:  # disk full, I/O error: the real cause, one line
+            raise JournalWriteError.of(journal.path, exc) from None
         status = daemon.status()
         status["status"] = "stopped"
         daemon.write_status(status)

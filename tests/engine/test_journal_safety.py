@@ -216,3 +216,26 @@ def test_a_journal_written_before_the_application_id_still_opens(tmp_path: Path)
     db.commit()
     db.close()
     Journal(path).close()
+
+
+# ---------------------------------------------------------------- output into a closed pipe
+def test_journal_json_into_a_pipe_closed_early_ends_quietly(tmp_path: Path) -> None:
+    path = tmp_path / "j.db"
+    j = Journal(path)
+    j.begin()
+    for i in range(1, 3_001):  # far more JSON than a pipe buffers
+        j.record_order(Order(i, i, f"S{i % 50}", i, 1, 1.0, "entry"))
+        j.record_fill(Fill(i, i, f"S{i % 50}", i, 1, 1.0, 10.0, 1.0))
+    j.commit()
+    j.close()
+    p = subprocess.Popen([sys.executable, str(ROOT / "run_engine.py"), "journal", "--journal",
+                          str(path), "--json", "/dev/stdout"], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None and p.stderr is not None
+    head = p.stdout.read(200)  # `| head -c 200`: the reader takes a little and leaves
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    p.wait(60)
+    assert "BrokenPipe" not in err and "error" not in err, err
+    assert p.returncode == 141
+    assert head.startswith(b"{")  # stdout carries the JSON alone (the table is on stderr)

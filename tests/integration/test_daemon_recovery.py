@@ -126,3 +126,96 @@ def test_a_second_daemon_on_the_same_journal_by_any_path_is_refused(tmp_path: Pa
     wait_processed(real, 3000, first)
     st = stop_daemon(first, tmp_path / "a.json")
     assert st["ticks"] == 3000 and processed(real) == 3000
+
+
+# ---------------------------------------------------------------- item 9
+def _published(endpoint: str, got: list[Any], stop: threading.Event) -> None:
+    """Every order and fill the daemon publishes."""
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.SUB)
+    s.setsockopt(zmq.SUBSCRIBE, b"O.")
+    s.setsockopt(zmq.SUBSCRIBE, b"F.")
+    s.connect(endpoint)
+    dec = make_decoder()
+    while not stop.is_set() or s.poll(0):
+        if s.poll(50):
+            got.append(dec.decode(s.recv_multipart()[1]))
+    s.close(0)
+    ctx.term()
+
+
+def test_a_full_disk_stops_the_daemon_with_its_cause_and_publishes_nothing_unjournaled(
+        tmp_path: Path) -> None:
+    # one-second bars: the journal grows with every few steps (many orders and fills)
+    d = InProcessDaemon(tmp_path / "j.db", EngineConfig(bar_seconds=1.0))
+    got: list[Any] = []
+    stop = threading.Event()
+    reader = threading.Thread(target=_published, args=(d.orders_endpoint, got, stop),
+                              daemon=True)
+    reader.start()
+    try:
+        time.sleep(0.3)  # the reader's subscription reaches the publisher
+        frames = _frames(TRADES)
+        at = 0
+        while at < 2_500:  # trading under way before the disk fills
+            d.step(frames[at:at + 64])
+            at += 64
+        assert d.daemon.engine.broker.fills
+        pages = d.journal.db.execute("PRAGMA page_count").fetchone()[0]
+        d.journal.db.execute(f"PRAGMA max_page_count = {pages + 1}")  # SQLITE_FULL, for real
+        with pytest.raises(sqlite3.OperationalError) as err:
+            while at < len(frames):
+                d.step(frames[at:at + 64])
+                at += 64
+        assert "full" in str(err.value) and "rollback" not in str(err.value)
+        assert not d.journal.db.in_transaction
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        reader.join(5)
+        d.close()
+    journal = Journal(tmp_path / "j.db")
+    state = journal.load()
+    journal.close()
+    orders = {o.order_id: o for o in state.orders}
+    by_id = {f.fill_id: f for f in state.fills}
+    assert got  # orders and fills went out before the disk filled
+    for m in got:  # each one published is journaled, as published
+        if isinstance(m, Order):
+            assert orders[m.order_id] == m
+        else:
+            assert isinstance(m, Fill)
+            f = by_id[m.fill_id]
+            assert (f.order_id, f.ts, f.side, f.quantity, f.price) == (
+                m.order_id, m.ts, m.side, m.quantity, m.price)
+
+
+def _limit_file_size() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
+
+
+def test_an_io_error_is_one_line_naming_the_cause_and_exit_code_3(tmp_path: Path) -> None:
+    """A real write error: files of this process may not grow beyond 256 KiB, so the
+    journal's write-ahead log hits EFBIG (SQLITE_IOERR_WRITE) as the daemon trades."""
+    j = tmp_path / "j.db"
+    ticks, out = endpoints()
+    cfg = tmp_path / "engine.toml"
+    cfg.write_text("[live]\nconflate_above = 0\n")
+    d = subprocess.Popen(
+        [sys.executable, str(ROOT / "run_engine.py"), "live", "--ticks", ticks, "--orders", out,
+         "--journal", str(j), "--strategy", "sma-cross:5,10", "--device", "cpu",
+         "--config", str(cfg), "--max-seconds", "60"], cwd=ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, preexec_fn=_limit_file_size)
+    feed = subprocess.Popen(
+        [sys.executable, str(ROOT / "run_engine.py"), "feed", "--publish", ticks,
+         "--n-symbols", "3", "--seed", "5", "--wait", "30", "--ticks", "60000"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, err = d.communicate(timeout=120)
+    feed.kill()
+    feed.communicate(timeout=30)
+    last = err.strip().splitlines()[-1]
+    assert d.returncode == 3, err
+    assert last.startswith("error: journal ") and "disk I/O error" in last, err
+    assert "Traceback" not in err and "cannot rollback" not in err
