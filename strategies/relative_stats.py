@@ -95,7 +95,7 @@ class RelativeStats:
                     f"{interval}, lies above zero")
             if self.deflated_sharpe is not None:
                 text += (f"; deflated Sharpe ratio {self.deflated_sharpe:.2f} for "
-                         f"{self.trials:,} rules tried")
+                         f"{_rules(self.trials)} tried")
         if (self.correlation is not None and self.beta is not None
                 and self.correlation > 0.95 and abs(self.beta - 1.0) < 0.1):
             text += (f"; it moves with buy-and-hold (correlation {self.correlation:.3f}, "
@@ -204,6 +204,10 @@ def relative_stats(returns: npt.ArrayLike, benchmark: npt.ArrayLike, *, trials: 
         sharpe=sharpe, deflated_sharpe=dsr, trials=trials)
 
 
+def _rules(trials: int) -> str:
+    return "1 rule" if trials == 1 else f"{trials:,} rules"
+
+
 def _fmt(value: float | None, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
@@ -219,6 +223,6 @@ def summary_lines(stats: RelativeStats) -> list[str]:
         f"{_fmt(stats.information_ratio, '+.2f')}",
         f"  mean daily excess {stats.mean_daily_excess * 1e4:+.2f} bp, bootstrap 95% "
         f"[{lo * 1e4:+.2f}, {hi * 1e4:+.2f}] bp; Sharpe {_fmt(stats.sharpe, '.2f')}, "
-        f"deflated Sharpe {_fmt(stats.deflated_sharpe, '.2f')} ({stats.trials:,} rules tried)",
+        f"deflated Sharpe {_fmt(stats.deflated_sharpe, '.2f')} ({_rules(stats.trials)} tried)",
         f"  {stats.verdict()}",
     ]
