@@ -373,6 +373,10 @@ class ClientSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     #: first reconnect delay after a failure; doubles per failure up to `backoff_max`
     backoff_initial: float = 0.5
     backoff_max: float = 30.0
+    #: a connection that lived this long ends the run of failures: the next reconnect is
+    #: immediate (the venue's daily cut); shorter ones back off, so a venue that accepts
+    #: and drops at once is not hammered
+    healthy_after: float = 5.0
     #: the venue cuts a connection after 24 h: reconnect on our own a little before
     reconnect_after: float = 23.5 * 3600
     #: a subscribed stream without an event for this long is marked stale
@@ -407,18 +411,20 @@ class BinanceClient:
         self.on_sent = on_sent
         self.counters = counters
         self._request_id = 0
-        self._framed = False  # the current connection delivered a frame
 
     async def run(self, stop: asyncio.Event) -> None:
         failures = 0
+        loop = asyncio.get_running_loop()
         while not stop.is_set():
-            self._framed = False
+            began = loop.time()
             how = await self._connection(stop)
             if how == "stopped":
                 return
-            # a connection that delivered data and then ended (the venue's daily cut, a
-            # deploy) is a normal reconnect; one that failed before any data backs off
-            failures = 0 if self._framed or how == "scheduled" else failures + 1
+            # a connection that lived (the venue's daily cut, our own scheduled one) is a
+            # normal reconnect; one that failed or died young backs off
+            healthy = how == "scheduled" or (
+                how == "closed" and loop.time() - began >= self.settings.healthy_after)
+            failures = 0 if healthy else failures + 1
             if failures:
                 delay = min(self.settings.backoff_max,
                             self.settings.backoff_initial * 2.0 ** (failures - 1))
@@ -479,7 +485,6 @@ class BinanceClient:
     async def _read(self, ws: Any) -> None:
         async for frame in ws:
             recv_ns = time.time_ns()
-            self._framed = True
             if isinstance(frame, bytes) or len(frame) > self.settings.max_frame_bytes:
                 self.counters.frames += 1
                 self.counters.skipped.add(

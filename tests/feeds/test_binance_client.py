@@ -136,6 +136,15 @@ def test_refused_connections_back_off_and_the_client_stops_on_request() -> None:
     assert counters.connections == 0
 
 
+def test_a_venue_that_drops_every_young_connection_is_not_hammered() -> None:
+    counters = FeedCounters()
+    with Venue([[*_trades("BTCUSDT", [1]), ("close",)]]) as venue:
+        _run_client(venue, until=10_000, counters=counters, limit_s=1.0)
+    # data then a close, at once, every time: delays 0.05, 0.1, 0.2, 0.2 ... s between
+    # connections; reconnecting at once would make hundreds in the second
+    assert 3 <= counters.connections <= 10 and counters.disconnects == counters.connections
+
+
 def test_scheduled_reconnect_and_stale_marks() -> None:
     # the venue sends a trade every 0.1 s on each connection; ETH never trades and no
     # quotes come, so three streams go stale; the client reconnects on its own every 0.4 s

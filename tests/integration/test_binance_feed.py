@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -86,8 +87,23 @@ def _data(msgs: list[Message]) -> list[Message]:
     return [m for m in msgs if isinstance(m, Trade | Quote)]
 
 
-def test_venue_to_feed_process_to_subscriber_and_the_recording_replays(tmp_path: Path) -> None:
-    record, status = tmp_path / "btc.jsonl.gz", tmp_path / "feed.json"
+@dataclass
+class LiveSession:
+    """One run of `feed --source binance` against the local venue, recorded."""
+
+    record: Path
+    live: list[Message]
+    status: dict[str, Any]
+    subscriptions: list[list[str]]
+    returncode: int
+    out: str
+    err: str
+
+
+@pytest.fixture(scope="module")
+def live_session(tmp_path_factory: pytest.TempPathFactory) -> LiveSession:
+    tmp = tmp_path_factory.mktemp("binance")
+    record, status = tmp / "btc.jsonl.gz", tmp / "feed.json"
     endpoint = f"tcp://127.0.0.1:{free_port()}"
     with Venue(_scripts()) as venue:
         ctx, sub = _subscriber(endpoint)
@@ -102,27 +118,37 @@ def test_venue_to_feed_process_to_subscriber_and_the_recording_replays(tmp_path:
             sub.close(0)
             ctx.term()
         subscriptions = list(venue.subscriptions)
-    assert proc.returncode == 0, err
-    assert subscriptions == [["btcusdt@trade", "btcusdt@bookTicker", "ethusdt@trade",
-                              "ethusdt@bookTicker"]] * 2
-    opening = live[0]
+    report = json.loads(status.read_text()) if status.exists() else {}
+    return LiveSession(record, live, report, subscriptions, proc.returncode, out, err)
+
+
+def test_venue_to_feed_process_to_subscriber(live_session: LiveSession) -> None:
+    s = live_session
+    assert s.returncode == 0, s.err
+    assert s.subscriptions == [["btcusdt@trade", "btcusdt@bookTicker", "ethusdt@trade",
+                                "ethusdt@bookTicker"]] * 2
+    opening = s.live[0]
     assert isinstance(opening, Heartbeat) and opening.session > 0  # the session opens first
-    data = _data(live)
+    data = _data(s.live)
     assert [(type(m).__name__, m.symbol) for m in data] == [
         ("Trade", "BTCUSDT"), ("Quote", "BTCUSDT"), ("Trade", "ETHUSDT"), ("Trade", "BTCUSDT"),
         ("Trade", "BTCUSDT"), ("Quote", "ETHUSDT"), ("Trade", "ETHUSDT")]
     first = data[0]
     assert isinstance(first, Trade) and (first.price, first.size) == (91_000.0, 0.1)
     assert all(b.ts >= a.ts for a, b in zip(data, data[1:], strict=False))
-    report = json.loads(status.read_text())["binance"]
+    report = s.status["binance"]
     assert report["gaps"] == {"BTCUSDT": 1} and report["connections"] == 2
     assert report["skipped"] == {"malformed_json": 1, "unknown_event": 1}
-    assert report["disconnects"] == 1 and "trades" in out
+    assert report["disconnects"] == 1 and "trades" in s.out
 
-    # the recording, published by `feed --data`: the same messages in the same order
-    endpoint2 = f"tcp://127.0.0.1:{free_port()}"
-    ctx, sub = _subscriber(endpoint2)
-    replay_feed = _feed("--data", str(record), "--publish", endpoint2, "--wait", "20")
+
+def test_the_recording_replays_message_for_message(live_session: LiveSession) -> None:
+    data = _data(live_session.live)
+    assert len(data) == 7
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    ctx, sub = _subscriber(endpoint)
+    replay_feed = _feed("--data", str(live_session.record), "--publish", endpoint,
+                        "--wait", "20")
     try:
         replayed = _receive(sub, 0, timeout=30, until_final=True)
     finally:
@@ -131,13 +157,15 @@ def test_venue_to_feed_process_to_subscriber_and_the_recording_replays(tmp_path:
         ctx.term()
     assert _data(replayed) == data
 
-    # and a backtest reads it: its trades and quotes
+
+def test_a_backtest_reads_the_recording(live_session: LiveSession, tmp_path: Path) -> None:
+    data = _data(live_session.live)
     result = tmp_path / "replay.json"
-    assert run_engine.main(["replay", "--data", str(record), "--device", "cpu",
+    assert run_engine.main(["replay", "--data", str(live_session.record), "--device", "cpu",
                             "--json", str(result)]) == 0
     replay = json.loads(result.read_text())
-    assert replay["trades"] == sum(isinstance(m, Trade) for m in data)
-    assert replay["quotes"] == sum(isinstance(m, Quote) for m in data)
+    assert replay["trades"] == sum(isinstance(m, Trade) for m in data) == 5
+    assert replay["quotes"] == sum(isinstance(m, Quote) for m in data) == 2
     assert replay["ticks"] == len(data) and "spread_paid" in replay
 
 
