@@ -22,7 +22,16 @@ import run_engine
 from engine.curve import load_keys, write_keys
 from feeds.messages import Heartbeat, Message, Quote, Trade, make_decoder
 from tests.feeds.binance_venue import Step, Venue, spot_book, spot_trade, wrap
-from tests.live_procs import ROOT, _env, free_port
+from tests.live_procs import (
+    ROOT,
+    _env,
+    endpoints,
+    free_port,
+    processed,
+    start_daemon,
+    stop_daemon,
+    wait_processed,
+)
 
 
 def _now_ms() -> int:
@@ -167,6 +176,29 @@ def test_a_backtest_reads_the_recording(live_session: LiveSession, tmp_path: Pat
     assert replay["trades"] == sum(isinstance(m, Trade) for m in data) == 5
     assert replay["quotes"] == sum(isinstance(m, Quote) for m in data) == 2
     assert replay["ticks"] == len(data) and "spread_paid" in replay
+
+
+def test_the_live_daemon_takes_the_venue_feed(tmp_path: Path) -> None:
+    t = _now_ms()
+    script: list[Step] = []
+    for i in range(20):
+        script += [wrap(spot_trade("BTCUSDT", i + 1, 91_000.0 + i, 0.01, t + i)),
+                   json.dumps(spot_book("BTCUSDT", i + 1, 90_999.5 + i, 91_000.5 + i))]
+    ticks, orders = endpoints()
+    journal = tmp_path / "j.db"
+    with Venue([script]) as venue:
+        daemon = start_daemon(journal, ticks, orders, tmp_path / "status.json")
+        feed = _feed("--source", "binance", "--symbols", "btcusdt", "--url", venue.url,
+                     "--publish", ticks, "--wait", "30")
+        try:
+            wait_processed(journal, 40, daemon, timeout=30)
+        finally:
+            feed.send_signal(signal.SIGTERM)
+            feed.communicate(timeout=20)
+        status = stop_daemon(daemon, tmp_path / "status.json")
+    assert feed.returncode == 0
+    assert processed(journal) == 40  # 20 trades and 20 quotes, none skipped
+    assert status["skipped"] == {}
 
 
 def test_each_start_of_the_adapter_is_a_new_feed_session() -> None:
