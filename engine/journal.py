@@ -129,7 +129,7 @@ class JournalState:
     session: int | None = None
     kill_switch: bool = False
     snapshot: Snapshot | None = None
-    #: the risk gate's daily-loss baseline: (exchange day, equity at the day's start)
+    #: the risk gate's daily-loss baseline: (exchange day, P&L at the day's start)
     risk_day: tuple[dt.date, float] | None = None
 
 
@@ -245,9 +245,9 @@ class Journal:
         meta = self.meta()
         st.session = int(meta["session"]) if "session" in meta else None
         st.kill_switch = meta.get("kill_switch") == "1"
-        if "risk_day" in meta:
-            day, equity = meta["risk_day"].split()
-            st.risk_day = (dt.date.fromisoformat(day), float(equity))
+        if "risk_day_pnl" in meta:  # ("risk_day", an equity, was before: not a P&L)
+            day, pnl = meta["risk_day_pnl"].split()
+            st.risk_day = (dt.date.fromisoformat(day), float(pnl))
         row = self.db.execute(
             "SELECT last_fill_id, last_order_id, state FROM snapshot WHERE id = 1").fetchone()
         if row is not None:
@@ -388,9 +388,9 @@ class Journal:
         self.db.execute("INSERT INTO meta(key, value) VALUES (?, ?) "
                         "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (key, value))
 
-    def record_risk_day(self, day: dt.date, equity: float) -> None:
+    def record_risk_day(self, day: dt.date, pnl: float) -> None:
         """The daily-loss baseline (in the batch's transaction, like every other state)."""
-        self.set_meta("risk_day", f"{day.isoformat()} {equity!r}")
+        self.set_meta("risk_day_pnl", f"{day.isoformat()} {pnl!r}")
 
     def record_snapshot(self, state: dict[str, Any], bar_events: int) -> None:
         last_fill = self.db.execute("SELECT COALESCE(MAX(fill_id), 0) FROM fills").fetchone()[0]

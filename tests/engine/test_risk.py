@@ -11,15 +11,18 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.config import BrokerConfig, EngineConfig
 from engine.core import Engine
 from engine.risk import RiskGate, RiskLimits
-from feeds.messages import Fill, Order, RiskRejection, Trade
+from feeds.messages import Fill, Heartbeat, Order, RiskRejection, Trade
 from feeds.synthetic import SyntheticMarket
 from strategies.sma_cross import SmaCross
 from tests.helpers import trade_messages
@@ -257,3 +260,72 @@ def test_an_entry_filled_after_a_gap_stays_within_max_gross_notional() -> None:
     RiskGate(RiskLimits(max_gross_notional=6_000)).attach(engine2)
     assert _scripted_positions(engine2, [100, 7_000, 7_000])[-1] == 0.0
     assert engine2.broker.refused == {"max_gross_notional": 1}
+
+
+def _losing_day(limits: RiskLimits, opening: list[Any]) -> tuple[Engine, RiskGate]:
+    """One day of a seeded stream that loses money, after `opening` messages."""
+    cfg = EngineConfig(bar_seconds=60.0,
+                       broker=BrokerConfig(sizing="fixed", quantity=100.0, commission=1.0))
+    trades = trade_messages(SyntheticMarket(n_symbols=4, n_ticks=20_000, seed=8))
+    eng = Engine([], SmaCross(5, 10), cfg)
+    gate = RiskGate(limits)
+    gate.attach(eng)
+
+    async def go() -> None:
+        await eng.process(opening)
+        if gate.after_batch():
+            eng.flatten()
+        for i in range(0, len(trades), 500):
+            await eng.process(trades[i:i + 500])
+            if gate.after_batch():
+                eng.flatten()
+
+    asyncio.run(go())
+    return eng, gate
+
+
+def test_the_kill_switch_trips_on_the_first_day_after_an_opening_heartbeat() -> None:
+    """The daily baseline used to be the equity at the opening heartbeat: 0 before any
+    symbol, so no loss could ever reach the limit that day."""
+    first = trade_messages(SyntheticMarket(n_symbols=4, n_ticks=10, seed=8))[0]
+    heartbeat = Heartbeat(1, first.ts - NS, session=1)
+    for opening in ([heartbeat], []):
+        _, gate = _losing_day(RiskLimits(max_daily_loss=5.0), opening)
+        assert gate.killed and gate.rejected["max_daily_loss"] == 1
+        day, pnl = gate.day_baseline  # type: ignore[misc]
+        assert pnl == 0.0  # the day started flat: P&L 0, whatever the symbols' capital
+
+
+def test_a_new_symbol_at_a_price_of_1e_minus_9_cannot_open_a_huge_position() -> None:
+    cfg = EngineConfig(bar_seconds=1, broker=BrokerConfig(fill="next-tick"))
+    engine = Engine(["A"], _Scripted([-1]), cfg)
+    gate = RiskGate(RiskLimits())  # the defaults
+    gate.attach(engine)
+    positions = _scripted_positions(engine, [1e-9] * 6)
+    assert max(abs(p) for p in positions) == 0.0
+    assert gate.rejected.get("min_price", 0) > 0
+    assert {r.limit for r in gate.rejections} == {"min_price"}
+
+
+@settings(max_examples=150, deadline=None)
+@given(exponent=st.floats(min_value=-300, max_value=300), side=st.sampled_from([-1, 1]),
+       fill=st.sampled_from(["next-tick", "signal-close"]))
+def test_default_limits_bound_every_order_at_any_price(exponent: float, side: int,
+                                                       fill: str) -> None:
+    price = 10.0 ** exponent
+    cfg = EngineConfig(bar_seconds=1, broker=BrokerConfig(fill=fill))  # type: ignore[arg-type]
+    engine = Engine(["A"], _Scripted([side]), cfg)
+    lim = RiskLimits()
+    gate = RiskGate(lim)
+    gate.attach(engine)
+    _scripted_positions(engine, [price] * 6)
+    for f in engine.broker.fills:
+        assert f.price >= lim.min_price
+        assert f.quantity <= lim.max_order_quantity
+        assert f.quantity * f.price <= lim.max_order_notional * (1 + 1e-9)
+    # an entry that was decided and not filled was refused, and each refusal is an event
+    assert sum(gate.rejected.values()) == len(gate.rejections)
+    if price < lim.min_price:
+        assert not engine.broker.fills and gate.rejected.get("min_price", 0) > 0
+    elif 1e4 / price > 2 * lim.max_order_quantity:  # all-in would be too many units
+        assert gate.rejected.get("max_order_quantity", 0) > 0
