@@ -18,6 +18,19 @@ from feeds.messages import Bar
 from gpu.indicators import IndicatorBank
 
 NS = 1_000_000_000
+DAY_NS = 86_400 * NS
+#: a daily bar closes at 16:00 New York and opened at 09:30 the same day
+DAILY_OPEN_BEFORE_CLOSE_NS = (6 * 3600 + 30 * 60) * NS
+
+
+def bar_open_ts(bar: Bar) -> int:
+    """When a bar's open price traded (ns): a next-open fill is stamped there, not at the
+    bar's close. A daily bar (one day long, stamped at its 16:00 New York close) opened at
+    09:30 the same day, 6.5 h before (no DST change falls inside one session); any other
+    bar at its start, `ts - duration_ns`."""
+    if bar.duration_ns >= DAY_NS:
+        return bar.ts - DAILY_OPEN_BEFORE_CLOSE_NS
+    return bar.ts - bar.duration_ns
 
 
 class OpenBars:

@@ -20,12 +20,12 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import InitVar, dataclass, field
 from datetime import UTC, date, datetime
-from typing import Any, cast
+from typing import Any, Protocol, cast
 from zoneinfo import ZoneInfo
 
 import numpy as np
 
-from engine.bars import BarClock, OpenBars
+from engine.bars import BarClock, OpenBars, bar_open_ts
 from engine.broker import PaperBroker
 from engine.config import EngineConfig
 from engine.decisions import Decisions
@@ -45,6 +45,13 @@ NS = 1_000_000_000
 OPTION_VALUES_KEPT = 100_000
 #: what a symbol's tick needs beyond the bar update (Engine._flagged)
 NOT_FLAGGED, FLAGGED, SPOT_ONLY = 0, 1, 2
+
+
+class SessionHook(Protocol):
+    """Work at a session boundary (`Engine.session_hook`): between the last bar of one
+    exchange day and the first data of the next, no bar close in flight."""
+
+    async def new_session(self, engine: Engine, last_ts: int, next_ts: int) -> None: ...
 
 
 @dataclass
@@ -83,6 +90,9 @@ class Engine:
     #: pre-trade risk check (sym, side, quantity, reason, price, ts) -> allowed; the live
     #: daemon's limits (engine/risk.py). None: every order goes to the broker
     risk_check: InitVar[RiskCheck | None] = None
+    #: called at every change of exchange day in the data, after the old day's STOP
+    #: (re-evolution swaps the traded rule there: engine/reevolution.py); None: nothing
+    session_hook: SessionHook | None = None
 
     def __post_init__(self, on_order: Callable[[Order], None] | None,
                       on_fill: Callable[[Fill], None] | None,
@@ -334,9 +344,10 @@ class Engine:
         overlapped = self.overlapped
         if overlapped is not None:  # next-open, once the signals are in (`settle`)
             if sym not in overlapped.first_after:
-                overlapped.first_after[sym] = (bar.open, bar.ts)
+                overlapped.first_after[sym] = (bar.open, bar_open_ts(bar))
         elif self.orders.has_pending[sym]:  # next-open: orders of the last bar fill at this open
-            self.orders.fill_pending(sym, bar.open, bar.ts)
+            # stamped when the open traded, not at this bar's close (issue 25)
+            self.orders.fill_pending(sym, bar.open, bar_open_ts(bar))
             self.refresh_flag(sym)
 
     async def _cross_boundary(self, ts: int) -> None:
@@ -363,10 +374,15 @@ class Engine:
         last price of the day (signal-close) or at the next day's first price (next-open or
         next-tick).
         """
-        if self.decisions.schedule.always_trade or self.clock.same_day(last_ts, next_ts):
+        always = self.decisions.schedule.always_trade
+        hook = self.session_hook
+        if (always and hook is None) or self.clock.same_day(last_ts, next_ts):
             return
         await self.settle()
-        self.decisions.clear_all(last_ts, self._place)
+        if not always:
+            self.decisions.clear_all(last_ts, self._place)
+        if hook is not None:
+            await hook.new_session(self, last_ts, next_ts)
 
     # ------------------------------------------------------------------ per bar
     def phase_at(self, ts: int) -> Phase:

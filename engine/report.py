@@ -222,7 +222,10 @@ def build_report(result: ReplayResult, strategy_name: str, trials: int = 1) -> d
         "transport": result.transport,
         "fill": eng.fill_model,
         "ticks": ticks,
-        "trades": eng.stats.trades,
+        # round trips (trades.csv's rows); the market data's trade messages are
+        # `market_trades` (issue 25: `trades` used to count those)
+        "trades": len(trips),
+        "market_trades": eng.stats.trades,
         "quotes": eng.stats.quotes,
         # quantity x half the spread over fills that crossed a quote (engine/broker.py)
         "spread_paid": broker.spread_paid,

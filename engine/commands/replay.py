@@ -437,6 +437,8 @@ def summary(r: dict[str, Any]) -> str:
         lines.append(f"  spread paid {r['spread_paid']:,.2f}: market orders crossed the "
                      f"quoted spread (buys at the ask, sells at the bid; half the spread "
                      f"each, from the mid; {r['quotes']:,} quotes)")
+    if r.get("options"):
+        lines.append(_options_line(r["options"]))
     if r.get("orders_refused"):
         lines.append("  orders refused: " + ", ".join(
             f"{k} {v:,}" for k, v in sorted(r["orders_refused"].items())))
@@ -448,6 +450,21 @@ def summary(r: dict[str, Any]) -> str:
     if "files" in r:
         lines.append("  wrote " + ", ".join(r["files"].values()))
     return "\n".join(lines)
+
+
+def _options_line(o: dict[str, Any]) -> str:
+    """The option groups in words: repricings, spots coalesced, latency (report.json's
+    `options`, `engine/option_book.py`)."""
+    def us(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:,.0f} µs"
+
+    never = (f"; never priced (no tick of the underlying): {', '.join(o['never_priced'])}"
+             if o.get("never_priced") else "")
+    return (f"  options: {o['groups']:,} group(s), {o['options']:,} contracts on "
+            f"{o['device']}: {o['repricings']:,} repricings of {o['ticks']:,} underlying "
+            f"spots ({o['coalesced_ticks']:,} coalesced into a newer spot), latency p50 "
+            f"{us(o.get('latency_us_p50'))}, p99 {us(o.get('latency_us_p99'))}, "
+            f"{o.get('values_published', 0):,} value messages{never}")
 
 
 def _research_lines(r: dict[str, Any]) -> list[str]:

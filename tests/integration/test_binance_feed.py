@@ -173,7 +173,7 @@ def test_a_backtest_reads_the_recording(live_session: LiveSession, tmp_path: Pat
     assert run_engine.main(["replay", "--data", str(live_session.record), "--device", "cpu",
                             "--json", str(result)]) == 0
     replay = json.loads(result.read_text())
-    assert replay["trades"] == sum(isinstance(m, Trade) for m in data) == 5
+    assert replay["market_trades"] == sum(isinstance(m, Trade) for m in data) == 5
     assert replay["quotes"] == sum(isinstance(m, Quote) for m in data) == 2
     assert replay["ticks"] == len(data) and "spread_paid" in replay
 
