@@ -33,3 +33,18 @@ def require_at_least_one(obj: Any, table: str, names: Iterable[str]) -> None:
         x = getattr(obj, name)
         if x < 1:
             raise ValueError(f"{table}.{name} must be >= 1, got {x}")
+
+
+#: the largest count a socket option or a queue takes (ZeroMQ's options are C ints)
+MAX_COUNT = 2**31 - 1
+
+
+def require_int_range(obj: Any, table: str, names: Iterable[str], lo: int, hi: int,
+                      note: str = "") -> None:
+    """Each field an integer in [lo, hi]: a setting beyond what the code using it can take
+    (a ZeroMQ option is a C int) is a one-line error, never a hang or a traceback later."""
+    for name in names:
+        x = getattr(obj, name)
+        if not lo <= x <= hi:
+            raise ValueError(f"{table}.{name} must be an integer from {lo:,} to {hi:,}{note}, "
+                             f"got {x:,}")

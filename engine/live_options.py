@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
-from engine.bounds import require_at_least_one, require_non_negative
+from engine.bounds import MAX_COUNT, require_int_range, require_non_negative
 
 
 class LiveOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -31,8 +31,10 @@ class LiveOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     orders_hwm: int = 1_000_000
 
     def __post_init__(self) -> None:
-        require_at_least_one(self, "live", ("snapshot_every_bars", "max_message_bytes",
-                                            "receive_hwm", "orders_hwm"))
-        if self.conflate_above < 0:
-            raise ValueError("live.conflate_above must be >= 0 (0 = never conflate)")
+        # every integer bounded (issue 24: receive_hwm = 2**31 hung the start-up): the
+        # socket options are C ints; larger snapshot intervals or batches mean nothing
+        require_int_range(self, "live", ("snapshot_every_bars",), 1, 10**9)
+        require_int_range(self, "live", ("max_message_bytes", "receive_hwm", "orders_hwm"),
+                          1, MAX_COUNT)
+        require_int_range(self, "live", ("conflate_above",), 0, MAX_COUNT, " (0 = never)")
         require_non_negative(self, "live", ("heartbeat_timeout_seconds", "status_every_seconds"))
