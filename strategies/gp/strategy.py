@@ -118,6 +118,65 @@ class GPStrategy(GPEnsemble):
         self.rule = rule
 
 
+class SwappableGP(GPEnsemble):
+    """GP rules that can be replaced while the engine runs (re-evolution,
+    engine/reevolution.py): the engine swaps them at a session boundary, between bar closes,
+    never inside an evaluation.
+
+    With no rules (before the first version is adopted) it holds every signal where it is:
+    nothing trades. `swap(rules, flat=False)` keeps each symbol's signal, so a position
+    carries over and the new rule's first decision goes through the phase table like any
+    other (buy-only keeps +1, sell-only gives 0: a ToZero that clears in TRADE);
+    `flat=True` (a walk-forward fold, which starts flat as evolve's does) starts every
+    symbol at signal 0."""
+
+    def __init__(self, rules: Sequence[GPRule] = (), device: str = "auto",
+                 name: str = "gp-reevolved") -> None:
+        self._requested = device
+        self._symbols = 0
+        if rules:
+            super().__init__(rules, device, name)
+        else:
+            self.rules = []
+            self.name = name
+            self.device = "cpu"
+            self._signal = np.zeros(0, np.int8)
+            self._closed = np.zeros(0, np.bool_)
+
+    def reset(self, symbols: list[str]) -> None:
+        self._symbols = len(symbols)
+        if self.rules:
+            super().reset(symbols)
+        else:
+            self._signal = np.zeros(len(symbols), np.int8)
+
+    def swap(self, rules: Sequence[GPRule], flat: bool = False) -> None:
+        """Trade `rules` from the next bar close on (call between bar closes)."""
+        if not rules:
+            raise ValueError("a rule swap needs at least one rule")
+        self.rules = list(rules)
+        programs, lengths = rules_programs(self.rules)
+        self._decider = AsyncDecider(programs, lengths, self._requested)
+        self.device = self._decider.choose_backend(max(self._symbols, 1))
+        if flat:
+            self._signal[:] = 0
+
+    def begin_signals(self, features: Features, closed: npt.NDArray[np.bool_]) -> None:
+        if self.rules:
+            super().begin_signals(features, closed)
+            return
+        n = features.shape[0]
+        if self._signal.shape[0] < n:
+            self._signal = np.concatenate([self._signal,
+                                           np.zeros(n - self._signal.shape[0], np.int8)])
+        self._closed = closed
+
+    async def end_signals(self) -> Signals:
+        if self.rules:
+            return await super().end_signals()
+        return self._signal[:self._closed.shape[0]].copy()
+
+
 def simulate_money(strategy_or_rule: GPRule | GPEnsemble | Sequence[GPRule],
                    panel: npt.NDArray[np.float32], close: F64, day0: int = 0,
                    day1: int | None = None,
