@@ -29,7 +29,9 @@ OPTION_GROUP = ('underlying = "SPY"\nstrikes = [150.0, 160.0]\nexpiries = [30]\n
 def integer_keys(t: type = EngineConfig, prefix: str = "") -> list[str]:
     """Dotted names of every int field of the config (`options[]` for the group tables)."""
     keys = []
-    for f in msgspec.inspect.type_info(t).fields:  # type: ignore[union-attr]
+    info = msgspec.inspect.type_info(t)
+    assert isinstance(info, msgspec.inspect.StructType)
+    for f in info.fields:
         ti, name = f.type, prefix + f.name
         if isinstance(ti, msgspec.inspect.StructType):
             keys += integer_keys(ti.cls, name + ".")
