@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import logging
@@ -39,60 +40,115 @@ examples:
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Shows each option's default unless its help already names one (or it has none)."""
+    """Shows each option's default unless its help already names one (or it has none).
+
+    0, 0.0 and "" are defaults like any other and are shown (a test of `x in (None, False)`
+    also dropped 0, which equals False); only None (no value), False (a switch) and an
+    empty list (a repeatable option given no times) are not."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if ("default" not in text and action.default not in (None, False, argparse.SUPPRESS)
+        d = action.default
+        if ("default" not in text and d is not None and d is not False
+                and d is not argparse.SUPPRESS and d != []
                 and action.option_strings and action.nargs != 0):
-            text += " (default: %(default)s)"
+            text += ' (default: "")' if d == "" else " (default: %(default)s)"
         return text
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="run_engine.py", description=DESCRIPTION,
+def version() -> str:
+    """The installed package's version (pyproject.toml's), else "unknown"."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("gpu-trading-engine")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def _common_flags(p: argparse.ArgumentParser, top: bool) -> None:
+    """-v/-q on the top level and on every command, so either place on the line works.
+    A command's copy defaults to SUPPRESS: it sets the value only when given, and never
+    resets what the top level parsed (argparse lets a subparser's default win)."""
+    default: Any = False if top else argparse.SUPPRESS
+    verbosity = p.add_mutually_exclusive_group()
+    verbosity.add_argument("-v", "--verbose", action="store_true", default=default,
+                           help="debug logging (and tracebacks of internal errors)")
+    verbosity.add_argument("-q", "--quiet", action="store_true", default=default,
+                           help="warnings and errors only: no progress lines")
+
+
+def build_parser(only: str | None = None, prog: str = "run_engine.py"
+                 ) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION,
                                      formatter_class=HelpFormatter)
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    _common_flags(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     parser.command_parsers = {}  # type: ignore[attr-defined]
     for name, help_text in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text,
                            formatter_class=HelpFormatter)
         parser.command_parsers[name] = p  # type: ignore[attr-defined]
-        p.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
+        p.add_argument("--json", type=Path, metavar="PATH",
+                       help="write the results as JSON; - writes them to stdout (the "
+                            "summary then goes to stderr)")
+        _common_flags(p, top=False)
         if only is None or only == name:
             importlib.import_module(f"engine.commands.{name}").add_arguments(p)
     return parser
 
 
+def _prog() -> str:
+    """The name the user typed: the console command, else run_engine.py (tests, python)."""
+    name = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else ""
+    return name if name == CONSOLE_COMMAND else "run_engine.py"
+
+
+#: the console command pyproject.toml installs ([project.scripts])
+CONSOLE_COMMAND = "gte"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     wanted = next((a for a in argv if a in COMMANDS), None)
-    parser = build_parser(wanted)
+    parser = build_parser(wanted, _prog())
     args, extra = parser.parse_known_args(argv)
     if extra:  # the command's own usage, not the top level's
         parser.command_parsers[args.command].error(  # type: ignore[attr-defined]
             f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
+        level=logging.DEBUG if args.verbose else logging.WARNING if args.quiet
+        else logging.INFO,
         format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr,
     )
     # numba's CUDA driver logs every allocation at INFO: keep the summary readable
     logging.getLogger("numba").setLevel(logging.WARNING)
     from engine.errors import UserError
-    from engine.outputs import check_writable_file
+    from engine.outputs import check_own_kind, check_writable_file
     from gpu.device import DeviceUnavailable, SettingError
 
     module = importlib.import_module(f"engine.commands.{args.command}")
+    to_stdout = args.json is not None and str(args.json) == "-"
+    exported: dict[str, str] = {}
     try:
-        if args.json:  # refused before the work, not after it
+        if args.json and not to_stdout:  # refused before the work, not after it
             check_writable_file(args.json, "--json")
+            check_own_kind(args.json, "json", "--json")
+        exported = _export_gpu_settings(args)
         from engine.affinity import check_env, pin_engine
 
         check_env()  # CPU placement (ENGINE_CPUS, REPLAY_FEED_CPUS, OPTION_WORKER_CPUS)
         pin_engine()
-        results: dict[str, Any] = module.run(args)
-        if args.json:
+        if to_stdout:  # stdout carries the JSON alone: the summary goes to stderr
+            with contextlib.redirect_stdout(sys.stderr):
+                results: dict[str, Any] = module.run(args)
+            sys.stdout.write(json.dumps(results, indent=2, default=str) + "\n")
+            sys.stdout.flush()
+        else:
+            results = module.run(args)
+        if args.json and not to_stdout:
             try:
                 args.json.write_text(json.dumps(results, indent=2, default=str))
             except BrokenPipeError:
@@ -113,7 +169,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: internal error in {args.command}: {type(exc).__name__}: {exc} "
               "(run with -v for the traceback)", file=sys.stderr)
         return 1
+    finally:
+        from engine.gpu_settings import unexport_env
+
+        unexport_env(exported)
     return 0
+
+
+def _export_gpu_settings(args: argparse.Namespace) -> dict[str, str]:
+    """The config file's `[gpu]` table published to the environment variables the kernels,
+    the CPU placement and the GPU worker read (engine/gpu_settings.py), before anything
+    reads them; a variable already set wins. Returns what it set."""
+    if getattr(args, "config", None) is None:
+        return {}
+    from engine.config import load_config
+    from engine.gpu_settings import export_env
+
+    return export_env(load_config(args.config).gpu)
 
 
 def _quiet_stdout() -> None:

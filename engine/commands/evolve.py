@@ -66,7 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="daily training returns of the hall of fame (columns hof0..), for select")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="where to evaluate: cuda if there is a GPU under auto")
-    p.add_argument("--quiet", action="store_true", help="no per-generation progress lines")
+    # -q/--quiet (no per-generation progress lines) is every command's (run_engine.py)
     p.add_argument("--commission", type=float, default=COMMISSION,
                    help="per trade, $, in the fitness and buy-and-hold alike (the paper "
                         "broker's model; default %(default)g)")
@@ -198,9 +198,23 @@ def _check_options(args: argparse.Namespace) -> list[str] | None:
     if given and args.islands is None and not args.scheduler:
         raise UserError(f"{', '.join(given)} only apply to an island run: add --islands N")
     check_writable_file(args.out, "--out")
+    _check_kinds(args)
     if args.test_days < 0 or args.test_days == 1:
         raise UserError("--test-days must be 0 or at least 2")
     return [s.strip() for s in args.symbols.split(",") if s.strip()] if args.symbols else None
+
+
+def _check_kinds(args: argparse.Namespace) -> None:
+    """No output overwrites a file of another kind (engine/outputs.py): --out only a
+    strategy file, the PNG only a PNG, --returns-out only a returns CSV of evolve."""
+    from engine.outputs import check_own_kind, check_writable_file
+
+    check_own_kind(args.out, "strategy", "--out")
+    suffix = "_walk_forward.png" if args.walk_forward is not None else "_fitness.png"
+    check_own_kind(args.png or args.out.with_name(args.out.stem + suffix), "png", "--png")
+    if args.returns_out:
+        check_writable_file(args.returns_out, "--returns-out")
+        check_own_kind(args.returns_out, "returns-csv", "--returns-out")
 
 
 def _costs(args: argparse.Namespace) -> Costs:

@@ -34,7 +34,8 @@ log = logging.getLogger(__name__)
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--publish", required=True, help="endpoint to bind, e.g. tcp://127.0.0.1:5555")
-    p.add_argument("--rate", type=float, default=0.0, help="messages per second (0 = max)")
+    p.add_argument("--rate", type=float, default=0.0,
+                   help="messages per second, a finite number >= 0 (0 = as fast as possible)")
     p.add_argument("--wait", type=float, default=30.0,
                    help="seconds to wait for a subscriber before giving up (--source "
                         "binance: 0 = start without one)")
@@ -63,6 +64,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "reader's queue are dropped) instead of pacing to the slowest")
     p.add_argument("--curve", metavar="DIR",
                    help="CURVE keys folder (from `keys`): serve the stream to key holders only")
+    p.add_argument("--allow-remote", action="store_true",
+                   help="allow a tcp --publish endpoint beyond loopback without --curve "
+                        "(as live)")
     b = p.add_argument_group("venue feed (--source binance)")
     b.add_argument("--source", default="files",
                    help="files (--data or the synthetic market) or binance (public streams)")
@@ -82,7 +86,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="stop after this long (0 = run until SIGTERM or SIGINT)")
 
 
+def check_options(args: argparse.Namespace) -> None:
+    """What both sources share, refused before anything binds: rates and times finite
+    and >= 0 (`--rate -5` ran at full speed), and live's rule for endpoints: a tcp
+    --publish beyond loopback needs --curve or --allow-remote (anyone on the network could
+    read the stream, or the feed would bind every interface in the clear)."""
+    from engine.commands.live import _check_loopback
+
+    for name in ("rate", "wait", "heartbeat"):
+        value = getattr(args, name)
+        if not (math.isfinite(value) and value >= 0):
+            raise UserError(f"--{name} {value}: expected a finite number >= 0")
+    if not args.curve and not args.allow_remote:
+        _check_loopback("--publish", args.publish)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    check_options(args)
     if args.source == "binance":
         return run_binance(args)
     if args.source != "files":
@@ -168,6 +188,9 @@ def _binance_settings(args: argparse.Namespace) -> tuple[list[str], Any]:
             raise UserError(f"--record {args.record}: folder {parent} does not exist")
         if not os.access(parent, os.W_OK):
             raise UserError(f"--record {args.record}: folder {parent} is not writable")
+        from engine.outputs import check_own_kind
+
+        check_own_kind(Path(args.record), "gzip", "--record")  # appends: a recording only
     names = stream_names(symbols, streams)
     if len(names) > MAX_STREAMS:
         raise UserError(f"{len(names)} streams ({len(symbols)} symbols x {len(streams)}): "

@@ -25,17 +25,20 @@ from urllib.parse import urlsplit
 import zmq
 import zmq.asyncio
 
-from engine.config import load_config
 from engine.errors import UserError
 from engine.gcpause import startup_objects_frozen
 from engine.journal import Journal, JournalError, JournalWriteError
+from engine.settings import config_option, deprecated_alias, settings
 from gpu.device import resolve_device
 
 log = logging.getLogger("live")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--ticks", required=True, help="endpoint of the tick feed to connect to")
+    p.add_argument("--market-data", "--ticks-endpoint", dest="ticks", metavar="ENDPOINT",
+                   help="endpoint of the market-data (tick) feed to connect to; required")
+    deprecated_alias(p, "--ticks", dest="ticks", new="--market-data",
+                     why="--ticks is a count in replay and feed")
     p.add_argument("--orders", required=True,
                    help="endpoint to bind, where orders, fills and risk rejections go out")
     p.add_argument("--journal", required=True, help="SQLite journal path")
@@ -43,8 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="built-in name or strategy file, as for replay")
     p.add_argument("--config", help="engine TOML config (default: built-in defaults)")
     p.add_argument("--symbols", help="comma-separated symbols to subscribe to (default all)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                   help="device of GPU-capable work (strategies, option groups)")
+    config_option(p, "--device", key="device", choices=("auto", "cpu", "cuda"),
+                  help="device of GPU-capable work (strategies, option groups)")
     p.add_argument("--max-seconds", type=float, default=0.0,
                    help="stop by itself after this long (0 = run until SIGTERM)")
     p.add_argument("--curve", metavar="DIR",
@@ -89,10 +92,12 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
         for handler in logging.getLogger().handlers:
             handler.setFormatter(JsonLogFormatter())
 
-    device = resolve_device(args.device, "engine")  # --device cuda without a GPU: clear error
-    cfg = load_config(args.config)
+    if args.ticks is None:
+        raise UserError("live needs --market-data ENDPOINT (the tick feed to connect to)")
+    cfg = settings(args)  # default < --config file < flags given (engine/settings.py)
+    device = resolve_device(cfg.device, "engine")  # --device cuda without a GPU: clear error
     if not args.curve and not args.allow_remote:
-        _check_loopback("--ticks", args.ticks)
+        _check_loopback("--market-data", args.ticks)
         _check_loopback("--orders", args.orders)
     curve = None
     if args.curve:
@@ -102,7 +107,7 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
     try:
         from strategies.registry import strategy_from_spec
 
-        strategy = strategy_from_spec(args.strategy, device=args.device)
+        strategy = strategy_from_spec(args.strategy, device=cfg.device)
     except UserError:
         raise
     except Exception as exc:  # noqa: BLE001 - a missing, unreadable or broken strategy file

@@ -100,7 +100,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     t_start = time.perf_counter()
     if args.plot is not None:
+        from engine.outputs import check_own_kind
+
         check_writable_file(args.plot, "--plot")
+        check_own_kind(args.plot, "png", "--plot")
     try:
         engine = FdPricingEngine(
             make_grid(args.grid, price_steps=args.price_steps, time_steps=args.time_steps),

@@ -48,6 +48,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise UserError(str(e)) from None
     if not args.max_seconds > 0:
         raise UserError(f"--max-seconds must be positive, got {args.max_seconds}")
+    if args.plot:  # before the search: never overwrite a file that is not a PNG
+        from engine.outputs import check_own_kind, check_writable_file
+
+        check_writable_file(args.plot, "--plot")
+        check_own_kind(args.plot, "png", "--plot")
     try:
         table = read_returns(args.returns)
     except ValueError as e:

@@ -208,8 +208,8 @@ def test_operator_mistakes_are_one_line_errors(tmp_path: Path) -> None:
     blocker.write_text("x")
     _one_line_error(_live("--ticks", ticks, "--orders", orders, "--journal",
                           str(blocker / "j.db"), *base), "cannot create")
-    _one_line_error(_live("--ticks", "tcp://nowhere", "--orders", orders, "--journal",
-                          str(tmp_path / "k.db"), *base), "--ticks")
+    _one_line_error(_live("--market-data", "tcp://nowhere", "--orders", orders, "--journal",
+                          str(tmp_path / "k.db"), *base), "--market-data")
     _one_line_error(_live("--ticks", ticks, "--orders", "tcp://10.1.2.3:5555", "--journal",
                           str(tmp_path / "k.db"), *base), "loopback")
     bad = tmp_path / "strategy.py"
