@@ -11,19 +11,18 @@ from typing import Any
 
 import msgspec
 
-from engine.config import load_config
 from engine.errors import UserError
 from engine.outputs import check_writable_dir
 from engine.phases import MARKET_HOURS, SessionSchedule
 from engine.replay import replay
 from engine.report import MIN_RATIO_DAYS, build_report, write_outputs
+from engine.settings import config_option, data_kind, resolve_device, resolve_fill, settings
 from engine.warmup import (
     find_warmup_start,
     first_look_back_ns,
     parse_warmup,
     strategy_lookback,
 )
-from gpu.device import resolve_device
 from strategies.registry import strategy_from_spec
 
 #: the GP evaluator's default costs (gpu/gp_core.py): a file that records none used these
@@ -50,27 +49,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ticks", type=int, default=200_000, help="synthetic market: ticks")
     p.add_argument("--n-symbols", type=int, default=10, help="synthetic market: symbols")
     p.add_argument("--seed", type=int, default=1, help="synthetic market: random seed")
-    p.add_argument("--transport", choices=("inproc", "ipc", "tcp"),
-                   help="how the feed reaches the engine (default: inproc, or the config's)")
+    config_option(p, "--transport", key="transport", choices=("inproc", "ipc", "tcp"),
+                  help="how the feed reaches the engine")
     p.add_argument("--config", help="engine TOML config (default: built-in defaults)")
-    p.add_argument("--bar-seconds", type=float,
-                   help="time-bar length for tick data, seconds (default 60)")
-    p.add_argument("--session",
+    config_option(p, "--bar-seconds", key="bar_seconds", type=float,
+                  help="time-bar length for tick data, seconds")
+    config_option(p, "--session", key="session",
                    help="regular (LEAN US-equity ticks 09:30-16:00 New York only, the "
                         "default), extended (pre- and post-market ticks too), or t1,t2,t3 as "
                         "HH:MM exchange time: WAIT before t1, TRADE until t2, LIQUIDATE until "
                         "t3, STOP after (reads extended hours when it reaches outside "
-                        "09:30-16:00); default: the config's, else regular, always trading")
-    p.add_argument("--fill", choices=("auto", "signal-close", "next-open", "next-tick"),
+                        "09:30-16:00); \"\": regular, always trading")
+    config_option(p, "--fill", key="broker.fill",
+                  choices=("auto", "signal-close", "next-open", "next-tick"),
                    help="when orders fill: signal-close (at the close that produced the "
                         "signal, the GP paper's model), next-open (the next bar's open), "
                         "next-tick (the next trade); auto = next-open for bar data, "
-                        "next-tick for ticks (default auto, or the config's)")
-    p.add_argument("--commission", type=float, help="per trade, $ (default 1)")
-    p.add_argument("--slippage-bps", type=float,
-                   help="fill price moved against the order, basis points (default 0)")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                   help="device of GPU-capable work (strategies, option groups)")
+                        "next-tick for ticks; one the data cannot give is an error")
+    config_option(p, "--commission", key="broker.commission", type=float,
+                  help="per trade, $")
+    config_option(p, "--slippage-bps", key="broker.slippage_bps", type=float,
+                  help="fill price moved against the order, basis points")
+    config_option(p, "--device", key="device", choices=("auto", "cpu", "cuda"),
+                  help="device of GPU-capable work (strategies, option groups)")
     p.add_argument("--window", choices=("train", "test"),
                    help="with a GP strategy file: replay its training or test window (its "
                         "symbols and dates, and its data file unless --data is given), "
@@ -196,7 +197,6 @@ def _load_strategy(spec: str, device: str) -> Any:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    resolve_device(args.device, "engine")  # --device cuda without a GPU: a clear error now
     if args.out is not None:
         check_writable_dir(args.out, "--out")
     try:
@@ -206,7 +206,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     plan = apply_window(args) if args.window else None
     gp_file = _gp_file(args.strategy)
     cfg = _config(args, gp_file)
-    strategy = _load_strategy(args.strategy, args.device)
+    strategy = _load_strategy(args.strategy, cfg.device)
     hours = market_hours(cfg.session)
     warm = _plan_warmup(args, cfg, strategy, plan, warmup_bars, hours == "regular")
     factory = source_factory(args, hours == "regular", warm.data_from)
@@ -248,25 +248,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _config(args: argparse.Namespace, gp_file: Any) -> Any:
-    """The config file's settings with the command line's over them. A GP strategy file
-    that records its costs (`commission`, `slippage_bps`: evolve's) supplies those the
-    command line does not give."""
-    cfg = load_config(args.config)
-    overrides = _given(args, ("transport", "bar_seconds", "session"))
-    overrides["device"] = args.device
-    broker_over = _given(args, ("fill", "commission", "slippage_bps"))
-    for key in ("commission", "slippage_bps"):
-        recorded = getattr(gp_file, key, None)
-        if key not in broker_over and recorded is not None:
-            broker_over[key] = float(recorded)
-    try:
-        if broker_over:
-            overrides["broker"] = msgspec.structs.replace(cfg.broker, **broker_over)
-        cfg = msgspec.structs.replace(cfg, **overrides)
-        msgspec.convert(msgspec.to_builtins(cfg), type(cfg))  # re-validate overrides
-    except (ValueError, msgspec.ValidationError) as exc:
-        raise UserError(_option_error(str(exc))) from None
-    return cfg
+    """The settings of this replay (engine/settings.py: default < file < flag). A GP
+    strategy file that records its costs (`commission`, `slippage_bps`: evolve's) ranks
+    above the config file and below a flag. The device is checked and the fill model
+    resolved against the data here, once: an impossible one is a one-line error."""
+    recorded = {f"broker.{key}": float(getattr(gp_file, key)) for key in
+                ("commission", "slippage_bps") if getattr(gp_file, key, None) is not None}
+    cfg = settings(args, over_file=recorded)
+    resolve_device(cfg.device)  # --device cuda without a GPU: a clear error now
+    fill = resolve_fill(cfg.broker.fill, data_kind(args.data),
+                        "--fill" if args.fill else "broker.fill")
+    return msgspec.structs.replace(cfg, broker=msgspec.structs.replace(cfg.broker, fill=fill))
 
 
 @dataclass(frozen=True)
@@ -391,24 +383,6 @@ def window_comparison(plan: WindowPlan, report: dict[str, Any], gp_file: Any, sp
         "like_for_like": all(same.values()),
         "differs_in": [k for k, v in same.items() if not v],
     }
-
-
-def _given(args: argparse.Namespace, names: tuple[str, ...]) -> dict[str, Any]:
-    """The options of `names` given on the command line (the config's values stand for
-    the rest)."""
-    return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
-
-
-_CONFIG_OPTION = {"bar_seconds": "--bar-seconds", "session": "--session",
-                  "commission": "--commission", "slippage_bps": "--slippage-bps"}
-
-
-def _option_error(text: str) -> str:
-    """msgspec's message (`... - at `$.broker.commission``) with the option's name."""
-    for key, opt in _CONFIG_OPTION.items():
-        if f"`$.{key}`" in text or f".{key}`" in text or f"{key} must" in text:
-            return f"{opt}: {text}"
-    return text
 
 
 def summary(r: dict[str, Any]) -> str:
