@@ -29,6 +29,11 @@ Time bounds: a trading day `d` stands for the instant of its close, 16:00 Americ
 and is kept when `start <= close(d) < end` (end exclusive; `start`/`end` as in
 `feeds.records.to_ns`, so `start="2014-01-02", end="2014-02-01"` keeps 2 Jan .. 31 Jan).
 
+Yahoo-style files (`Date,Open,High,Low,Close,Adj Close,Volume`, one symbol per file, no
+name column) are read too: the symbol is the one `--symbols` names when it names one, else
+the file's name (`SPY.csv` -> SPY). `Adj Close` is not used (prices and buy-and-hold are the
+traded, unadjusted ones); Yahoo's `null` fields read as missing.
+
 Symbols are indexed in alphabetical order. The table is sorted by (symbol, date).
 """
 
@@ -160,11 +165,16 @@ def _read_text(path: Path) -> str:
 
 
 def _column_positions(header: str, path: Path) -> list[int]:
+    """Each column's position in the header; the name column's is -1 when the file has
+    none (a Yahoo-style file of one symbol)."""
     names = [h.strip().lower() for h in header.split(",")]
     positions: list[int] = []
     for col in _COLUMNS:
         aliases = _SYMBOL_ALIASES if col == "name" else (col,)
         found = [i for i, n in enumerate(names) if n in aliases]
+        if not found and col == "name":
+            positions.append(-1)
+            continue
         if not found:
             raise ValueError(
                 f"{path}: header {header.strip()!r} lacks column {col!r} "
@@ -174,10 +184,12 @@ def _column_positions(header: str, path: Path) -> list[int]:
     return positions
 
 
-def _parse_fast(body: str, positions: list[int]) -> tuple[np.ndarray, ...]:
-    """Whole-file numpy parse; raises ValueError on any malformed line."""
-    # loadtxt cannot read an empty field as a number: spell it 'nan' (twice, for runs of ",,").
-    body = body.replace(",,", ",nan,").replace(",,", ",nan,")
+def _parse_fast(body: str, positions: list[int], symbol: str = "") -> tuple[np.ndarray, ...]:
+    """Whole-file numpy parse; raises ValueError on any malformed line. Without a name
+    column (position -1) every row is `symbol`'s."""
+    # loadtxt cannot read an empty field as a number: spell it 'nan' (twice, for runs of
+    # ",,"); Yahoo writes missing values as null
+    body = body.replace(",,", ",nan,").replace(",,", ",nan,").replace(",null", ",nan")
     dtype = np.dtype(
         [
             ("date", "M8[D]"),
@@ -190,26 +202,29 @@ def _parse_fast(body: str, positions: list[int]) -> tuple[np.ndarray, ...]:
         ]
     )
     # loadtxt maps structured fields to usecols in order; sort positions to keep pairs aligned
-    order = np.argsort(positions)
+    present = [i for i, p in enumerate(positions) if p >= 0]
+    order = sorted(present, key=lambda i: positions[i])
     fields = [dtype.names[i] for i in order]  # type: ignore[index]
     sorted_dtype = np.dtype([(f, dtype[f]) for f in fields])
     table = np.loadtxt(
         io.StringIO(body),
         delimiter=",",
         dtype=sorted_dtype,
-        usecols=sorted(positions),
+        usecols=[positions[i] for i in order],
         ndmin=1,
         comments=None,
     )
-    return tuple(table[c] for c in dtype.names)  # type: ignore[union-attr]
+    return tuple(table[c] if c in fields else np.full(len(table), symbol, f"U{_NAME_WIDTH}")
+                 for c in dtype.names)  # type: ignore[union-attr]
 
 
 def _parse_number(text: str) -> float:
     text = text.strip()
-    return math.nan if text == "" else float(text)
+    return math.nan if text in ("", "null") else float(text)
 
 
-def _parse_slow(body: str, positions: list[int], skipped: SkipCounter) -> tuple[np.ndarray, ...]:
+def _parse_slow(body: str, positions: list[int], skipped: SkipCounter,
+                symbol: str = "") -> tuple[np.ndarray, ...]:
     """Line-by-line parse for files with malformed lines; bad lines are counted and skipped."""
     dates: list[np.datetime64] = []
     numbers: list[tuple[float, float, float, float, float]] = []
@@ -229,7 +244,7 @@ def _parse_slow(body: str, positions: list[int], skipped: SkipCounter) -> tuple[
             continue
         dates.append(day)
         numbers.append(nums)  # type: ignore[arg-type]
-        names.append(row[p_name].strip()[:_NAME_WIDTH])
+        names.append(row[p_name].strip()[:_NAME_WIDTH] if p_name >= 0 else symbol)
     arr = np.array(numbers, dtype=np.float64).reshape(-1, 5)
     return (
         np.array(dates, dtype="M8[D]"),
@@ -296,6 +311,8 @@ def load_daily(
     end: TimeLike = None,
     skipped: SkipCounter | None = None,
     missing_ok: bool = False,
+    symbol: str | None = None,
+    strict: bool = False,
 ) -> DailyTable:
     """Read a daily OHLCV CSV (plain or gzip) into a cleaned, columnar `DailyTable`.
 
@@ -303,12 +320,33 @@ def load_daily(
     `missing_ok`, which keeps just those present);
     `start`/`end` bound the days (see the module docstring). Malformed rows are skipped and
     damaged ones repaired as the module docstring says; both are counted on the table.
+    `symbol`: the name of a file without a name column (default: the file's name);
+    `strict`: a skipped row is a one-line ValueError.
     """
     path = Path(path)
-    skipped = skipped if skipped is not None else SkipCounter(str(path))
-    repaired = SkipCounter(str(path), what="repaired")
-    dates, o, h, l, c, v, names = _parse_file(path, skipped)
-    keep = _rows_wanted(dates, c, names, symbols, start, end, skipped, str(path), missing_ok)
+    skipped = skipped if skipped is not None else SkipCounter(str(path), log_at_end=True,
+                                                              strict=strict)
+    rows = _parse_file(path, skipped, symbol or symbol_of_file(path))
+    return clean_daily(rows, symbols, start, end, skipped, missing_ok, str(path))
+
+
+def symbol_of_file(path: str | Path) -> str:
+    """A one-symbol file's symbol from its name: `spy.csv.gz` -> SPY."""
+    name = Path(path).name
+    for suffix in (".gz", ".csv", ".parquet", ".pq"):
+        if name.lower().endswith(suffix):
+            name = name[: -len(suffix)]
+    return name.strip().upper()[:_NAME_WIDTH]
+
+
+def clean_daily(rows: tuple[np.ndarray, ...], symbols: Sequence[str] | None, start: TimeLike,
+                end: TimeLike, skipped: SkipCounter, missing_ok: bool, where: str
+                ) -> DailyTable:
+    """Parsed rows (dates, open, high, low, close, volume, names) as a cleaned table: the
+    data policy of the module docstring (any reader of daily bars, CSV or Parquet)."""
+    repaired = SkipCounter(where, what="repaired", log_at_end=True)
+    dates, o, h, l, c, v, names = rows
+    keep = _rows_wanted(dates, c, names, symbols, start, end, skipped, where, missing_ok)
     dates, o, h, l, c, v, names = (a[keep] for a in (dates, o, h, l, c, v, names))
     o, h, l, v = _repair_ohlcv(dates, names, o.copy(), h.copy(), l.copy(), c, v.copy(),
                                repaired)
@@ -322,14 +360,16 @@ def load_daily(
     if dup.any():
         skipped.add("duplicate_date", int(dup.sum()), _sample(dates, symbols_out[sym], dup))
         dates, sym, o, h, l, c, v = (a[~dup] for a in (dates, sym, o, h, l, c, v))
+    skipped.log_totals()
+    repaired.log_totals()
     return DailyTable(
         dates=dates, sym=sym, open=o, high=h, low=l, close=c, volume=v,
         symbols=[str(s) for s in symbols_out.tolist()],
-        path=str(path), skipped=skipped, repaired=repaired,
+        path=where, skipped=skipped, repaired=repaired,
     )
 
 
-def _parse_file(path: Path, skipped: SkipCounter) -> tuple[np.ndarray, ...]:
+def _parse_file(path: Path, skipped: SkipCounter, symbol: str) -> tuple[np.ndarray, ...]:
     """Every row's date, OHLCV and name (the fast parser, or the row-by-row one that counts
     malformed rows when the fast one cannot read the file)."""
     text = _read_text(path)
@@ -338,10 +378,10 @@ def _parse_file(path: Path, skipped: SkipCounter) -> tuple[np.ndarray, ...]:
         raise ValueError(f"{path}: empty file, expected a header date,open,high,low,close,...")
     positions = _column_positions(header, path)
     try:
-        return (_parse_fast(body, positions) if body.strip()
-                else _parse_slow(body, positions, skipped))
+        return (_parse_fast(body, positions, symbol) if body.strip()
+                else _parse_slow(body, positions, skipped, symbol))
     except ValueError:
-        return _parse_slow(body, positions, skipped)
+        return _parse_slow(body, positions, skipped, symbol)
 
 
 def _rows_wanted(dates: np.ndarray, c: np.ndarray, names: np.ndarray,
@@ -497,8 +537,10 @@ class DailySource:
         end: TimeLike = None,
         skipped: SkipCounter | None = None,
         missing_ok: bool = False,
+        symbol: str | None = None,
+        strict: bool = False,
     ) -> None:
-        self.table = load_daily(path, symbols, start, end, skipped, missing_ok)
+        self.table = load_daily(path, symbols, start, end, skipped, missing_ok, symbol, strict)
         self.skipped = self.table.skipped
         self.repaired = self.table.repaired
         self.symbols: list[str] = list(self.table.symbols)

@@ -75,27 +75,49 @@ class Source(Protocol):
 class SkipCounter:
     """Counts malformed (or repaired) input by kind and logs the first of each kind once.
 
-    `what` names the action in the log line ("skipped", "repaired").
+    `what` names the action in the log line ("skipped", "repaired"). A file reader that
+    counts row by row passes `log_at_end=True` and calls `log_totals()` when the file is
+    read: each kind is then logged once with its true count (a warning at the first row
+    said "skipped 1 record(s)" for a file of thousands). `strict` (`--strict`): a skipped
+    record is a one-line ValueError instead.
     """
 
-    def __init__(self, source: str = "", what: str = "skipped") -> None:
+    def __init__(self, source: str = "", what: str = "skipped", *, log_at_end: bool = False,
+                 strict: bool = False) -> None:
         self.source = source
         self.what = what
         self.counts: dict[str, int] = {}
+        self.samples: dict[str, str] = {}
+        self.log_at_end = log_at_end
+        self.strict = strict
         self._log = logging.getLogger(__name__)
 
     def add(self, kind: str, n: int = 1, sample: object = None) -> None:
-        """Count `n` records of `kind`; the first time a kind is seen, log one warning."""
+        """Count `n` records of `kind`; the first time a kind is seen, log one warning
+        (or keep its sample for `log_totals`)."""
         if n <= 0:
             return
+        text = repr(sample)
+        if len(text) > 200:  # a hostile sample (a 1 MB symbol) must not flood the log
+            text = text[:200] + "..."
+        where = f"{self.source}: " if self.source else ""
+        if self.strict:
+            raise ValueError(f"{where}{kind}: {text} (--strict: a skipped row is an error)")
         first = kind not in self.counts
         self.counts[kind] = self.counts.get(kind, 0) + int(n)
         if first:
-            where = f"{self.source}: " if self.source else ""
-            text = repr(sample)
-            if len(text) > 200:  # a hostile sample (a 1 MB symbol) must not flood the log
-                text = text[:200] + "..."
-            self._log.warning("%s%s %d record(s): %s, e.g. %s", where, self.what, n, kind, text)
+            self.samples[kind] = text
+            if not self.log_at_end:
+                self._log.warning("%s%s %d record(s): %s, e.g. %s", where, self.what, n, kind,
+                                  text)
+
+    def log_totals(self) -> None:
+        """One warning per kind with its whole count (readers with `log_at_end`)."""
+        where = f"{self.source}: " if self.source else ""
+        for kind, n in self.counts.items():
+            self._log.warning("%s%s %d record(s): %s, e.g. %s", where, self.what, n, kind,
+                              self.samples.get(kind))
+        self.log_at_end = False  # logged once; later counts log as they come
 
     @property
     def total(self) -> int:

@@ -1,14 +1,18 @@
 """Generic trade-tick CSV (`ts,symbol,price,size`) as a Source, read lazily in blocks.
 
 Format: a header naming the columns `ts,symbol,price,size` (any order, case-insensitive,
-extra columns ignored), then one trade per line; plain text or gzip. `ts` is either integer
-nanoseconds since the epoch (UTC) or ISO-8601 with an offset or `Z`
-(`2024-01-02T14:30:00.123456789Z`, `2024-01-02 09:30:00-05:00`); an ISO time WITHOUT an offset
-is ambiguous and counted as `bad_ts`. Price in the instrument's currency, size in units.
+extra columns ignored), then one trade per line; plain text or gzip. `ts` is an epoch number
+in seconds, milliseconds, microseconds or nanoseconds (detected by its magnitude, or
+`ts_unit`; fractions allowed) or ISO-8601 with an offset or `Z`
+(`2024-01-02T14:30:00.123456789Z`, `2024-01-02 09:30:00-05:00`) or without one, read in
+`tz` (an offset-less time without `tz` is a one-line error saying to give --tz);
+feeds/timestamps.py has the rules. Price in the instrument's currency, size in units.
 
-Policy: malformed lines are counted in `.skipped` (first of each kind logged once) and
-skipped, the file keeps going:
-  `bad_ts` unparseable or offset-less time; `bad_number` unparseable price or size;
+Policy: malformed lines are counted in `.skipped` and skipped, the file keeps going; each
+kind is logged once with its whole count when the file has been read (`strict`: the first
+such line is a one-line ValueError instead):
+  `bad_ts` unparseable time; `mixed_ts_unit` an epoch number of another magnitude than the
+  file's first (seconds among milliseconds); `bad_number` unparseable price or size;
   `missing_symbol` empty symbol; `wrong_field_count` too few fields;
   `bad_price` price NaN, infinite or <= 0; `bad_size` size NaN, infinite or <= 0.
 Blank lines are ignored. The engine needs time order, so the good rows must be sorted by ts
@@ -24,7 +28,6 @@ from __future__ import annotations
 import datetime as dt
 import gzip
 import io
-import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
@@ -33,48 +36,28 @@ import numpy as np
 
 from feeds.records import (
     KIND_TRADE,
-    NS_PER_SECOND,
     RECORD_DTYPE,
     SkipCounter,
     TimeLike,
     split_chunks,
     to_ns,
 )
+from feeds.timestamps import (
+    UNITS,
+    EpochUnit,
+    MixedUnitError,
+    NaiveTimeError,
+    is_number,
+    parse_iso_ns,
+    units_of,
+    zone,
+)
+
+__all__ = ["TickCsvSource", "parse_iso_ns", "read_header", "HEADER"]
 
 BLOCK_BYTES = 4 << 20  # about 100k lines of text per parse
 HEADER = ("ts", "symbol", "price", "size")
 _SYMBOL_WIDTH = 32
-
-_ISO_RE = re.compile(
-    r"^(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2})?)"  # date and time
-    r"(?:[.,](\d{1,9}))?"  # fraction of a second, up to ns
-    r"\s*(Z|z|[+-]\d{2}(?::?\d{2})?)?$"  # offset
-)
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-
-
-def parse_iso_ns(text: str) -> int:
-    """ns since the epoch of an ISO-8601 time with an offset or Z (up to 9 fractional digits).
-
-    Raises ValueError for anything else, including a time without an offset.
-    """
-    m = _ISO_RE.match(text.strip())
-    if not m:
-        raise ValueError(f"not an ISO-8601 time: {text!r}")
-    base, fraction, offset = m.groups()
-    if offset is None:
-        raise ValueError(f"ISO time without a UTC offset or Z: {text!r}")
-    if offset in ("Z", "z"):
-        offset = "+00:00"
-    elif len(offset) == 3:
-        offset += ":00"
-    moment = dt.datetime.fromisoformat(base.replace(" ", "T") + offset)
-    delta = moment - _EPOCH
-    ns = (delta.days * 86_400 + delta.seconds) * NS_PER_SECOND
-    if fraction:
-        ns += int(fraction.ljust(9, "0"))
-    return ns
-
 
 def _open(path: Path) -> BinaryIO:
     with open(path, "rb") as probe:
@@ -120,6 +103,9 @@ class TickCsvSource:
         end: TimeLike = None,
         skipped: SkipCounter | None = None,
         missing_ok: bool = False,
+        ts_unit: str | None = None,
+        tz: str | dt.tzinfo | None = None,
+        strict: bool = False,
     ) -> None:
         self.path = Path(path)
         if not self.path.is_file():
@@ -134,7 +120,12 @@ class TickCsvSource:
         self._cols = [header.index(c) for c in HEADER]
         self._n_fields = len(header)
         self.start, self.end = to_ns(start), to_ns(end)
-        self.skipped = skipped if skipped is not None else SkipCounter(self.path.name)
+        self.skipped = skipped if skipped is not None else SkipCounter(
+            self.path.name, log_at_end=True, strict=strict)
+        self.tz = zone(tz) if isinstance(tz, str) else tz
+        self._ts_unit = ts_unit
+        self._epoch = EpochUnit(ts_unit)
+        self._check_first_time()
         names = self._scan_symbols()
         if symbols is not None:
             have = {n.upper(): n for n in names}
@@ -149,6 +140,24 @@ class TickCsvSource:
         self.symbols: list[str] = names
         self._index = {s: i for i, s in enumerate(names)}
         self.name = f"tick CSV {self.path.name}: {len(names)} symbols"
+
+    def _check_first_time(self) -> None:
+        """An offset-less first time without `tz` fails now, before any work, with the
+        one line that says to give --tz (not a file of silently skipped rows)."""
+        with _open(self.path) as fh:
+            fh.readline()
+            for raw in fh:
+                fields = raw.decode("utf-8", errors="replace").split(",")
+                if len(fields) > self._cols[0] and fields[self._cols[0]].strip():
+                    text = fields[self._cols[0]].strip()
+                    if not is_number(text):
+                        try:
+                            parse_iso_ns(text, self.tz)
+                        except NaiveTimeError as exc:
+                            raise ValueError(f"{self.path}: {exc}") from None
+                        except ValueError:
+                            pass  # a bad first time is counted like any other
+                    return
 
     # -- pass 1: the symbol table
     def _scan_symbols(self) -> list[str]:
@@ -181,6 +190,7 @@ class TickCsvSource:
         line_no = 2  # 1-based number of the first line of the current block
         prev_ts = np.iinfo(np.int64).min
         prev_line = 0
+        self._epoch = EpochUnit(self._ts_unit)  # each pass detects the unit afresh
         with _open(self.path) as fh:
             fh.readline()
             for block in _blocks(fh, BLOCK_BYTES):
@@ -201,6 +211,7 @@ class TickCsvSource:
                 prev_ts, prev_line = int(ts[-1]), int(lines[-1])
                 records = self._records(ts, sym_names, price, size)
                 yield from split_chunks(records)
+        self.skipped.log_totals()
 
     def _records(
         self, ts: np.ndarray, names: np.ndarray, price: np.ndarray, size: np.ndarray
@@ -277,7 +288,27 @@ class TickCsvSource:
         if (np.char.str_len(names) == 0).any():
             return None
         lines = first_line + np.flatnonzero(filled)
-        return rows["ts"], names, rows["price"], rows["size"], lines
+        raw = rows["ts"]
+        ts, ok = self._epoch.to_ns(raw)
+        if not ok.all():  # another magnitude than the file's unit, or an int64 overflow
+            assert self._epoch.unit is not None
+            mixed = ~ok & (units_of(raw) != UNITS.index(self._epoch.unit))
+            for kind, mask in (("mixed_ts_unit", mixed), ("bad_ts", ~ok & ~mixed)):
+                if mask.any():
+                    k = int(np.argmax(mask))
+                    self.skipped.add(kind, int(mask.sum()),
+                                     f"line {lines[k]}: {raw[k]} ({self._epoch.unit} file)")
+        return ts[ok], names[ok], rows["price"][ok], rows["size"][ok], lines[ok]
+
+    def _stamp(self, text: str, line: int) -> int:
+        """One row's time in ns: an epoch number (the file's unit) or ISO-8601 (naive in
+        `tz`); a naive time without `tz` stops the read with one line (not a skip)."""
+        if is_number(text):
+            return self._epoch.text_to_ns(text)
+        try:
+            return parse_iso_ns(text, self.tz)
+        except NaiveTimeError as exc:
+            raise NaiveTimeError(f"{self.path}:{line}: {exc}") from None
 
     def _parse_slow(
         self, block: bytes, first_line: int
@@ -300,9 +331,13 @@ class TickCsvSource:
             if len(fields) < need:
                 self.skipped.add("wrong_field_count", 1, f"line {number}: {line[:80]}")
                 continue
-            raw_ts = fields[c_ts].strip()
             try:
-                stamp = int(raw_ts) if raw_ts.lstrip("+-").isdigit() else parse_iso_ns(raw_ts)
+                stamp = self._stamp(fields[c_ts].strip(), number)
+            except NaiveTimeError:
+                raise  # the user must say the zone: an error, not a skipped row
+            except MixedUnitError:
+                self.skipped.add("mixed_ts_unit", 1, f"line {number}: {line[:80]}")
+                continue
             except (ValueError, OverflowError):
                 self.skipped.add("bad_ts", 1, f"line {number}: {line[:80]}")
                 continue

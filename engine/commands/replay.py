@@ -46,6 +46,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--end", help="last date (YYYY-MM-DD, inclusive) of --data to use "
                                  "(default: the data's last)")
     p.add_argument("--quotes", action="store_true", help="also replay quote ticks of LEAN data")
+    p.add_argument("--ts-unit", choices=("s", "ms", "us", "ns"),
+                   help="unit of epoch-number tick times in --data (default: detected from "
+                        "each file's first time by its magnitude)")
+    p.add_argument("--tz", help="time zone of --data times written without a UTC offset, "
+                                "e.g. America/New_York (default: none; such times are an "
+                                "error)")
+    p.add_argument("--strict", action="store_true",
+                   help="a row of --data that would be skipped (bad time, price, size...) "
+                        "is an error (default: counted and skipped)")
     p.add_argument("--ticks", type=int, default=200_000, help="synthetic market: ticks")
     p.add_argument("--n-symbols", type=int, default=10, help="synthetic market: symbols")
     p.add_argument("--seed", type=int, default=1, help="synthetic market: random seed")
@@ -98,7 +107,7 @@ def source_factory(args: argparse.Namespace, regular_hours: bool = False,
         factory: Any = functools.partial(
             open_sources, list(args.data), symbols=symbols,
             start=start if data_from is None else data_from, end=end, kinds=kinds,
-            regular_hours=regular_hours)
+            regular_hours=regular_hours, **reading_options(args))
     else:
         from feeds.synthetic import SyntheticMarket
 
@@ -112,6 +121,21 @@ def source_factory(args: argparse.Namespace, regular_hours: bool = False,
         factory = functools.partial(SyntheticMarket, n_symbols=args.n_symbols,
                                     n_ticks=args.ticks, seed=args.seed)
     return factory
+
+
+def reading_options(args: argparse.Namespace) -> dict[str, Any]:
+    """--ts-unit, --tz and --strict for the file readers (feeds/sources.py); a bad --tz is
+    one line now."""
+    tz = getattr(args, "tz", None)
+    if tz is not None:
+        from feeds.timestamps import zone
+
+        try:
+            zone(tz)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+    return {"ts_unit": getattr(args, "ts_unit", None), "tz": tz,
+            "strict": bool(getattr(args, "strict", False))}
 
 
 def _bounds(args: argparse.Namespace) -> tuple[int | None, int | None]:
@@ -314,7 +338,7 @@ def _plan_warmup(args: argparse.Namespace, cfg: Any, strategy: Any, plan: Window
 
     def open_before(lo: int | None) -> Any:
         return open_sources(list(args.data), symbols=symbols, start=lo, end=trade_from,
-                            kinds=kinds, regular_hours=regular_hours)
+                            kinds=kinds, regular_hours=regular_hours, **reading_options(args))
 
     daily = all(detect_format(d) == "daily" for d in args.data)
     span = None if daily else first_look_back_ns(requested, cfg.bar_seconds)
