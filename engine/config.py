@@ -18,6 +18,7 @@ from engine.errors import UserError
 from engine.gpu_settings import GpuSettings
 from engine.live_options import LiveOptions
 from engine.option_book import OptionGroupConfig
+from engine.reevolve_settings import ReevolveSettings
 from engine.risk import RiskLimits
 from feeds.validation import ValidationLimits
 
@@ -124,6 +125,9 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     risk: RiskLimits = RiskLimits()
     #: the live daemon's snapshots, heartbeat timeout, status, queues ([live] table)
     live: LiveOptions = LiveOptions()
+    #: the live daemon's daily re-evolution of its GP rules ([reevolve] table;
+    #: engine/reevolve_settings.py, engine/reevolution.py)
+    reevolve: ReevolveSettings = ReevolveSettings()
     #: messages the engine takes from its socket, at most, before it applies them; 0: the
     #: default, RECEIVE_BATCH. With an option group's spots sent from the engine's hot loop
     #: (OPTION_TAP_EVERY=0) no tick reaches the GPU worker while a batch is received and

@@ -562,6 +562,23 @@ class Engine:
             self.option_values.extend(ready)
         self.finished = True
 
+    def close_positions(self, ts: int) -> EquityPoint:
+        """Sell everything at each symbol's last price now, as the end of data does (a
+        walk-forward fold's end, engine/reevolution.py), pending orders included; the
+        equity point after it, with buy-and-hold sold too, replaces the bar's."""
+        self.decisions.clear_all(ts, self._place)
+        c = self.bars.c
+        for sym in range(len(self.orders.pending)):
+            if self.orders.has_pending[sym]:
+                self.orders.fill_pending(sym, c[sym], ts)
+                self.refresh_flag(sym)
+        point = equity_point(self.broker, c, self.bars.first_price, ts, liquidate=True)
+        if self.equity_curve and self.equity_curve[-1].ts == ts:
+            self.equity_curve[-1] = point
+        else:
+            self.equity_curve.append(point)
+        return point
+
     def flatten(self) -> None:
         """Close every position now, as a STOP would (the risk kill switch, an operator).
         Called between batches, where no bar close is overlapped (`process` settles)."""

@@ -31,6 +31,7 @@ import zmq.asyncio
 from engine.config import EngineConfig
 from engine.core import Engine
 from engine.journal import Journal, JournalState
+from engine.reevolution import LiveReevolution
 from engine.risk import RiskGate
 from engine.snapshot import WarmupGuard, capture, restore
 from feeds.messages import Fill, Heartbeat, Message, Order, Quote, Trade
@@ -80,8 +81,11 @@ class Daemon:
     def __init__(self, *, cfg: EngineConfig, strategy: Strategy, journal: Journal,
                  state: JournalState, sub: Subscriber, out: Publisher, device: str,
                  status_file: Path | None, max_seconds: float, ticks: str,
-                 status_json: bool = False) -> None:
+                 status_json: bool = False, reevolution: LiveReevolution | None = None
+                 ) -> None:
         self.cfg = cfg
+        #: the daily re-evolution of a GP strategy ([reevolve]; engine/reevolution.py)
+        self.reevolution = reevolution
         self.opts = cfg.live
         self.journal = journal
         self.sub = sub
@@ -141,7 +145,8 @@ class Daemon:
             snap = None
         symbols = list(snap.state["symbols"]) if snap is not None else list(state.symbols)
         self.engine = Engine(symbols, strategy, cfg, option_book=option_book,
-                             on_order=self._on_order, on_fill=self._on_fill)
+                             on_order=self._on_order, on_fill=self._on_fill,
+                             session_hook=self.reevolution)
         v = self.validator
         if snap is not None:
             restore(self.engine, v, snap.state, state.orders, state.fills,
@@ -215,6 +220,8 @@ class Daemon:
                     self._set_stale(False)
                 await self._batch(raw, t_recv)
             self._watch_connection()
+            if self.reevolution is not None:  # data time against [reevolve] at: cheap
+                self.reevolution.poll(engine._now)
             while engine.option_values:  # theoretical values and greeks, newest last
                 self.out.send(engine.option_values.popleft())
             now = time.monotonic()
@@ -455,6 +462,8 @@ class Daemon:
                                                          strict=True) if a.position},
             "device": self.device,
             "latency": self.latency.summary(),
+            # the GP rule in use and the next re-evolution (engine/reevolution.py)
+            **(self.reevolution.status() if self.reevolution is not None else {}),
         }
 
     def status_line(self) -> str:

@@ -58,9 +58,11 @@ CREATE TABLE IF NOT EXISTS snapshot (
     id INTEGER PRIMARY KEY CHECK (id = 1), last_fill_id INTEGER NOT NULL,
     last_order_id INTEGER NOT NULL, bar_events INTEGER NOT NULL, state BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS rule_versions (
+    version INTEGER PRIMARY KEY, adopted_ts INTEGER NOT NULL, body TEXT NOT NULL);
 """
 TABLES = {"orders", "fills", "stream_seq", "symbols", "risk_events", "snapshot", "meta",
-          "sqlite_sequence"}
+          "rule_versions", "sqlite_sequence"}
 #: SQLite's INTEGER range; other integers are stored as the text of the number in a BLOB
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -309,6 +311,7 @@ class Journal:
             "risk_events": risk,
             "streams": streams,
             "meta": self.meta(),
+            "rule_versions": self.rule_versions(),
             "snapshot": (None if snap is None else
                          {"last_fill_id": snap[0], "last_order_id": snap[1],
                           "bar_events": snap[2]}),
@@ -402,6 +405,26 @@ class Journal:
             "last_fill_id = excluded.last_fill_id, last_order_id = excluded.last_order_id, "
             "bar_events = excluded.bar_events, state = excluded.state",
             (last_fill, last_order, bar_events, snapshot_format.encode(state)))
+
+    def record_rule_version(self, version: int, adopted_ts: int, body: dict[str, Any]) -> None:
+        """A GP rule version the daemon adopted (engine/reevolution.py), as JSON: its rules,
+        training window, seed and fitness. In the batch's transaction when a swap adopts it
+        (the orders it places after are in the same or a later one)."""
+        import json
+
+        self.db.execute("INSERT OR REPLACE INTO rule_versions VALUES (?, ?, ?)",
+                        (int(version), int(adopted_ts), json.dumps(body, sort_keys=True)))
+
+    def rule_versions(self) -> list[dict[str, Any]]:
+        """Every adopted rule version, oldest first, each with `adopted_ts` (ns)."""
+        import json
+
+        try:
+            rows = self.db.execute("SELECT adopted_ts, body FROM rule_versions "
+                                   "ORDER BY version").fetchall()
+        except sqlite3.OperationalError:  # a journal from before the table, read-only
+            return []
+        return [{**json.loads(body), "adopted_ts": int(ts)} for ts, body in rows]
 
     def drop_snapshot(self) -> bool:
         """Delete the snapshot (the way past one this version cannot read); True if any."""

@@ -25,7 +25,7 @@ import zmq.asyncio
 
 from engine.affinity import FEED_ENV, cpus_from_env, pin_from_env
 from engine.config import EngineConfig
-from engine.core import Engine
+from engine.core import Engine, SessionHook
 from engine.errors import UserError
 from engine.gcpause import startup_objects_frozen
 from feeds.publish import publish_source
@@ -232,11 +232,13 @@ async def replay_async(
     progress: Callable[[int], None] | None = None,
     publish_rate: float = 0.0,
     trade_from: int | None = None,
+    session_hook: SessionHook | None = None,
 ) -> ReplayResult:
     """Replay `factory`'s records through the engine. `publish_rate` > 0 paces the feed at
     that many messages per second (a market played back at a chosen speed, as a live
     feed would arrive); 0 publishes as fast as the engine takes them. `trade_from` (ns):
-    the records before it only warm the indicators (`Engine.warm_until`)."""
+    the records before it only warm the indicators (`Engine.warm_until`). `session_hook`: the
+    engine's work at each session boundary (re-evolution, engine/reevolution.py)."""
     config = config or EngineConfig()
     ctx = zmq.asyncio.Context()
     tmpdir = tempfile.mkdtemp(prefix="replay-ipc-")
@@ -247,7 +249,8 @@ async def replay_async(
     failed = True
     frozen = contextlib.ExitStack()
     try:
-        engine = Engine(list(feed.source.symbols), strategy, config, option_book=option_book)
+        engine = Engine(list(feed.source.symbols), strategy, config, option_book=option_book,
+                        session_hook=session_hook)
         if trade_from is not None:
             engine.warm_until(trade_from)
         frozen.enter_context(startup_objects_frozen())  # no full collection walks them
@@ -293,9 +296,10 @@ async def replay_async(
 
 def replay(factory: SourceFactory, strategy: Strategy, config: EngineConfig | None = None,
            option_book: Any = None, progress: Callable[[int], None] | None = None,
-           publish_rate: float = 0.0, trade_from: int | None = None) -> ReplayResult:
+           publish_rate: float = 0.0, trade_from: int | None = None,
+           session_hook: SessionHook | None = None) -> ReplayResult:
     return asyncio.run(replay_async(factory, strategy, config, option_book, progress,
-                                    publish_rate, trade_from))
+                                    publish_rate, trade_from, session_hook))
 
 
 async def raw_limit_async(factory: SourceFactory, transport: str = "inproc") -> tuple[int, float]:

@@ -59,6 +59,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if counts:
         print("  risk events: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())),
               file=table)
+    for v in data.get("rule_versions", []):  # the GP rules the daemon traded, in order
+        print(f"  rule version {v['version']} ({v.get('origin', '')}): trained "
+              f"{v['train_start']}..{v['train_end']}, seed {v['seed']}, fitness "
+              f"{v['fitness']:+.4f}", file=table)
     if args.reset_kill_switch:
         print("  kill switch reset", file=sys.stderr)
     return data

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import msgspec
 import zmq
 import zmq.asyncio
 
@@ -118,6 +119,9 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
         state = journal.load()
     except JournalError as exc:
         raise UserError(str(exc)) from None
+    reevolution = None
+    if cfg.reevolve.enabled:  # the GP rule re-evolved daily (engine/reevolution.py)
+        strategy, reevolution = _reevolution(cfg, args, strategy, journal)
     ctx = zmq.asyncio.Context()
     auth = None
     topics = ([f"{k}.{s.strip()}".encode() for s in args.symbols.split(",") for k in "TQB"]
@@ -140,7 +144,7 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
             daemon = Daemon(cfg=cfg, strategy=strategy, journal=journal, state=state,
                             sub=sub, out=out, device=device, status_file=args.status_file,
                             max_seconds=args.max_seconds, ticks=args.ticks,
-                            status_json=args.log_json)
+                            status_json=args.log_json, reevolution=reevolution)
             stop = asyncio.Event()
             status_now = asyncio.Event()
             install_signals(stop, status_now)
@@ -158,6 +162,8 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         if daemon is not None:
             daemon.close()
+        if reevolution is not None:
+            reevolution.close()
         journal.close()
         sub.close()
         out.close()
@@ -168,6 +174,36 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
           f"{status['fills']} fills, equity {status['equity']:,.2f}, "
           f"skipped {status['skipped']}", flush=True)
     return status
+
+
+def _reevolution(cfg: Any, args: argparse.Namespace, strategy: Any, journal: Journal
+                 ) -> tuple[Any, Any]:
+    """The swappable GP strategy and its re-evolution: the rule version the journal last
+    adopted (a restart resumes with the rule it traded), else the strategy file's."""
+    from engine.reevolution import LiveReevolution, initial_version
+    from gpu.gp_core import cost_tuple
+    from strategies.gp.reevolve import RuleVersion
+    from strategies.gp.strategy import GPEnsemble, SwappableGP
+
+    if not isinstance(strategy, GPEnsemble) or not args.strategy.partition("#")[0].endswith(
+            ".json"):
+        raise UserError("[reevolve] re-evolves GP rules: --strategy must be a GP strategy "
+                        "file (*.json, from evolve)")
+    try:
+        versions = journal.rule_versions()
+        current = (msgspec.convert({k: v for k, v in versions[-1].items()
+                                    if k != "adopted_ts"}, RuleVersion)
+                   if versions else initial_version(strategy, args.strategy))
+        swappable = SwappableGP(current.gp_rules(), device=cfg.device, name=strategy.name)
+    except (ValueError, msgspec.ValidationError) as exc:
+        raise UserError(f"[reevolve]: the rule to resume with: {exc}") from None
+    symbols = ([s.strip() for s in args.symbols.split(",")] if args.symbols
+               else list(current.symbols))
+    costs = cost_tuple(cfg.broker.commission, cfg.broker.slippage_bps)
+    log.info("trading %s; re-evolution daily at %s %s", current.describe(), cfg.reevolve.at,
+             cfg.timezone)
+    return swappable, LiveReevolution(cfg.reevolve, swappable, journal, current, cfg.timezone,
+                                      symbols, costs)
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -90,6 +90,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="bars before --start that only warm the indicators (default: the "
                         "strategy's longest lookback: sma-cross its slow window, GP rules "
                         "their longest indicator, else 255)")
+    from engine.commands import replay_walk_forward
+
+    replay_walk_forward.add_arguments(p)
 
 
 def source_factory(args: argparse.Namespace, regular_hours: bool = False,
@@ -223,6 +226,8 @@ def _load_strategy(spec: str, device: str) -> Any:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     if args.out is not None:
         check_writable_dir(args.out, "--out")
+    if args.walk_forward is not None:
+        return _run_walk_forward(args)
     try:
         warmup_bars = parse_warmup(args.warmup)
     except ValueError as exc:
@@ -268,6 +273,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         except OSError as exc:
             raise UserError(f"--out {args.out}: cannot write: {exc}") from None
     print(summary(report))
+    return report
+
+
+def _run_walk_forward(args: argparse.Namespace) -> dict[str, Any]:
+    """`--walk-forward`: engine/commands/replay_walk_forward.py; the report and summary."""
+    from engine.commands import replay_walk_forward
+
+    # the GP evaluator's money model, as for a GP strategy file (no costs recorded: the
+    # command line's or the config's, else the paper broker's)
+    gp_model = argparse.Namespace(commission=None, slippage_bps=None)
+    report, result = replay_walk_forward.run(args, lambda a: _config(a, gp_model))
+    if args.out:
+        try:
+            report["files"] = write_outputs(report, result, args.out)
+        except OSError as exc:
+            raise UserError(f"--out {args.out}: cannot write: {exc}") from None
+    print(summary(report))
+    print("\n".join(replay_walk_forward.summary_lines(report)))
     return report
 
 

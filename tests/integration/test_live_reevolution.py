@@ -1,0 +1,130 @@
+"""The live daemon re-evolves its GP rule: real daemon and feed processes on loopback, real
+SQLite, a real background evolution process (tiny population, CPU).
+
+- At `[reevolve] at` in data time the evolution starts on the training days up to that day;
+  its rule is swapped in at the next session boundary, journaled (`rule_versions`, exported
+  by `journal --json`), shown in the status, and a restart after SIGTERM resumes with it.
+- A re-evolution that fails (its data file is missing) keeps the rule in use, is logged
+  and counted in the status.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import run_engine
+from strategies.gp.representation import GPRule
+from strategies.gp.strategy_file import PeriodRecord, StrategyFile, rule_record, save_strategy
+from tests.live_procs import endpoints, run_feed, start_daemon, stop_daemon
+
+SYMBOLS = ["A", "AAL", "AAP"]   # complete over the shared S&P file
+FEED = ["--symbols", ",".join(SYMBOLS), "--start", "2016-04-01", "--end", "2016-04-08",
+        "--session", "7", "--heartbeat", "0"]
+
+
+def data_file(shared_data: Path) -> Path:
+    return shared_data / "sp500_5yr_daily" / "all_stocks_5yr.csv.gz"
+
+
+def strategy_file(tmp: Path) -> Path:
+    """Version 1: a plain rule, as if evolved on the 60 days before the feed."""
+    rule = GPRule.from_infix("(close > sma5)", "(close < sma5)")
+    path = tmp / "gp.json"
+    save_strategy(path, StrategyFile(
+        data="", seed=3, best=rule_record(rule, 0.01),
+        train=PeriodRecord(symbols=SYMBOLS, first_date="2016-01-04",
+                           last_date="2016-03-30", days=60)))
+    return path
+
+
+def config(tmp: Path, data: Path) -> Path:
+    cfg = tmp / "live.toml"
+    cfg.write_text(f'[live]\nstatus_every_seconds = 0.1\nconflate_above = 0\n'
+                   f'[reevolve]\nat = "16:30"\ndata = "{data}"\ntrain_days = 40\n'
+                   f'population = 16\ngenerations = 2\ndevice = "cpu"\ngpu_seconds = 60\n')
+    return cfg
+
+
+def wait_status(path: Path, want: Callable[[dict[str, Any]], bool],
+                proc: subprocess.Popen[str], timeout: float = 30) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    last: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"daemon exited {proc.returncode}: "
+                                 f"{proc.stderr.read() if proc.stderr else ''}")
+        try:
+            last = json.loads(path.read_text())
+        except (OSError, ValueError):
+            last = {}
+        if last and want(last):
+            return last
+        time.sleep(0.05)
+    raise AssertionError(f"status never satisfied the condition; last: {last}")
+
+
+def daemon(tmp: Path, ticks: str, out: str, data: Path) -> subprocess.Popen[str]:
+    return start_daemon(tmp / "j.db", ticks, out, tmp / "final.json",
+                        "--config", str(config(tmp, data)), "--status-file",
+                        str(tmp / "status.json"), strategy=str(strategy_file(tmp)))
+
+
+def test_reevolves_at_the_set_data_time_swaps_at_the_next_session_and_resumes(
+        shared_data: Path, tmp_path: Path) -> None:
+    ticks, out = endpoints()
+    d = daemon(tmp_path, ticks, out, data_file(shared_data))
+    status = tmp_path / "status.json"
+    st = wait_status(status, lambda s: s.get("rule", {}).get("version") == 1, d)
+    assert st["reevolution"]["next_at"] is None  # no data time yet
+    # 2016-04-01 and 04-04: data time passes 04-01 16:30 New York, the evolution starts
+    run_feed(ticks, *FEED, "--data", str(data_file(shared_data)), "--count", "6")
+    st = wait_status(status, lambda s: s["reevolution"]["waiting_for_session"] == 2, d)
+    assert st["rule"]["version"] == 1  # done, but not swapped inside a session
+    assert st["reevolution"]["started"] == 1 and st["reevolution"]["next_at"] == (
+        "2016-04-04T20:30:00Z")
+    # the next days: the rule swaps at the first session boundary
+    run_feed(ticks, *FEED, "--data", str(data_file(shared_data)), "--skip", "6")
+    st = wait_status(status, lambda s: s["rule"]["version"] >= 2, d)
+    v2 = st["rule"]
+    assert v2["origin"] == "reevolve" and v2["seed"] == 1 + 2
+    assert v2["train_end"] == "2016-04-01"   # the training days end with the due day
+    final = stop_daemon(d, tmp_path / "final.json")
+    assert final["rule"]["version"] >= 2
+    exported = tmp_path / "journal.json"
+    assert run_engine.main(["journal", "--journal", str(tmp_path / "j.db"), "--json",
+                            str(exported)]) == 0
+    versions = json.loads(exported.read_text())["rule_versions"]
+    assert [v["origin"] for v in versions[:2]] == ["file", "reevolve"]
+    second = versions[1]
+    assert (second["train_start"], second["train_end"], second["seed"]) == (
+        v2["train_start"], "2016-04-01", 3)
+    # adopted at a session's first bar, after the day it was asked for
+    assert second["evolved_at"] == "2016-04-01T20:30:00Z"
+    assert second["adopted_ts"] >= 1_459_800_000 * 10**9  # 2016-04-04 or later
+    # restart after SIGTERM: the daemon trades the rule version it traded
+    ticks, out = endpoints()
+    d = daemon(tmp_path, ticks, out, data_file(shared_data))
+    st = wait_status(status, lambda s: s["restored_from"] != "new" and "rule" in s
+                     and s["status"] == "running", d)
+    assert st["rule"] == final["rule"]
+    stop_daemon(d, tmp_path / "final.json")
+
+
+def test_a_failed_reevolution_keeps_the_rule_and_is_logged(shared_data: Path,
+                                                           tmp_path: Path) -> None:
+    ticks, out = endpoints()
+    d = daemon(tmp_path, ticks, out, tmp_path / "missing.csv")
+    status = tmp_path / "status.json"
+    wait_status(status, lambda s: "rule" in s, d)
+    run_feed(ticks, *FEED, "--data", str(data_file(shared_data)), "--count", "9")
+    st = wait_status(status, lambda s: s["reevolution"]["failed"] >= 1, d)
+    assert st["rule"]["version"] == 1 and st["reevolution"]["adopted"] == 0
+    assert "missing.csv" in st["reevolution"]["last_error"]
+    d.send_signal(15)
+    _, err = d.communicate(timeout=60)
+    assert "re-evolution failed" in err and "keeping rule version 1" in err
