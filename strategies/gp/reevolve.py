@@ -150,6 +150,39 @@ def evolve_job(job: EvolveJob) -> RuleVersion:
         device=evaluator.device, seconds=time.perf_counter() - t0)
 
 
+@dataclass(frozen=True)
+class AsOfJob:
+    """A live re-evolution: the last `train_days` days up to `as_of` (YYYY-MM-DD) of the
+    daily file `data`, read in the worker (the daemon's loop never parses a file)."""
+
+    data: str
+    symbols: list[str]
+    as_of: str
+    train_days: int
+    config: EvolutionConfig
+    ensemble: int = 1
+    costs: tuple[float, float, float] = DEFAULT_COSTS
+    device: str = "cpu"
+    budget_seconds: float = 0.0
+
+
+def evolve_as_of(job: AsOfJob) -> RuleVersion:
+    """Evolve on the training window `job` names (in the worker process)."""
+    from bisect import bisect_right
+
+    from strategies.gp.window import history_matrix
+
+    m = history_matrix(job.data, None, None, job.symbols or None)
+    dates = [str(d)[:10] for d in m.dates]
+    end = bisect_right(dates, job.as_of)
+    if end < job.train_days:
+        raise ValueError(f"{job.data} has {end} trading days up to {job.as_of}, "
+                         f"{job.train_days} needed")
+    return evolve_job(EvolveJob.of_days(
+        m, end - job.train_days, end, config=job.config, ensemble=job.ensemble,
+        costs=job.costs, device=job.device, budget_seconds=job.budget_seconds))
+
+
 def _ready() -> bool:
     """The worker's first task: import what an evolution needs (numba's compiled code
     loads from its cache), so the first real job does not pay for it."""
@@ -177,7 +210,9 @@ class Reevolver:
     def _start() -> cf.ProcessPoolExecutor:
         return cf.ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn"))
 
-    def submit(self, job: EvolveJob) -> cf.Future[RuleVersion]:
+    def submit(self, job: EvolveJob | AsOfJob) -> cf.Future[RuleVersion]:
+        if isinstance(job, AsOfJob):
+            return self._pool.submit(evolve_as_of, job)
         return self._pool.submit(evolve_job, job)
 
     def restart(self) -> None:
