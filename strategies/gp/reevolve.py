@@ -17,6 +17,9 @@ window's first day, exactly as `evolve --start TRAIN_START --train-days TRAIN` c
 it, and it evolves with the seed it is given: a walk-forward fold k (seed + k) is the same
 evolution as the fold of `evolve --walk-forward` (strategies/gp/walk_forward.py).
 
+The worker runs at a lower priority (nice 10) with one CPU thread fewer than the cores,
+so an evolution on the CPU leaves the engine's core to the tick path.
+
 Budget: a job carries `budget_seconds` (0 = none). The evolution checks it after every
 generation and gives up with `BudgetExceeded` when it is spent; the caller keeps the rule
 it has (a failure, logged and counted, never a half-evolved rule).
@@ -25,6 +28,7 @@ it has (a failure, logged and counted, never a half-evolved rule).
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import multiprocessing as mp
 import time
 from collections.abc import Sequence
@@ -183,6 +187,22 @@ def evolve_as_of(job: AsOfJob) -> RuleVersion:
         costs=job.costs, device=job.device, budget_seconds=job.budget_seconds))
 
 
+def _worker_init() -> None:
+    """The worker yields to the engine: a lower scheduling priority, and numba's CPU
+    threads one fewer than the cores (the engine's loop keeps a core; on a GPU the
+    evolution's work is the device's anyway)."""
+    import os
+
+    import numba
+
+    with contextlib.suppress(OSError):
+        os.nice(10)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1)
+    most = int(getattr(numba.config, "NUMBA_NUM_THREADS", cores))
+    numba.set_num_threads(max(1, min(cores - 1, most)))
+
+
 def _ready() -> bool:
     """The worker's first task: import what an evolution needs (numba's compiled code
     loads from its cache), so the first real job does not pay for it."""
@@ -208,7 +228,8 @@ class Reevolver:
 
     @staticmethod
     def _start() -> cf.ProcessPoolExecutor:
-        return cf.ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn"))
+        return cf.ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn"),
+                                      initializer=_worker_init)
 
     def submit(self, job: EvolveJob | AsOfJob) -> cf.Future[RuleVersion]:
         if isinstance(job, AsOfJob):
