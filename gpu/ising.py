@@ -41,7 +41,9 @@ from gpu.twin import compile_twin, cuda_kernel_cache, flush_stale_caches
 flush_stale_caches(__file__, [core.__file__])
 TWIN = compile_twin(__name__, core.FUNCTIONS, core.CONSTANTS)
 
-KERNELS = ("int8", "multispin")
+KERNELS = ("int8", "multispin", "bitplane", "bitplane-int8")
+BITPLANE_KERNELS = ("bitplane", "bitplane-int8")  # the bit-plane random numbers
+BP_WORDS = 4  # words per thread in the bit-plane kernel, THREADS apart (coalesced)
 THREADS = 128  # threads per block: enough warps per SM while small lattices still spread
 MAX_SWEEPS = 2**31 - 1  # the counter word holds 2·sweep + colour
 TABLE_WIDTH = 14  # acceptance entries per temperature: 2·(2·dim+1) ≤ 14
@@ -79,6 +81,35 @@ def seed_key(seed: int) -> tuple[np.uint64, np.uint64]:
     return np.uint64(seed & 0xFFFFFFFF), np.uint64((seed >> 32) & 0xFFFFFFFF)
 
 
+def _colour_sites(shape: tuple[int, ...], colour: int) -> tuple[npt.NDArray[np.int64], ...]:
+    """Index arrays of the sites of one colour in site-index order k (see gpu.ising_core)."""
+    L = shape[0]
+    half = L // 2
+    if len(shape) == 2:
+        i2, jj = np.meshgrid(np.arange(L), np.arange(half), indexing="ij")
+        return i2.reshape(-1), (2 * jj + ((i2 + colour) & 1)).reshape(-1)
+    i, j, zz = np.meshgrid(np.arange(L), np.arange(L), np.arange(half), indexing="ij")
+    return i.reshape(-1), j.reshape(-1), (2 * zz + ((i + j + colour) & 1)).reshape(-1)
+
+
+def pack_bits(spins: npt.NDArray[np.int8], colour: int) -> U64:
+    """One colour of a 2D or 3D ±1 lattice as bit-plane words: bit n of word w is site
+    k = 64·w + n (1 = up); L must be a multiple of 128."""
+    bits = (spins[_colour_sites(spins.shape, colour)] > 0).astype(np.uint64).reshape(-1, 64)
+    shifts = np.arange(64, dtype=np.uint64)[None, :]
+    return np.bitwise_or.reduce(bits << shifts, axis=1)
+
+
+def unpack_bits(black: U64, white: U64, L: int, dim: int) -> npt.NDArray[np.int8]:
+    """The ±1 int8 lattice (L,)*dim from its two bit-plane colours."""
+    out = np.empty((L,) * dim, dtype=np.int8)
+    shifts = np.arange(64, dtype=np.uint64)[None, :]
+    for colour, words in ((0, black), (1, white)):
+        bits = ((words[:, None] >> shifts) & np.uint64(1)).reshape(-1).astype(np.int8)
+        out[_colour_sites(out.shape, colour)] = 2 * bits - 1
+    return out
+
+
 def pack_colour(spins: npt.NDArray[np.int8], colour: int) -> U64:
     """One colour of a 2D ±1 int8 lattice as multi-spin words (L rows × L/32)."""
     L = spins.shape[0]
@@ -110,6 +141,9 @@ _update_int8 = TWIN.cpu.update_octet_int8
 _measure_int8 = TWIN.cpu.measure_octet_int8
 _update_words = TWIN.cpu.update_words_2d
 _measure_word = TWIN.cpu.measure_word_2d
+_update_bp = TWIN.cpu.update_word_bp
+_measure_bp = TWIN.cpu.measure_word_bp
+_update_bp_int8 = TWIN.cpu.update_octet_bp_int8
 
 
 @njit(parallel=True, cache=True)
@@ -166,12 +200,64 @@ def _cpu_multispin(black, white, offs, sizes, streams, thr_hi, thr_lo, key0, key
                 obs[t, lat, 1] = bonds
 
 
+@njit(parallel=True, cache=True)
+def _cpu_bp_int8(spins, offs, sizes, streams, dim, thr_hi, thr_lo, key0, key1, sweep0, n_sweeps, measure, obs):  # noqa: E501
+    for lat in prange(sizes.shape[0]):
+        L = sizes[lat]
+        off = offs[lat]
+        n_sites = (L // 2) * L if dim == 2 else (L // 2) * L * L
+        n_groups = (n_sites + 7) // 8
+        for t in range(n_sweeps):
+            for colour in range(2):
+                for g in range(n_groups):
+                    _update_bp_int8(
+                        spins, off, L, dim, colour, g, streams[lat], sweep0 + t,
+                        key0, key1, thr_hi, thr_lo, lat,
+                    )
+            if measure:
+                mag = 0
+                bonds = 0
+                for g in range(n_groups):
+                    m, b = _measure_int8(spins, off, L, dim, g)
+                    mag += m
+                    bonds += b
+                obs[t, lat, 0] = mag
+                obs[t, lat, 1] = bonds
+
+
+@njit(parallel=True, cache=True)
+def _cpu_bitplane(black, white, offs, sizes, streams, dim, thr_hi, thr_lo, key0, key1, sweep0, n_sweeps, measure, obs):  # noqa: E501
+    for lat in prange(sizes.shape[0]):
+        L = sizes[lat]
+        off = offs[lat]
+        n_words = L * L // 128 if dim == 2 else L * L * L // 128
+        for t in range(n_sweeps):
+            for w in range(n_words):
+                _update_bp(black, white, off, L, dim, 0, w, streams[lat], sweep0 + t,
+                           key0, key1, thr_hi, thr_lo, lat)
+            for w in range(n_words):
+                _update_bp(white, black, off, L, dim, 1, w, streams[lat], sweep0 + t,
+                           key0, key1, thr_hi, thr_lo, lat)
+            if measure:
+                mag = 0
+                bonds = 0
+                for w in range(n_words):
+                    m, b = _measure_bp(black, white, off, L, dim, w)
+                    mag += m
+                    bonds += b
+                obs[t, lat, 0] = mag
+                obs[t, lat, 1] = bonds
+
+
 # ---- CUDA kernels --------------------------------------------------------------------------
 _update_int8_dev = TWIN.cuda.update_octet_int8
 _measure_int8_dev = TWIN.cuda.measure_octet_int8
 _update_words_dev = TWIN.cuda.update_words_2d
 _words_per_thread_dev = TWIN.cuda.words_per_thread
 _measure_word_dev = TWIN.cuda.measure_word_2d
+_update_bp_dev = TWIN.cuda.update_word_bp
+_measure_bp_dev = TWIN.cuda.measure_word_bp
+_update_bp_int8_dev = TWIN.cuda.update_octet_bp_int8
 _jit = cuda.jit(cache=cuda_kernel_cache())
 
 
@@ -219,6 +305,40 @@ def _k_update_word(own, other, meta, thr, blocks, key0, key1, sweep, colour):  #
             own, other, meta[lat, 0], L, colour, w0, count, meta[lat, 2], sweep, key0, key1,
             table[0:1], table[1:2], 0,
         )
+
+
+@_jit
+def _k_update_bp_int8(spins, meta, thr, blocks, dim, key0, key1, sweep, colour):  # noqa: E501
+    lat = blocks[cuda.blockIdx.x, 0]
+    table = cuda.shared.array((2, TABLE_WIDTH), dtype=np.uint32)
+    _load_table_dev(table, thr, lat)
+    g = blocks[cuda.blockIdx.x, 1] + cuda.threadIdx.x
+    L = meta[lat, 1]
+    n_sites = (L // 2) * L if dim == 2 else (L // 2) * L * L
+    if 8 * g < n_sites:
+        _update_bp_int8_dev(
+            spins, meta[lat, 0], L, dim, colour, g, meta[lat, 2], sweep, key0, key1,
+            table[0:1], table[1:2], 0,
+        )
+
+
+@_jit
+def _k_update_bp(own, other, meta, thr, blocks, dim, key0, key1, sweep, colour):  # noqa: E501
+    # A block owns THREADS·BP_WORDS consecutive words; thread t takes words t, t+THREADS,
+    # …, so every load and store of a warp covers 32 consecutive words (256 bytes).
+    lat = blocks[cuda.blockIdx.x, 0]
+    table = cuda.shared.array((2, TABLE_WIDTH), dtype=np.uint32)
+    _load_table_dev(table, thr, lat)
+    L = meta[lat, 1]
+    n_words = L * L // 128 if dim == 2 else L * L * (L // 128)
+    w = blocks[cuda.blockIdx.x, 1] + cuda.threadIdx.x
+    for _ in range(BP_WORDS):
+        if w < n_words:
+            _update_bp_dev(
+                own, other, meta[lat, 0], L, dim, colour, w, meta[lat, 2], sweep, key0, key1,
+                table[0:1], table[1:2], 0,
+            )
+        w += THREADS
 
 
 def _block_sum_and_store(partial, mag, bonds, obs, row, lat):
@@ -274,6 +394,24 @@ def _k_measure_word(black, white, meta, blocks, obs, row):
     _block_sum_dev(partial, mag, bonds, obs, row, lat)
 
 
+@_jit
+def _k_measure_bp(black, white, meta, blocks, dim, obs, row):
+    partial = cuda.shared.array((THREADS, 2), dtype=np.int64)
+    lat = blocks[cuda.blockIdx.x, 0]
+    L = meta[lat, 1]
+    n_words = L * L // 128 if dim == 2 else L * L * (L // 128)
+    w = blocks[cuda.blockIdx.x, 1] + cuda.threadIdx.x
+    mag = 0
+    bonds = 0
+    for _ in range(BP_WORDS):  # the update kernel's work split
+        if w < n_words:
+            m, b = _measure_bp_dev(black, white, meta[lat, 0], L, dim, w)
+            mag += m
+            bonds += b
+        w += THREADS
+    _block_sum_dev(partial, mag, bonds, obs, row, lat)
+
+
 # ---- the ensemble --------------------------------------------------------------------------
 class IsingEnsemble:
     """A batch of lattices (sizes[n], temperatures[n]) of one dimension, advanced together.
@@ -305,6 +443,8 @@ class IsingEnsemble:
                 raise ValueError(f"lattice size must be even and ≥ 2, got {L}")
             if kernel == "multispin" and (dim != 2 or L % 32):
                 raise ValueError(f"the multispin kernel needs 2D and L a multiple of 32, got {L}")
+            if kernel == "bitplane" and L % 128:
+                raise ValueError(f"the bitplane kernel needs L a multiple of 128, got {L}")
         if not math.isfinite(field):
             raise ValueError("field must be finite")
         self.dim = dim
@@ -324,14 +464,19 @@ class IsingEnsemble:
             raise ValueError("need one stream id in [0, 2^32) per lattice")
         self.key0, self.key1 = seed_key(seed)
         self.thr = acceptance_table(dim, list(self.temperatures), self.field)
-        # the kernels compare the 16-bit halves of a site's uniform (see gpu.ising_core)
-        self.thr_hi = (self.thr >> np.uint64(16)).astype(np.uint32)
-        self.thr_lo = (self.thr & np.uint64(0xFFFF)).astype(np.uint32)
+        # the kernels compare a site's uniform in two parts (see gpu.ising_core): its top
+        # 16 bits (int8, multispin) or top 8 bits (bit-plane kernels), then the rest on a tie
+        split = np.uint64(24 if kernel in BITPLANE_KERNELS else 16)
+        self.thr_hi = (self.thr >> split).astype(np.uint32)
+        self.thr_lo = (self.thr & ((np.uint64(1) << split) - np.uint64(1))).astype(np.uint32)
         self.n_spins = self.sizes**dim
         self.sweep = 0
-        if kernel == "int8":
+        if kernel in ("int8", "bitplane-int8"):
             per_lattice = self.n_spins
             self._units = ((self.n_spins // 2) + 7) // 8  # thread work items per lattice
+        elif kernel == "bitplane":
+            per_lattice = self.n_spins // 128
+            self._units = (per_lattice + BP_WORDS - 1) // BP_WORDS
         else:
             per_lattice = self.sizes * self.sizes // 32
             self._units = per_lattice // np.array(
@@ -339,15 +484,19 @@ class IsingEnsemble:
             )
         self.offsets = np.concatenate([[0], np.cumsum(per_lattice)[:-1]]).astype(np.int64)
         total = int(per_lattice.sum())
-        if kernel == "int8":
+        if kernel in ("int8", "bitplane-int8"):
             self._host: tuple[Any, ...] = (np.ones(total, dtype=np.int8),)
+        elif kernel == "bitplane":
+            self._host = (np.full(total, core.ALL), np.full(total, core.ALL))
         else:
             up = np.uint64(0x1111111111111111)  # every nibble 1: all spins up
             self._host = (np.full(total, up), np.full(total, up))
         blocks = (self._units + THREADS - 1) // THREADS
         self._blk_lat = np.repeat(np.arange(len(sizes), dtype=np.int64), blocks)
+        # first work item of each block (a word, for bitplane: a block spans BP_WORDS·THREADS)
+        stride = THREADS * (BP_WORDS if kernel == "bitplane" else 1)
         self._blk_first = np.concatenate(
-            [np.arange(b, dtype=np.int64) * THREADS for b in blocks]
+            [np.arange(b, dtype=np.int64) * stride for b in blocks]
         )
         self._dev: tuple[Any, ...] | None = None
         if self.device == "cuda":
@@ -358,6 +507,12 @@ class IsingEnsemble:
             if kernel == "int8":
                 self._launch_update = _k_update_int8[grid, THREADS]
                 self._launch_measure = _k_measure_int8[grid, THREADS]
+            elif kernel == "bitplane-int8":
+                self._launch_update = _k_update_bp_int8[grid, THREADS]
+                self._launch_measure = _k_measure_int8[grid, THREADS]
+            elif kernel == "bitplane":
+                self._launch_update = _k_update_bp[grid, THREADS]
+                self._launch_measure = _k_measure_bp[grid, THREADS]
             else:
                 self._launch_update = _k_update_word[grid, THREADS]
                 self._launch_measure = _k_measure_word[grid, THREADS]
@@ -384,8 +539,13 @@ class IsingEnsemble:
         self._sync_host()
         L = int(self.sizes[n])
         off = int(self.offsets[n])
-        if self.kernel == "int8":
+        if self.kernel in ("int8", "bitplane-int8"):
             return self._host[0][off : off + L**self.dim].reshape((L,) * self.dim).copy()
+        if self.kernel == "bitplane":
+            w = L**self.dim // 128
+            return unpack_bits(
+                self._host[0][off : off + w], self._host[1][off : off + w], L, self.dim
+            )
         w = L * L // 32
         return unpack_colours(self._host[0][off : off + w], self._host[1][off : off + w], L)
 
@@ -398,8 +558,12 @@ class IsingEnsemble:
         self._sync_host()
         off = int(self.offsets[n])
         s8 = spins.astype(np.int8)
-        if self.kernel == "int8":
+        if self.kernel in ("int8", "bitplane-int8"):
             self._host[0][off : off + L**self.dim] = s8.reshape(-1)
+        elif self.kernel == "bitplane":
+            w = L**self.dim // 128
+            self._host[0][off : off + w] = pack_bits(s8, 0)
+            self._host[1][off : off + w] = pack_bits(s8, 1)
         else:
             w = L * L // 32
             self._host[0][off : off + w] = pack_colour(s8, 0)
@@ -425,10 +589,17 @@ class IsingEnsemble:
 
     def _run_cpu(self, n_sweeps: int, measure: bool, obs: I64) -> None:
         holder = obs if measure else np.zeros((1, 1, 2), dtype=np.int64)
-        if self.kernel == "int8":
-            _cpu_int8(
+        if self.kernel in ("int8", "bitplane-int8"):
+            driver = _cpu_int8 if self.kernel == "int8" else _cpu_bp_int8
+            driver(
                 self._host[0], self.offsets, self.sizes, self.streams, self.dim, self.thr_hi,
                 self.thr_lo, self.key0, self.key1, self.sweep, n_sweeps, measure, holder,
+            )
+        elif self.kernel == "bitplane":
+            _cpu_bitplane(
+                self._host[0], self._host[1], self.offsets, self.sizes, self.streams, self.dim,
+                self.thr_hi, self.thr_lo, self.key0, self.key1, self.sweep, n_sweeps, measure,
+                holder,
             )
         else:
             _cpu_multispin(
@@ -444,12 +615,19 @@ class IsingEnsemble:
         d_obs = cuda.to_device(obs) if measure else None
         for t in range(n_sweeps):
             sweep = self.sweep + t
-            if self.kernel == "int8":
+            if self.kernel in ("int8", "bitplane-int8"):
                 (spins,) = self._dev
                 for colour in (0, 1):
                     update(spins, meta, thr, blocks, self.dim, self.key0, self.key1, sweep, colour)
                 if measure:
                     measure_sums(spins, meta, blocks, self.dim, d_obs, t)
+            elif self.kernel == "bitplane":
+                black, white = self._dev
+                for colour, own, other in ((0, black, white), (1, white, black)):
+                    update(own, other, meta, thr, blocks, self.dim, self.key0, self.key1, sweep,
+                           colour)
+                if measure:
+                    measure_sums(black, white, meta, blocks, self.dim, d_obs, t)
             else:
                 black, white = self._dev
                 for colour, own, other in ((0, black, white), (1, white, black)):

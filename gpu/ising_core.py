@@ -60,6 +60,22 @@ PHILOX_W1 = np.uint64(0xBB67AE85)
 
 WORDS_MAX = 8  # words of a row per CUDA thread (when the row length allows; 16 is slower)
 
+# bit-plane kernels (one bit per spin, see the "Bit-plane kernels" section below)
+ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+SH63 = np.uint64(63)
+SH63S = np.int64(63)
+I64 = np.int64
+SH24 = np.uint64(24)
+LOW24 = np.uint32(0xFFFFFF)
+POP1 = np.uint64(0x5555555555555555)
+POP2 = np.uint64(0x3333333333333333)
+POP4 = np.uint64(0x0F0F0F0F0F0F0F0F)
+SH8 = np.uint64(8)
+SH16 = np.uint64(16)
+LOW7 = np.uint64(0x7F)
+PLANES = 8  # top bits of each uniform held as bit planes (the rest drawn only on a tie)
+SPINS_PER_WORD = 64
+
 CONSTANTS: dict[str, Any] = {
     "WORDS_MAX": WORDS_MAX,
     "U64": U64,
@@ -80,6 +96,20 @@ CONSTANTS: dict[str, Any] = {
     "PHILOX_M1": PHILOX_M1,
     "PHILOX_W0": PHILOX_W0,
     "PHILOX_W1": PHILOX_W1,
+    "ALL": ALL,
+    "SH63": SH63,
+    "SH63S": SH63S,
+    "I64": I64,
+    "SH24": SH24,
+    "LOW24": LOW24,
+    "POP1": POP1,
+    "POP2": POP2,
+    "POP4": POP4,
+    "SH8": SH8,
+    "SH16": SH16,
+    "LOW7": LOW7,
+    "PLANES": PLANES,
+    "SPINS_PER_WORD": SPINS_PER_WORD,
 }
 
 
@@ -370,6 +400,331 @@ def measure_word_2d(black: Any, white: Any, off: int, L: int, w: int) -> Any:
     return mag, bonds
 
 
+
+# ---- Bit-plane kernels ---------------------------------------------------------------------
+# One bit per spin (1 = up), 64 sites of one colour per uint64 word: bit n of word w holds
+# colour-site k = 64·w + n (the site index of the module docstring), in 2D and 3D alike, so
+# a row (2D) or z-line (3D) of one colour is L/128 words (L a multiple of 128).
+#
+# Random numbers (the bit-plane scheme; the int8 reference `update_octet_bp_int8` draws the
+# same numbers site by site): site k = 64·w + n draws the 32-bit uniform
+#     u = top8 · 2^24 + low24,
+# bit 7-b of top8 (b = 0 … 7) being bit n of plane b of word w, where planes 2q and 2q+1
+# are the Philox-4x32-10 words (r0 | r1·2^32) and (r2 | r3·2^32) of counter
+# (w, stream, 2·sweep + colour, w>>32 | q<<24) for q = 0 … 3, and low24 the low 24 bits
+# of word r0 of counter (w, stream, 2·sweep + colour, w>>32 | n<<24 | 2^31). So 4 Philox
+# calls serve a word's 64 spins (16 spins a call, 8 random bits a spin), and the refining
+# call is made for one site only when its top 8 bits equal its threshold's (probability
+# 2^-8 per site whose acceptance is below 1): u is still a full 32-bit uniform and the
+# decision is exactly u < thr as in the other kernels, so there is no quantisation bias
+# (acceptance ceil(p·2^32)/2^32, within 2^-32 of p, as before).
+#
+# Why bit planes: the comparison u < t of all 64 spins against one threshold t is a
+# lexicographic compare, plane by plane from the top, in two or three logic operations per
+# plane for the whole word; the neighbour counts are bit-sliced adders (a few operations
+# per neighbour for 64 spins). Per spin the arithmetic is a few operations and 8 random
+# bits plus ~1/256 of a Philox call, against 16 bits and a table lookup per spin in the
+# nibble kernel; the lattice is 1 bit per spin, so a sweep moves an eighth of the bytes
+# of an int8 lattice and a quarter of the nibble kernel's.
+
+
+def popcount64(x: Any) -> Any:
+    """Number of set bits of a uint64 (SWAR, no multiply: no overflow anywhere)."""
+    x = x - ((x >> ONE) & POP1)
+    x = (x & POP2) + ((x >> TWO) & POP2)
+    x = (x + (x >> SH4)) & POP4
+    x = x + (x >> SH8)
+    x = x + (x >> SH16)
+    x = x + (x >> SH32)
+    return x & LOW7
+
+
+def plane_draws(w: int, q: int, stream: int, sweep: int, colour: int, key0: Any, key1: Any) -> Any:
+    """Planes 2q and 2q+1 of word w: the Philox words (r0, r1, r2, r3) of their counter."""
+    wo = U64(w)
+    return philox4x32_10(
+        U32(wo & MASK32),
+        U32(U64(stream) & MASK32),
+        U32((U64(sweep) * TWO + U64(colour)) & MASK32),
+        U32(((wo >> SH32) | (U64(q) << SH24)) & MASK32),
+        key0,
+        key1,
+    )
+
+
+def refine_draw(w: int, n: int, stream: int, sweep: int, colour: int, key0: Any, key1: Any) -> Any:
+    """The low 24 bits of the uniform of site 64·w + n (its own refining Philox call)."""
+    wo = U64(w)
+    r0, r1, r2, r3 = philox4x32_10(
+        U32(wo & MASK32),
+        U32(U64(stream) & MASK32),
+        U32((U64(sweep) * TWO + U64(colour)) & MASK32),
+        U32(((wo >> SH32) | (U64(n) << SH24) | (ONE << SH31)) & MASK32),
+        key0,
+        key1,
+    )
+    return r0 & LOW24
+
+
+def bp_uniform(k: int, stream: int, sweep: int, colour: int, key0: Any, key1: Any) -> Any:
+    """The full 32-bit uniform of colour-site k, assembled site by site (the reference)."""
+    w = k >> 6
+    n = U64(k & 63)
+    top = ZERO
+    for q in range(4):
+        r0, r1, r2, r3 = plane_draws(w, q, stream, sweep, colour, key0, key1)
+        pa = U64(r0) | (U64(r1) << SH32)
+        pb = U64(r2) | (U64(r3) << SH32)
+        top = (top << TWO) | (((pa >> n) & ONE) << ONE) | ((pb >> n) & ONE)
+    return (top << SH24) | U64(refine_draw(w, int(n), stream, sweep, colour, key0, key1))
+
+
+def update_octet_bp_int8(
+    spins: Any, off: int, L: int, dim: int, colour: int, octet: int,
+    stream: int, sweep: int, key0: Any, key1: Any, thr_hi: Any, thr_lo: Any, tab: int,
+) -> None:
+    """Reference Metropolis on sites 8·octet … 8·octet+7 of an int8 lattice with the
+    bit-plane random numbers, site by site without bit slicing: a site's top 8 bits are
+    gathered from the planes of its word (the octet lies in one word), compared with
+    thr >> 24 as integers, and on equality its refining draw is compared with the rest,
+    i.e. exactly u < thr = thr_hi·2^24 + thr_lo.
+    """
+    half = L // 2
+    n_sites = half * L if dim == 2 else half * L * L
+    w = octet >> 3
+    a0, a1, a2, a3 = plane_draws(w, 0, stream, sweep, colour, key0, key1)
+    b0, b1, b2, b3 = plane_draws(w, 1, stream, sweep, colour, key0, key1)
+    c0, c1, c2, c3 = plane_draws(w, 2, stream, sweep, colour, key0, key1)
+    d0, d1, d2, d3 = plane_draws(w, 3, stream, sweep, colour, key0, key1)
+    for m in range(8):
+        k = 8 * octet + m
+        if k < n_sites:
+            i, j, z = site_coords(L, dim, colour, k)
+            at = site_at(off, L, dim, i, j, z)
+            nb = neighbour_sum(spins, off, L, dim, i, j, z)
+            s = int(spins[at])
+            row = int8_row(s, int(nb), dim)
+            n = k & 63
+            # bit n of plane 2q is bit n of (r0 | r1·2^32): word r0 for n < 32, else r1
+            sh = U32(n & 31)
+            hi = n >> 5
+            top = (
+                (((a1 if hi else a0) >> sh) & ONE32) << U32(7)
+                | (((a3 if hi else a2) >> sh) & ONE32) << U32(6)
+                | (((b1 if hi else b0) >> sh) & ONE32) << U32(5)
+                | (((b3 if hi else b2) >> sh) & ONE32) << U32(4)
+                | (((c1 if hi else c0) >> sh) & ONE32) << U32(3)
+                | (((c3 if hi else c2) >> sh) & ONE32) << U32(2)
+                | (((d1 if hi else d0) >> sh) & ONE32) << ONE32
+                | (((d3 if hi else d2) >> sh) & ONE32)
+            )
+            t8 = U32(thr_hi[tab, row])
+            if top < t8 or (
+                top == t8
+                and refine_draw(w, n, stream, sweep, colour, key0, key1) < thr_lo[tab, row]
+            ):
+                spins[at] = -s
+
+
+def count_add(c0: Any, c1: Any, c2: Any, a: Any) -> Any:
+    """Bit-sliced counter (c0, c1, c2) += a for 64 spins at once (counts stay ≤ 7)."""
+    t = c0 & a
+    c0 = c0 ^ a
+    t2 = c1 & t
+    c1 = c1 ^ t
+    return c0, c1, c2 | t2
+
+
+def count_is(c0: Any, c1: Any, c2: Any, n: int) -> Any:
+    """Mask of the spins whose bit-sliced count equals n (n the same for all: no branches
+    that differ between threads)."""
+    a = c0 if n & 1 else ~c0
+    b = c1 if n & 2 else ~c1
+    c = c2 if n & 4 else ~c2
+    return a & b & c
+
+
+def cmp_plane(lt: Any, eq: Any, p: Any, t8: int, bit: int) -> Any:
+    """One plane of the compare u < t for 64 spins, planes taken from the least significant.
+
+    lt is the borrow of u − t over the bits so far ([u < t] on them), eq their equality;
+    tb, bit `bit` of t8 spread over a word, is the same for all spins. Each update is one
+    three-input logic function (one LOP3 per 32-bit half on the GPU), with no branch.
+    """
+    tb = U64((I64(t8) << I64(63 - bit)) >> SH63S)  # bit `bit` of t8 copied to all 64 bits
+    np_ = ~p
+    # borrow' = majority(tb, ~p, borrow): t = 1 gives ~p | borrow, t = 0 gives ~p & borrow
+    return (tb & np_) | (tb & lt) | (np_ & lt), eq & ~(p ^ tb)
+
+
+def class_decisions(
+    m: Any, t8: int, p0: Any, p1: Any, p2: Any, p3: Any, p4: Any, p5: Any, p6: Any, p7: Any
+) -> Any:
+    """(accepted, tied) spins among mask m whose uniforms' top 8 bits are compared to t8.
+
+    t8 = 256 means acceptance 1 (every spin of m flips); tied spins (top bits equal) are
+    settled by their refining draws.
+    """
+    if m == ZERO:
+        return ZERO, ZERO
+    if t8 >= 256:
+        return m, ZERO
+    lt = ZERO
+    eq = ALL
+    lt, eq = cmp_plane(lt, eq, p7, t8, 0)
+    lt, eq = cmp_plane(lt, eq, p6, t8, 1)
+    lt, eq = cmp_plane(lt, eq, p5, t8, 2)
+    lt, eq = cmp_plane(lt, eq, p4, t8, 3)
+    lt, eq = cmp_plane(lt, eq, p3, t8, 4)
+    lt, eq = cmp_plane(lt, eq, p2, t8, 5)
+    lt, eq = cmp_plane(lt, eq, p1, t8, 6)
+    lt, eq = cmp_plane(lt, eq, p0, t8, 7)
+    return m & lt, m & eq
+
+
+def decide_word(
+    s: Any, c0: Any, c1: Any, c2: Any, dim: int, w: int, stream: int, sweep: int,
+    colour: int, key0: Any, key1: Any, thr_hi: Any, thr_lo: Any, tab: int,
+) -> Any:
+    """The new word of 64 spins s whose up-neighbour counts are (c0, c1, c2), bit-sliced.
+
+    thr_hi[tab, row] = thr >> 24 (256 for acceptance 1), thr_lo = thr & 0xFFFFFF, rows
+    σ·(2·dim+1) + n_up as in the other kernels. The classes (σ = 1, n_up = n) and
+    (σ = 0, n_up = 2·dim − n) share a threshold when the field is zero, so they are
+    compared once together.
+    """
+    z = 2 * dim
+    r0, r1, r2, r3 = plane_draws(w, 0, stream, sweep, colour, key0, key1)
+    p0 = U64(r0) | (U64(r1) << SH32)
+    p1 = U64(r2) | (U64(r3) << SH32)
+    r0, r1, r2, r3 = plane_draws(w, 1, stream, sweep, colour, key0, key1)
+    p2 = U64(r0) | (U64(r1) << SH32)
+    p3 = U64(r2) | (U64(r3) << SH32)
+    r0, r1, r2, r3 = plane_draws(w, 2, stream, sweep, colour, key0, key1)
+    p4 = U64(r0) | (U64(r1) << SH32)
+    p5 = U64(r2) | (U64(r3) << SH32)
+    r0, r1, r2, r3 = plane_draws(w, 3, stream, sweep, colour, key0, key1)
+    p6 = U64(r0) | (U64(r1) << SH32)
+    p7 = U64(r2) | (U64(r3) << SH32)
+    flips = ZERO
+    ties = ZERO
+    ns = ~s
+    for n in range(z + 1):
+        up_row = z + 1 + n
+        down_row = z - n
+        m1 = s & count_is(c0, c1, c2, n)
+        m0 = ns & count_is(c0, c1, c2, z - n)
+        t1 = int(thr_hi[tab, up_row])
+        t0 = int(thr_hi[tab, down_row])
+        if t1 == t0 and thr_lo[tab, up_row] == thr_lo[tab, down_row]:
+            f, t = class_decisions(m1 | m0, t1, p0, p1, p2, p3, p4, p5, p6, p7)
+            flips |= f
+            ties |= t
+        else:
+            f, t = class_decisions(m1, t1, p0, p1, p2, p3, p4, p5, p6, p7)
+            flips |= f
+            ties |= t
+            f, t = class_decisions(m0, t0, p0, p1, p2, p3, p4, p5, p6, p7)
+            flips |= f
+            ties |= t
+    while ties != ZERO:  # rare (2^-8 a spin): one refining draw per tied spin
+        low = ties & (~ties + ONE)
+        n = int(popcount64(low - ONE))
+        sn = U64(n)
+        n_up = int(((c0 >> sn) & ONE) | (((c1 >> sn) & ONE) << ONE) | (((c2 >> sn) & ONE) << TWO))
+        row = int((s >> sn) & ONE) * (z + 1) + n_up
+        if refine_draw(w, n, stream, sweep, colour, key0, key1) < thr_lo[tab, row]:
+            flips |= low
+        ties ^= low
+    return s ^ flips
+
+
+def bp_neighbours(other: Any, off: int, L: int, dim: int, colour: int, w: int) -> Any:
+    """The 2·dim neighbour words (opposite colour, lattice at `off`) of word w of `colour`.
+
+    Returns six words; in 2D the last two are zero (never counted). Lines (2D rows, 3D
+    z-lines) are L/128 words; the neighbours across lines share the word index, the two
+    along the line are the centre word itself and it shifted by one bit (towards jj+1 or
+    jj−1 by the line's parity), its missing bit from the next or previous word.
+    """
+    # unsigned 32-bit index arithmetic (word counts stay below 2^32, checked by the
+    # ensemble): one short division, and no negative-index fix-ups on the loads
+    WL = U32(L >> 7)
+    uL = U32(L)
+    line = U32(w) // WL
+    c = U32(w) - line * WL
+    o = U64(off)
+    if dim == 2:
+        i = line
+        par = i + U32(colour)
+        lu = i - ONE32 if i > U32(0) else uL - ONE32
+        ld = i + ONE32 if i < uL - ONE32 else U32(0)
+        a = other[o + U64(lu * WL + c)]
+        b = other[o + U64(ld * WL + c)]
+        e = ZERO
+        f = ZERO
+    else:
+        i = line // uL
+        j = line - i * uL
+        par = i + j + U32(colour)
+        iu = i - ONE32 if i > U32(0) else uL - ONE32
+        idn = i + ONE32 if i < uL - ONE32 else U32(0)
+        jl = j - ONE32 if j > U32(0) else uL - ONE32
+        jr = j + ONE32 if j < uL - ONE32 else U32(0)
+        a = other[o + U64((iu * uL + j) * WL + c)]
+        b = other[o + U64((idn * uL + j) * WL + c)]
+        e = other[o + U64((i * uL + jl) * WL + c)]
+        f = other[o + U64((i * uL + jr) * WL + c)]
+    base = o + U64(line * WL)
+    centre = other[base + U64(c)]
+    if (par & ONE32) == ONE32:
+        cr = c + ONE32 if c < WL - ONE32 else U32(0)
+        side = (centre >> ONE) | (other[base + U64(cr)] << SH63)
+    else:
+        cl = c - ONE32 if c > U32(0) else WL - ONE32
+        side = (centre << ONE) | (other[base + U64(cl)] >> SH63)
+    return a, b, centre, side, e, f
+
+
+def update_word_bp(
+    own: Any, other: Any, off: int, L: int, dim: int, colour: int, w: int,
+    stream: int, sweep: int, key0: Any, key1: Any, thr_hi: Any, thr_lo: Any, tab: int,
+) -> None:
+    """Metropolis on the 64 spins of word w of colour `colour` (bit-plane kernel)."""
+    a, b, centre, side, e, f = bp_neighbours(other, off, L, dim, colour, w)
+    c0 = a
+    c1 = ZERO
+    c2 = ZERO
+    c0, c1, c2 = count_add(c0, c1, c2, b)
+    c0, c1, c2 = count_add(c0, c1, c2, centre)
+    c0, c1, c2 = count_add(c0, c1, c2, side)
+    if dim == 3:
+        c0, c1, c2 = count_add(c0, c1, c2, e)
+        c0, c1, c2 = count_add(c0, c1, c2, f)
+    at = U64(off) + U64(w)
+    own[at] = decide_word(
+        own[at], c0, c1, c2, dim, w, stream, sweep, colour, key0, key1,
+        thr_hi, thr_lo, tab,
+    )
+
+
+def measure_word_bp(black: Any, white: Any, off: int, L: int, dim: int, w: int) -> Any:
+    """(Σ s, Σ_bonds s_i s_j) over word w of both colours (bonds via the black spins: each
+    bond joins one black and one white site)."""
+    a, b, centre, side, e, f = bp_neighbours(white, off, L, dim, 0, w)
+    s = black[off + w]
+    agree = (
+        popcount64(~(s ^ a)) + popcount64(~(s ^ b)) + popcount64(~(s ^ centre))
+        + popcount64(~(s ^ side))
+    )
+    n_bonds = 4
+    if dim == 3:
+        agree += popcount64(~(s ^ e)) + popcount64(~(s ^ f))
+        n_bonds = 6
+    mag = 2 * int(popcount64(s)) + 2 * int(popcount64(white[off + w])) - 128
+    return mag, 2 * int(agree) - 64 * n_bonds
+
+
 FUNCTIONS = (
     philox_round,
     philox4x32_10,
@@ -387,4 +742,17 @@ FUNCTIONS = (
     words_per_thread,
     update_words_2d,
     measure_word_2d,
+    popcount64,
+    plane_draws,
+    refine_draw,
+    bp_uniform,
+    update_octet_bp_int8,
+    count_add,
+    count_is,
+    cmp_plane,
+    class_decisions,
+    decide_word,
+    bp_neighbours,
+    update_word_bp,
+    measure_word_bp,
 )
