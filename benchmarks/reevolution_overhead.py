@@ -4,13 +4,16 @@ The built-in synthetic market (several New York sessions of trades) goes through
 engine (feed, ZeroMQ, validation, one-minute bars, indicator bank, a GP strategy, the phase
 table, the paper broker) twice per round, the two ways interleaved:
 
-- `without`: the GP rule held all along;
 - `with`: the live daemon's re-evolution (engine/reevolution.py, `LiveReevolution`, a real
   SQLite journal): every session at `--at` data time a GP evolution on the S&P daily file
   (`--stocks` x `--train-days`, `--population` x `--generations` on `--device`) starts in
   the background worker process, and its rule is swapped in at the next session boundary.
   The engine never waits for it: the worker is busy while the ticks flow (the table says
   for what share of the replay), which is the contention the tick path must not pay for.
+- `without`: the same rules swapped in at the same sessions as the `with` run before it
+  adopted them (read back from its journal), with no evolution running: the same trades,
+  so the two differ only by the background evolution (a rule that trades more costs the
+  tick path more, whoever evolved it).
 
 Per way it prints ticks/s (market-data messages over the replay's wall time, medians over
 `--rounds`) and the ratio with/without; the issue's goal is >= 0.95 on the GPU machine
@@ -44,7 +47,8 @@ from engine.replay import replay  # noqa: E402
 from feeds.datadir import data_dir  # noqa: E402
 from feeds.synthetic import SyntheticMarket  # noqa: E402
 from gpu.gp_core import DEFAULT_COSTS  # noqa: E402
-from strategies.gp.reevolve import Reevolver, RuleText, RuleVersion  # noqa: E402
+from strategies.gp.evolution import EvolutionConfig  # noqa: E402
+from strategies.gp.reevolve import AsOfJob, Reevolver, RuleText, RuleVersion  # noqa: E402
 from strategies.gp.representation import GPRule  # noqa: E402
 from strategies.gp.strategy import SwappableGP  # noqa: E402
 
@@ -75,13 +79,27 @@ def s_and_p_symbols(n: int) -> list[str]:
     return list(history_matrix(data_dir() / "sp500_5yr_daily", n).symbols)
 
 
+class ScriptedSwaps:
+    """Swaps in given rules at given sessions (the adoptions of a `with` run)."""
+
+    def __init__(self, strategy: SwappableGP, swaps: list[tuple[int, list[GPRule]]]) -> None:
+        self.strategy = strategy
+        self.swaps = dict(swaps)
+
+    async def new_session(self, engine: Any, last_ts: int, next_ts: int) -> None:
+        rules = self.swaps.get(next_ts)
+        if rules is not None:
+            self.strategy.swap(rules)
+
+
 def one_replay(args: argparse.Namespace, reevolve: bool, reevolver: Reevolver,
-               symbols: list[str], tmp: Path) -> dict[str, Any]:
+               symbols: list[str], tmp: Path,
+               swaps: list[tuple[int, list[GPRule]]]) -> dict[str, Any]:
     strategy = SwappableGP([GPRule.from_infix(*RULE)], device=args.device, name="gp")
     cfg = EngineConfig(bar_seconds=60.0, device=args.device)
     factory = functools.partial(SyntheticMarket, n_symbols=args.n_symbols,
                                 n_ticks=args.ticks, seed=1, tick_rate=args.tick_rate)
-    hook = None
+    hook: Any = ScriptedSwaps(strategy, swaps)
     journal = None
     if reevolve:
         journal = Journal(tmp / f"bench-{time.monotonic_ns()}.db")
@@ -97,8 +115,10 @@ def one_replay(args: argparse.Namespace, reevolve: bool, reevolver: Reevolver,
     ticks = result.engine.stats.market_data
     out: dict[str, Any] = {"ticks": ticks, "wall_seconds": result.wall_seconds,
                            "ticks_per_second": ticks / result.wall_seconds,
-                           "bar_events": result.engine.stats.bar_events}
-    if hook is not None:
+                           "bar_events": result.engine.stats.bar_events,
+                           "fills": len(result.engine.broker.fills),
+                           "final_equity": result.engine.broker.equity()}
+    if isinstance(hook, LiveReevolution):
         busy_until = time.perf_counter()
         running = hook.running
         if running is not None:  # finished outside the timing: the next round starts idle
@@ -107,7 +127,11 @@ def one_replay(args: argparse.Namespace, reevolve: bool, reevolver: Reevolver,
                     "worker_still_busy_after_s": time.perf_counter() - busy_until,
                     "rule_version_at_end": hook.current.version})
     if journal is not None:
+        swaps[:] = [(v["adopted_ts"], [GPRule.from_infix(r["buy"], r["sell"])
+                                       for r in v["rules"]])
+                    for v in journal.rule_versions()[1:]]
         journal.close()
+    out["swaps"] = len(swaps)
     return out
 
 
@@ -120,13 +144,23 @@ def main() -> None:
         warm = reevolver._warm
         if warm is not None:
             warm.result()
+        # a first small evolution: the file's parse and the kernels' compilation
+        reevolver.submit(AsOfJob(
+            data=str(data_dir() / "sp500_5yr_daily"), symbols=symbols, as_of="2030-01-01",
+            train_days=args.train_days,
+            config=EvolutionConfig(population=16, generations=2, elite=1),
+            device=args.device)).result()
         for r in range(args.rounds):
-            for way in ("without", "with"):
-                res = one_replay(args, way == "with", reevolver, symbols, Path(d))
+            swaps: list[tuple[int, list[GPRule]]] = []
+            for way in ("with", "without"):  # `without` replays `with`'s swaps
+                res = one_replay(args, way == "with", reevolver, symbols, Path(d), swaps)
                 ways[way].append(res)
                 log(f"round {r + 1}/{args.rounds} {way:>7}: {res['ticks_per_second']:,.0f} "
-                    f"ticks/s, {res['wall_seconds']:.2f} s"
+                    f"ticks/s, {res['wall_seconds']:.2f} s, {res['swaps']} swaps, "
+                    f"{res['fills']} fills"
                     + (f", evolutions {res['evolutions']}" if "evolutions" in res else ""))
+    same = all((a["fills"], a["final_equity"]) == (b["fills"], b["final_equity"])
+               for a, b in zip(ways["with"], ways["without"], strict=True))
     med = {w: statistics.median(x["ticks_per_second"] for x in runs) for w, runs in ways.items()}
     ratio = med["with"] / med["without"]
     print(f"{'way':<10}{'ticks/s (median)':>18}{'runs':>24}")
@@ -134,11 +168,12 @@ def main() -> None:
         print(f"{w:<10}{med[w]:>18,.0f}   "
               + ", ".join(f"{x['ticks_per_second']:,.0f}" for x in runs))
     print(f"ratio with/without: {ratio:.3f} (goal >= 0.95 on the GPU machine); "
-          f"evolutions per replay: {ways['with'][-1]['evolutions']}")
+          f"evolutions per replay: {ways['with'][-1]['evolutions']}; the same fills and "
+          f"final equity both ways in every round: {'yes' if same else 'NO'}")
     if args.json:
         write_json(args.json, {"host": platform.node(), "args": vars(args) | {
             "json": str(args.json)}, "ways": ways, "median_ticks_per_second": med,
-            "ratio": ratio})
+            "ratio": ratio, "same_trades": same})
 
 
 if __name__ == "__main__":
