@@ -2,12 +2,15 @@
 
     python run_engine.py ising [--dim 2|3] [--size L ...] [--temps A:B:STEP | T,T,...]
         [--sweeps N] [--therm N] [--replicas R] [--field h] [--seed S]
-        [--kernel auto|multispin|int8] [--device auto|cpu|cuda] [--out DIR] [--json PATH]
+        [--kernel auto|bitplane|bitplane-int8|multispin|int8] [--device auto|cpu|cuda]
+        [--out DIR] [--json PATH]
 
-Every (L, T, replica) lattice runs in the same launches (see `gpu.ising`); 2D sizes that
-are multiples of 32 take the multi-spin kernel under `--kernel auto`, the others the int8
-kernel (both give identical lattices). Per (L, T): energy per spin, |m| and the Binder
-cumulant U4 with jackknife errors over bins, and the integrated autocorrelation times.
+Every (L, T, replica) lattice runs in the same launches (see `gpu.ising`). Under
+`--kernel auto`, sizes that are multiples of 128 take the bit-plane kernel (one bit per
+spin, 2D and 3D), the others its int8 reference, which draws the same random numbers (both
+give identical lattices); `--kernel multispin` (2D, multiples of 32) and `int8` pick the
+earlier pair, which share other random numbers. Per (L, T): energy per spin, |m| and the
+Binder cumulant U4 with jackknife errors over bins, and the integrated autocorrelation times.
 Tc is the weighted mean of the U4(T) crossings of consecutive sizes.
 """
 
@@ -62,8 +65,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--field", type=float, default=0.0, help="magnetic field h (default 0)")
     parser.add_argument("--seed", type=int, default=1, help="Philox key (default 1)")
     parser.add_argument(
-        "--kernel", choices=("auto", "multispin", "int8"), default="auto",
-        help="auto: multispin for 2D sizes that are multiples of 32, int8 otherwise",
+        "--kernel", choices=("auto", "bitplane", "bitplane-int8", "multispin", "int8"),
+        default="auto",
+        help="auto: bitplane for sizes that are multiples of 128, bitplane-int8 (the same "
+        "random numbers) otherwise; multispin/int8: the earlier kernels",
     )
     parser.add_argument(
         "--device", choices=("auto", "cpu", "cuda"), default="auto",
@@ -131,6 +136,8 @@ def _validate(args: argparse.Namespace) -> tuple[list[float], int]:
             raise UserError(
                 f"--kernel multispin needs --dim 2 and sizes that are multiples of 32 (got {L})"
             )
+        if args.kernel == "bitplane" and L % 128:
+            raise UserError(f"--kernel bitplane needs sizes that are multiples of 128 (got {L})")
     if not math.isfinite(args.field):
         raise UserError("--field must be finite")
     if not 0 <= args.seed < 2**64:
@@ -148,7 +155,7 @@ def _validate(args: argparse.Namespace) -> tuple[list[float], int]:
 def _kernel_for(dim: int, L: int, choice: str) -> str:
     if choice != "auto":
         return choice
-    return "multispin" if dim == 2 and L % 32 == 0 else "int8"
+    return "bitplane" if L % 128 == 0 else "bitplane-int8"
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

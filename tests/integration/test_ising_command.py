@@ -45,14 +45,20 @@ def test_json_contract_plots_and_progress(
 
 
 def test_same_seed_same_numbers_and_kernels_agree(tmp_path: Path) -> None:
-    """Multi-spin and int8 lattices are identical, so every number agrees exactly."""
+    """Multi-spin and int8 lattices are identical, and so are bit-plane and its int8
+    reference (what auto runs), so every number agrees exactly within each pair."""
     args = ("--size", "32", "--temps", "2.2,2.3", "--sweeps", "320", "--seed", "5")
     a = run(tmp_path, *args, "--kernel", "multispin", name="a.json")
     b = run(tmp_path, *args, "--kernel", "int8", name="b.json")
     c = run(tmp_path, *args, "--kernel", "auto", name="c.json")
     for key in ("energy", "magnetization", "binder", "binder_err"):
         assert [r[key] for r in a["results"]] == [r[key] for r in b["results"]]
-        assert [r[key] for r in a["results"]] == [r[key] for r in c["results"]]
+    assert c["kernels"] == {"bitplane-int8": [32]}
+    big = ("--size", "128", "--temps", "2.3", "--sweeps", "40", "--seed", "5")
+    e = run(tmp_path, *big, "--kernel", "bitplane", name="e.json")
+    f = run(tmp_path, *big, "--kernel", "bitplane-int8", name="f.json")
+    for key in ("energy", "magnetization", "binder", "binder_err"):
+        assert [r[key] for r in e["results"]] == [r[key] for r in f["results"]]
     d = run(tmp_path, *args[:-1], "6", name="d.json")
     assert [r["energy"] for r in d["results"]] != [r["energy"] for r in a["results"]]
 
@@ -74,6 +80,7 @@ BAD = [
     ["--temps", "a:b:c"], ["--temps", "2.0:2.1:-1"], ["--temps=-1,2"], ["--temps", "nan"],
     ["--temps", ""], ["--sweeps", "5"], ["--therm", "-1"], ["--replicas", "0"],
     ["--kernel", "multispin", "--size", "16"], ["--dim", "3", "--kernel", "multispin"],
+    ["--kernel", "bitplane", "--size", "64"],
     ["--field", "inf"], ["--seed", "-1"], ["--temps", "1:100000:0.001"],
 ]
 
