@@ -5,14 +5,27 @@ temperature each, one field), all advanced by one launch per half-sweep (CUDA) o
 `prange` over lattices (CPU twin), with observables reduced where the spins live: each
 measuring sweep yields, per lattice, Σ s and Σ_bonds s_i s_j as int64, never the lattice.
 
-Kernels (same random numbers and the same acceptance table, so identical lattices):
-- `int8`: one byte per spin, 2D and 3D, the reference; one thread per 8 sites of a colour
-  (one Philox call feeds 8 sites);
-- `multispin`: 2D, 16 spins per uint64 word at 4 bits per spin, one thread per 8
-  consecutive words of a row (fewer where L/32 is not a multiple of 8), see
-  `gpu.ising_core`; needs L to be a multiple of 32.
+Kernels, in two pairs; within a pair the random numbers and the acceptance table are the
+same, so the lattices are identical bit for bit:
+- `bitplane` (the default): 2D and 3D, one bit per spin, 64 sites of a colour per uint64
+  word, neighbour counts by bit-sliced adders and the Metropolis test u < thr as a
+  bit-sliced compare of 8 random bit planes (4 Philox calls per 64 spins), the remaining
+  24 bits drawn only for the spins whose top 8 bits tie their threshold (see the
+  "Bit-plane kernels" section of `gpu.ising_core`: an exact 32-bit uniform, no
+  quantisation bias). One thread per BP_WORDS words THREADS apart, so every warp access
+  covers 32 consecutive words; needs L to be a multiple of 128. Per sweep it moves ≥ 3 × 8
+  bytes per 64 spins and colour (own word read and written, the other colour read once
+  when its neighbouring rows stay in L2): a quarter of `multispin`'s bytes, and half its
+  random bits per spin;
+- `bitplane-int8`: its reference, one byte per spin, any even L: each site gathers its
+  own top 8 bits from the same planes and compares integers, site by site;
+- `int8`: one byte per spin, 2D and 3D; one thread per 8 sites of a colour (one Philox
+  call feeds 8 sites, 16 bits each, a refining call on a 16-bit tie);
+- `multispin`: its 2D partner, 16 spins per uint64 word at 4 bits per spin, one thread
+  per 8 consecutive words of a row (fewer where L/32 is not a multiple of 8); needs L to
+  be a multiple of 32.
 
-Measured on one H200 (benchmarks/ising.py, 2026-11-22): multispin 1,028 attempted flips/ns
+Measured on one H200 (benchmarks/ising.py, 2026-11-22, before `bitplane`): multispin 1,028 attempted flips/ns
 on one 65,536² lattice (1,009 at 32,768², 957 at 16,384²); the int8 reference 96 (2D) and
 65 (3D). Per 65,536² sweep (4.2 ms): Philox alone 2.75 ms, the kernel without Philox
 3.3 ms, the bytes it must move 2.7 ms at the measured 4.0 TB/s; both halves are
