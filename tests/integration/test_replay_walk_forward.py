@@ -95,3 +95,17 @@ def test_bad_walk_forward_options_exit_2_in_one_line(
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert err[-1].startswith("error:") and says in err[-1]
+
+
+def test_anchored_ensemble_with_costs_equal_to_the_cent(shared_data: Path,
+                                                        tmp_path: Path) -> None:
+    extra = ("--anchored", "--ensemble", "2", "--commission", "2.5", "--slippage-bps", "7")
+    e = run(shared_data, tmp_path, "evolve", *extra)["walk_forward"]
+    replayed = run(shared_data, tmp_path, "replay", *extra)
+    r = replayed["walk_forward"]
+    assert replayed["costs"] == {"commission": 2.5, "slippage_bps": 7.0}
+    assert all(f["train_start"] == START for f in r["folds"])  # anchored: one first day
+    for a, b in zip(e["folds"], r["folds"], strict=True):
+        assert a["rules"] == b["rules"] and len(b["rules"]) == 2
+        assert abs((a["test_roi"] - b["test_roi"]) * MONEY) < 0.005
+    assert r["oos_roi"] == pytest.approx(e["oos_roi"], rel=1e-9, abs=1e-12)
