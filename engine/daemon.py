@@ -7,6 +7,15 @@ transaction with the batch's orders, fills, risk rejections, stream positions an
 few bars, a snapshot; only after the commit are orders, fills and rejections published, so
 whatever a reader saw is journaled. Between batches: the heartbeat timeout (stale feed), the
 status line and JSON, and the operator's kill-switch reset.
+
+`kill -9` is SIGTERM: each step's raw frames go into the journal's input log in the step's
+own transaction, with the flags that decided it besides the frames (conflated, feed
+stale, kill switch on), and a snapshot empties the log. A restart restores the snapshot
+and re-applies the logged steps through the same `_apply` as live (validation included,
+so the validator's state is rebuilt too), without journaling or publishing anything:
+indicators, strategy, signals, pending orders and the book end exactly where the killed
+daemon was. The orders and fills the replay makes are checked against the journal's; on
+any difference the daemon says so and falls back to the snapshot plus the journaled fills.
 """
 
 from __future__ import annotations
@@ -44,6 +53,10 @@ log = logging.getLogger("live")
 CONFLATE_AFTER_FULL_BATCHES = 4
 #: messages validated, processed, journaled and published as one step of a batch
 STEP = 64
+#: flags of a logged step: what decided it besides its frames
+LOG_CONFLATE, LOG_STALE, LOG_KILLED = 1, 2, 4
+_frames_encoder = msgspec.msgpack.Encoder()
+_frames_decoder = msgspec.msgpack.Decoder(list[list[bytes]])
 #: latency histogram bucket upper bounds, microseconds (the last bucket is open)
 LATENCY_BOUNDS_US = (5, 10, 20, 50, 100, 250, 500, 1000, 2500, 10_000, 100_000)
 
@@ -108,16 +121,14 @@ class Daemon:
         self._outbox: list[Any] = []
         self._full_streak = 0
         self._bar_events_at_snapshot = 0
-        self.risk = RiskGate(cfg.risk)
         self._risk_day_journaled = state.risk_day
-        self.restored = self._build_engine(strategy, state)
-        self.risk.attach(self.engine)
-        self._known = len(self.engine.symbols)
-        for i, s in enumerate(self.engine.symbols):
-            journal.record_symbol(s, i)
-        self._session_seen = self.validator.session
-        self._session_changes_journaled = self.validator.session_changes
-        self._session_journaled = state.session
+        self._state = state
+        self._strategy = strategy
+        #: the logged steps to re-apply (`recover`), and where a replay puts its orders
+        self._pending_log: list[tuple[int, bytes]] = []
+        self._replay_sink: tuple[list[Order], list[Fill]] | None = None
+        self.restored = self._build_engine(strategy, state, use_log=self.opts.log_input)
+        self._after_build()
         self.ticks = ticks
         self.disconnects = 0
         # connection events of the tick socket: ZeroMQ retries a dropped connection by
@@ -130,8 +141,20 @@ class Daemon:
         _warm_up_compiled_code()
 
     # ------------------------------------------------------------------ start
-    def _build_engine(self, strategy: Strategy, state: JournalState) -> str:
+    def _after_build(self) -> None:
+        """Bookkeeping of what the journal holds, once the engine is (re)built."""
+        self._known = len(self.engine.symbols)
+        for i, s in enumerate(self.engine.symbols):
+            self.journal.record_symbol(s, i)
+        self._session_seen = self.validator.session
+        self._session_changes_journaled = self.validator.session_changes
+        self._session_journaled = self._state.session
+
+    def _build_engine(self, strategy: Strategy, state: JournalState, use_log: bool) -> str:
+        """The engine as the journal leaves it: the snapshot (or nothing), then either the
+        logged input still to re-apply (`recover`) or the journaled fills on top."""
         cfg = self.cfg
+        self.risk = RiskGate(cfg.risk)
         option_book = None
         if cfg.options:  # option groups repriced after each underlying tick, values published
             from engine.option_book import OptionBook
@@ -143,11 +166,35 @@ class Daemon:
             log.warning("snapshot taken with strategy %s, now %s: starting cold",
                         snap.state.get("strategy_name"), strategy.name)
             snap = None
-        symbols = list(snap.state["symbols"]) if snap is not None else list(state.symbols)
+        origin = state.input_log_from
+        replay = bool(use_log and state.input_log
+                      and ((snap is not None and origin == "snapshot")
+                           or (state.snapshot is None and origin == "start")))
+        if snap is not None:
+            symbols = list(snap.state["symbols"])
+        else:
+            symbols = [] if replay else list(state.symbols)
         self.engine = Engine(symbols, strategy, cfg, option_book=option_book,
                              on_order=self._on_order, on_fill=self._on_fill,
                              session_hook=self.reevolution)
+        self.risk.attach(self.engine)
         v = self.validator
+        if replay:  # `recover` re-applies the log; the journal's truth comes after it
+            self._pending_log = list(state.input_log)
+            if snap is not None:
+                restore(self.engine, v, snap.state,
+                        [o for o in state.orders if o.order_id <= snap.last_order_id],
+                        [f for f in state.fills if f.fill_id <= snap.last_fill_id],
+                        snap.last_fill_id, snap.last_order_id)
+                self.risk.restore(snap.state.get("risk", {}))
+                self._bar_events_at_snapshot = self.engine.stats.bar_events
+            return "snapshot" if snap is not None else "log"
+        self._pending_log = []
+        if use_log:  # a log that cannot rebuild this state is void from here on
+            if state.snapshot is None and not state.fills and not state.orders:
+                self.journal.restart_input_log("start")
+            elif snap is None:
+                self.journal.restart_input_log("cold")
         if snap is not None:
             restore(self.engine, v, snap.state, state.orders, state.fills,
                     snap.last_fill_id, snap.last_order_id)
@@ -166,6 +213,12 @@ class Daemon:
             if held.any():  # cold: keep positions through the indicators' warm-up
                 self.engine.strategy = WarmupGuard(strategy, held)
             how = "cold" if state.fills else "new"
+        self._journal_truth(state)
+        return how
+
+    def _journal_truth(self, state: JournalState) -> None:
+        """What the journal says over what a snapshot (or a replay) holds."""
+        v = self.validator
         if state.risk_day is not None:  # journaled every batch: never behind a snapshot
             self.risk.restore_day(*state.risk_day)
         # the journal's stream positions are the truth (ahead of a snapshot after kill -9)
@@ -174,23 +227,76 @@ class Daemon:
         if state.session is not None:
             v.session = state.session
         if self.risk.killed and not state.kill_switch:  # reset while the daemon was down
-            self.risk.engine = self.engine
             self.risk.reset_kill_switch()
         self.risk.killed = state.kill_switch  # the journal's word is the operator's
-        return how
+
+    async def recover(self) -> None:
+        """Re-apply the input logged since the snapshot (a daemon killed with -9): the
+        same steps through the same code, nothing journaled or published again."""
+        steps = self._pending_log
+        if not steps:
+            return
+        self._pending_log = []
+        st = self._state
+        snap = st.snapshot if self.restored == "snapshot" else None
+        base_order = snap.last_order_id if snap is not None else 0
+        base_fill = snap.last_fill_id if snap is not None else 0
+        made: tuple[list[Order], list[Fill]] = ([], [])
+        self._replay_sink = made
+        n_frames = 0
+        try:
+            for flags, blob in steps:
+                raw = _frames_decoder.decode(blob)
+                n_frames += len(raw)
+                self.risk.stale = bool(flags & LOG_STALE)
+                if self.risk.killed and not flags & LOG_KILLED:  # the operator's reset
+                    self.risk.reset_kill_switch()
+                await self._apply(raw, bool(flags & LOG_CONFLATE))
+                self.risk.rejections.clear()  # journaled (and published) the first time
+        finally:
+            self._replay_sink = None
+        self.risk.stale = False
+        orders = [o for o in st.orders if o.order_id > base_order]
+        fills = [f for f in st.fills if f.fill_id > base_fill]
+        if _same_trading(made, orders, fills):
+            log.info("re-applied %d logged steps (%d messages) since the %s: state rebuilt "
+                     "exactly (%d orders, %d fills as journaled)", len(steps), n_frames,
+                     "snapshot" if snap is not None else "journal's start", len(orders),
+                     len(fills))
+            self.engine.broker.orders = list(st.orders)
+            self.engine.broker.fills = list(st.fills)  # with their journal fill ids
+            for s in st.symbols:
+                if s not in self.engine.sym_index:
+                    self.engine.register(s)
+            self._journal_truth(st)
+        else:
+            log.warning("re-applying the logged input made %d orders and %d fills where the "
+                        "journal holds %d and %d: restoring from the snapshot and the "
+                        "journaled fills instead", len(made[0]), len(made[1]), len(orders),
+                        len(fills))
+            self.validator.__init__(self.validator.limits)  # type: ignore[misc]
+            self.restored = self._build_engine(self._strategy, st, use_log=False)
+        self._after_build()
 
     # ------------------------------------------------------------------ callbacks
     def _on_order(self, o: Order) -> None:
+        if self._replay_sink is not None:  # journaled when it was first made
+            self._replay_sink[0].append(o)
+            return
         self.journal.record_order(o)  # in the batch's transaction; published after commit
         self._outbox.append(o)
 
     def _on_fill(self, f: Fill) -> None:
+        if self._replay_sink is not None:
+            self._replay_sink[1].append(f)
+            return
         fill_id = self.journal.record_fill(f)
         self._outbox.append(msgspec.structs.replace(f, seq=fill_id, fill_id=fill_id))
 
     # ------------------------------------------------------------------ loop
     async def run(self, stop: asyncio.Event, status_now: asyncio.Event,
                   topics: list[bytes]) -> None:
+        await self.recover()  # after kill -9: the logged input, before any new one
         for t in topics:  # ready: the feed may start
             self.sub.socket.setsockopt(zmq.SUBSCRIBE, t)
         engine = self.engine
@@ -285,7 +391,9 @@ class Daemon:
         for i in range(0, n_raw, STEP):
             await self._step(raw[i:i + STEP], t_recv, conflate=False)
 
-    async def _step(self, raw: list[Any], t_recv: float, conflate: bool) -> None:
+    async def _apply(self, raw: list[Any], conflate: bool) -> None:
+        """A step's frames through validation, the engine and the risk gate: everything
+        that decides orders (live, and again after kill -9 from the input log)."""
         engine = self.engine
         v = self.validator
         engine.take_spots_from(v)  # the option worker's spots, handed out while validating
@@ -299,12 +407,20 @@ class Daemon:
         msgs = [m for m in msgs if not self._is_end_of_feed(m)]
         if conflate:
             msgs = self._conflate(msgs)
+        await engine.process(msgs)
+        if self.risk.after_batch():
+            log.error("kill switch: daily loss limit hit, flattening every position")
+            engine.flatten()
+
+    async def _step(self, raw: list[Any], t_recv: float, conflate: bool) -> None:
+        engine = self.engine
+        v = self.validator
+        risk = self.risk
+        flags = ((LOG_CONFLATE if conflate else 0) | (LOG_STALE if risk.stale else 0)
+                 | (LOG_KILLED if risk.killed else 0))
         self.journal.begin()
         try:
-            await engine.process(msgs)
-            if self.risk.after_batch():
-                log.error("kill switch: daily loss limit hit, flattening every position")
-                engine.flatten()
+            await self._apply(raw, conflate)
             baseline = self.risk.day_baseline
             if baseline is not None and baseline != self._risk_day_journaled:
                 self.journal.record_risk_day(*baseline)
@@ -328,6 +444,8 @@ class Daemon:
             if v.session != self._session_journaled:
                 self._session_journaled = v.session
                 self.journal.set_meta("session", str(v.session))
+            if self.opts.log_input:  # committed with the batch it rebuilds
+                self.journal.log_input(flags, _frames_encoder.encode(raw))
             self.journal.commit()
         except BaseException:
             self.journal.rollback()
@@ -489,6 +607,20 @@ class Daemon:
             os.replace(tmp, self.status_file)  # readers never see half a file
         except OSError as exc:
             log.warning("cannot write status file %s: %s", self.status_file, exc.strerror)
+
+
+def _same_trading(made: tuple[list[Order], list[Fill]], orders: list[Order],
+                  fills: list[Fill]) -> bool:
+    """Whether a replay made exactly the journal's orders and fills (ids, times, sizes,
+    prices)."""
+    def order_key(o: Order) -> tuple[Any, ...]:
+        return (o.order_id, o.ts, o.symbol, o.side, o.quantity, o.reason)
+
+    def fill_key(f: Fill) -> tuple[Any, ...]:
+        return (f.order_id, f.ts, f.symbol, f.side, f.quantity, f.price, f.commission)
+
+    return ([order_key(o) for o in made[0]] == [order_key(o) for o in orders]
+            and [fill_key(f) for f in made[1]] == [fill_key(f) for f in fills])
 
 
 def _warn_unfilled(state: JournalState) -> None:

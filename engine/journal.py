@@ -15,6 +15,12 @@ included) keeps a second daemon out with a one-line error. SQLite's own locks ar
 locks, apart from this one. A SQLite file that is not an engine journal is refused before
 anything is written to it.
 
+Input log: each batch's raw frames (with the daemon's flags at that batch) are appended
+in the batch's own transaction, and the log is emptied in the transaction that writes a
+snapshot. After `kill -9` a restart restores the last snapshot and re-applies the logged
+input, which rebuilds indicator, strategy and signal state exactly as a SIGTERM restart
+would have it (the daemon, engine.daemon.Daemon.recover).
+
 Data only: the snapshot is MessagePack (engine.snapshot_format), never pickle; a snapshot
 of the old pickle format is refused (never unpickled) with the command that drops it.
 Every value a message can decode to is stored: integers beyond SQLite's 64 bits (a peer's
@@ -58,11 +64,16 @@ CREATE TABLE IF NOT EXISTS snapshot (
     id INTEGER PRIMARY KEY CHECK (id = 1), last_fill_id INTEGER NOT NULL,
     last_order_id INTEGER NOT NULL, bar_events INTEGER NOT NULL, state BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS input_log (
+    step INTEGER PRIMARY KEY, flags INTEGER NOT NULL, frames BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS rule_versions (
     version INTEGER PRIMARY KEY, adopted_ts INTEGER NOT NULL, body TEXT NOT NULL);
 """
 TABLES = {"orders", "fills", "stream_seq", "symbols", "risk_events", "snapshot", "meta",
-          "rule_versions", "sqlite_sequence"}
+          "rule_versions", "input_log", "sqlite_sequence"}
+#: meta key: what the input log starts from ("snapshot": the snapshot; "start": an empty
+#: journal; "cold": a restart without a usable snapshot, so the log cannot rebuild state)
+INPUT_LOG_FROM = "input_log_from"
 #: SQLite's INTEGER range; other integers are stored as the text of the number in a BLOB
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -133,6 +144,9 @@ class JournalState:
     snapshot: Snapshot | None = None
     #: the risk gate's daily-loss baseline: (exchange day, P&L at the day's start)
     risk_day: tuple[dt.date, float] | None = None
+    #: the input logged since the snapshot (flags, frames) and what it starts from
+    input_log: list[tuple[int, bytes]] = field(default_factory=list)
+    input_log_from: str | None = None
 
 
 class Journal:
@@ -247,6 +261,8 @@ class Journal:
         meta = self.meta()
         st.session = int(meta["session"]) if "session" in meta else None
         st.kill_switch = meta.get("kill_switch") == "1"
+        st.input_log = self.input_log()
+        st.input_log_from = meta.get(INPUT_LOG_FROM)
         if "risk_day_pnl" in meta:  # ("risk_day", an equity, was before: not a P&L)
             day, pnl = meta["risk_day_pnl"].split()
             st.risk_day = (dt.date.fromisoformat(day), float(pnl))
@@ -405,6 +421,8 @@ class Journal:
             "last_fill_id = excluded.last_fill_id, last_order_id = excluded.last_order_id, "
             "bar_events = excluded.bar_events, state = excluded.state",
             (last_fill, last_order, bar_events, snapshot_format.encode(state)))
+        self.db.execute("DELETE FROM input_log")  # the snapshot holds what it rebuilt
+        self.set_meta(INPUT_LOG_FROM, "snapshot")
 
     def record_rule_version(self, version: int, adopted_ts: int, body: dict[str, Any]) -> None:
         """A GP rule version the daemon adopted (engine/reevolution.py), as JSON: its rules,
@@ -427,8 +445,28 @@ class Journal:
         return [{**json.loads(body), "adopted_ts": int(ts)} for ts, body in rows]
 
     def drop_snapshot(self) -> bool:
-        """Delete the snapshot (the way past one this version cannot read); True if any."""
+        """Delete the snapshot (the way past one this version cannot read); True if any.
+        The input log after it is void with it."""
+        self.db.execute("DELETE FROM input_log")
+        self.set_meta(INPUT_LOG_FROM, "cold")
         return self.db.execute("DELETE FROM snapshot").rowcount > 0
+
+    # ------------------------------------------------------------------ input log
+    def log_input(self, flags: int, frames: bytes) -> None:
+        """One batch's input (inside the batch's transaction)."""
+        self.db.execute("INSERT INTO input_log(flags, frames) VALUES (?, ?)", (flags, frames))
+
+    def input_log(self) -> list[tuple[int, bytes]]:
+        """The logged batches since the last snapshot, oldest first."""
+        return [(int(f), bytes(b)) for f, b in self.db.execute(
+            "SELECT flags, frames FROM input_log ORDER BY step")]
+
+    def restart_input_log(self, origin: str) -> None:
+        """Empty the log and say what it starts from (INPUT_LOG_FROM)."""
+        self.db.execute("BEGIN")
+        self.db.execute("DELETE FROM input_log")
+        self.set_meta(INPUT_LOG_FROM, origin)
+        self.db.execute("COMMIT")
 
     def close(self) -> None:
         self.rollback()

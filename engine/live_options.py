@@ -29,6 +29,11 @@ class LiveOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     #: messages queued per reader of the orders socket before that reader loses some (the
     #: journal never does)
     orders_hwm: int = 1_000_000
+    #: each batch's raw frames go into the journal with the batch (emptied by every
+    #: snapshot), so a restart after `kill -9` re-applies them and trades exactly like a
+    #: daemon stopped with SIGTERM; false: such a restart has the last snapshot and the
+    #: journaled fills, with the indicator history since the snapshot lost
+    log_input: bool = True
 
     def __post_init__(self) -> None:
         # every integer bounded (issue 24: receive_hwm = 2**31 hung the start-up): the

@@ -69,10 +69,11 @@ def capture(engine: Engine, validator: Validator, extra: dict[str, Any]) -> dict
     return {
         "symbols": list(engine.symbols),
         "engine": copy.deepcopy(parts),
-        "accounts": [(a.cash, a.position, a.last_price, a.commission_paid, a.trades)
+        "accounts": [{f.name: getattr(a, f.name) for f in dataclasses.fields(a)}
                      for a in b.accounts],
         "order_id": b._order_id,
         "refused": dict(b.refused),
+        "broker": broker_state(b),
         "strategy_name": strategy.name,
         "strategy": strategy_state(strategy),
         "validator": copy.deepcopy({f: getattr(validator, f) for f in VALIDATOR_FIELDS}),
@@ -92,10 +93,16 @@ def restore(engine: Engine, validator: Validator, snap: dict[str, Any],
                 value = bank_from_state(value)
             setattr(obj, name, value)
     engine.sym_index = {s: i for i, s in enumerate(engine.symbols)}
-    for i, (cash, pos, last, paid, trades) in enumerate(snap["accounts"]):
+    for part, value in snap.get("broker", {}).items():  # capital, pools, marks
+        if hasattr(engine.broker, part):
+            setattr(engine.broker, part, value)
+    for i, acct in enumerate(snap["accounts"]):
         a = engine.broker.accounts[i]
-        a.cash, a.position, a.last_price, a.commission_paid, a.trades = (
-            cash, pos, last, paid, trades)
+        if isinstance(acct, dict):
+            for name, value in acct.items():
+                setattr(a, name, value)
+        else:  # a snapshot of the five fields the account had first
+            a.cash, a.position, a.last_price, a.commission_paid, a.trades = acct
     engine.broker._order_id = snap["order_id"]
     engine.broker.refused = dict(snap["refused"])
     if isinstance(snap["strategy"], dict) and snap["strategy_name"] == engine.strategy.name:
@@ -127,6 +134,32 @@ def restore(engine: Engine, validator: Validator, snap: dict[str, Any],
                                   max((o.order_id for o in orders), default=0))
     _restore_pending(engine, [*(p for lst in engine.orders.pending for p in lst),
                               *later_orders], filled)
+
+
+#: the broker's attributes a snapshot leaves out: the journal's (orders, fills), the
+#: engine's (symbols), captured apart (accounts, order id, refusals), rebuilt (sizer) or
+#: the risk limits' (caps); the settings ([broker] keys) come from this run's config
+_BROKER_ELSEWHERE = frozenset({"orders", "fills", "symbols", "accounts", "_order_id",
+                               "refused", "sizer", "position_cap", "gross_notional_cap",
+                               "allow_short", "multipliers"})
+
+
+def broker_state(broker: Any) -> dict[str, Any]:
+    """The broker's other plain-data attributes (its capital, cash pool, quotes, accrued
+    fees): a restart must size orders from the same money as a daemon that never stopped."""
+    from engine.config import BrokerConfig
+
+    settings = set(BrokerConfig.__struct_fields__)
+    state: dict[str, Any] = {}
+    for name, value in vars(broker).items():
+        if name in _BROKER_ELSEWHERE or name in settings:
+            continue
+        try:
+            to_data(value)
+        except NotData:
+            continue
+        state[name] = copy.deepcopy(value)
+    return state
 
 
 def strategy_state(strategy: Strategy) -> dict[str, Any]:

@@ -44,7 +44,7 @@ def start_daemon(journal: Path, ticks: str, orders: str, status: Path, *extra: s
         cfg.write_text("[live]\nconflate_above = 0\n")
         extra = (*extra, "--config", str(cfg))
     return subprocess.Popen(
-        [sys.executable, str(ROOT / "run_engine.py"), "live", "--ticks", ticks,
+        [sys.executable, str(ROOT / "run_engine.py"), "live", "--market-data", ticks,
          "--orders", orders, "--journal", str(journal), "--strategy", strategy,
          "--device", "cpu", "--json", str(status), "--max-seconds", "120", *extra],
         cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -118,7 +118,7 @@ def test_live_refuses_a_crafted_journal_in_one_line(tmp_path: Path) -> None:
     path = tmp_path / "j.db"
     _journal_with_snapshot_blob(path, pickle.dumps(_Bomb(str(target))))
     r = subprocess.run(
-        [sys.executable, str(ROOT / "run_engine.py"), "live", "--ticks", "tcp://127.0.0.1:1",
+        [sys.executable, str(ROOT / "run_engine.py"), "live", "--market-data", "tcp://127.0.0.1:1",
          "--orders", "tcp://127.0.0.1:2", "--journal", str(path), "--device", "cpu",
          "--max-seconds", "5"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stderr

@@ -105,7 +105,7 @@ def test_live_refuses_an_out_of_range_setting_at_once(tmp_path: Path, setting: s
     ticks, orders = endpoints()
     t0 = time.monotonic()
     r = subprocess.run(
-        [sys.executable, str(ROOT / "run_engine.py"), "live", "--ticks", ticks, "--orders",
+        [sys.executable, str(ROOT / "run_engine.py"), "live", "--market-data", ticks, "--orders",
          orders, "--journal", str(tmp_path / "j.db"), "--config", str(cfg), "--device", "cpu",
          "--max-seconds", "5"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stderr
