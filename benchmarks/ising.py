@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from numba import cuda
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -176,9 +177,8 @@ def _profile_kernels() -> tuple[Any, Any]:
 
 
 def _bp_rng_kernel() -> Any:
-    """The bit-plane launch shape drawing only the 4 plane Philox calls per word."""
-    from numba import cuda
-
+    """The bit-plane launch shape drawing only the 4 plane Philox calls per word (`cuda`
+    a module global, so that numba's simulator can run it too)."""
     draws = ising_mod.TWIN.cuda.plane_draws
     threads, per_thread = ising_mod.THREADS, ising_mod.BP_WORDS
 
