@@ -13,6 +13,7 @@ import numpy as np
 from engine.plots import plot_equity
 from engine.replay import ReplayResult
 from engine.stats import buy_hold_cash
+from engine.tearsheet import DEFINITIONS, Curve, write_tearsheet
 
 NS = 1_000_000_000
 TRADING_DAYS = 252
@@ -252,6 +253,10 @@ def build_report(result: ReplayResult, strategy_name: str, trials: int = 1) -> d
         "time_in_market": float(np.mean(gross > 0)) if curve.size else 0.0,
         #: traded notional over mean equity (2.0 = the account's size bought and sold once)
         "turnover": float(notional / np.mean(curve)) if curve.size else 0.0,
+        #: one-way (half the two-way notional) over mean equity, per 252 trading days
+        "turnover_annual_one_way": (
+            float(notional / 2 / np.mean(curve) * TRADING_DAYS / rets.size)
+            if curve.size and rets.size else 0.0),
         **trade_stats(trips),
         "orders_refused": dict(broker.refused),
         "first_time": _iso(eng.equity_curve[0].ts) if eng.equity_curve else None,
@@ -261,6 +266,8 @@ def build_report(result: ReplayResult, strategy_name: str, trials: int = 1) -> d
         "messages_received": result.received,
         "per_symbol": per_symbol,
         "vs_buy_hold": vs_buy_hold(result, trials),
+        "timezone": str(eng.tz),
+        "definitions": dict(DEFINITIONS),
     }
     if eng.option_book is not None:
         report["options"] = eng.option_book.summary()
@@ -272,7 +279,8 @@ TIMING_KEYS = ("wall_seconds", "ticks_per_second")
 
 
 def write_outputs(report: dict[str, Any], result: ReplayResult, out_dir: Path) -> dict[str, str]:
-    """report.json, fills.csv, trades.csv, equity.csv and equity.png in `out_dir`."""
+    """report.json, fills.csv, trades.csv, equity.csv, equity.png and the tearsheet
+    report.html (engine/tearsheet.py) in `out_dir`."""
     import json
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -282,6 +290,7 @@ def write_outputs(report: dict[str, Any], result: ReplayResult, out_dir: Path) -
         "plot": str(out_dir / "equity.png"),
         "trades": str(out_dir / "trades.csv"),
         "equity": str(out_dir / "equity.csv"),
+        "tearsheet": str(out_dir / "report.html"),
     }
     Path(paths["report"]).write_text(json.dumps(report, indent=2, sort_keys=True))
     with open(paths["fills"], "w", newline="") as fh:
@@ -304,6 +313,17 @@ def write_outputs(report: dict[str, Any], result: ReplayResult, out_dir: Path) -
         for p in result.engine.equity_curve:
             w.writerow([_iso(p.ts), p.ts, repr(p.equity), repr(p.gross), repr(p.buy_hold)])
     plot_equity(result, Path(paths["plot"]), str(report.get("strategy", "")))
+    write_tearsheet(Path(paths["tearsheet"]), report, equity_curve(result), trips)
     return paths
+
+
+def equity_curve(result: ReplayResult) -> Curve:
+    """The run's equity curve for the tearsheet (the points equity.csv holds)."""
+    eng = result.engine
+    pts = eng.equity_curve
+    return Curve(ts=np.asarray([p.ts for p in pts], np.int64),
+                 equity=np.asarray([p.equity for p in pts], np.float64),
+                 buy_hold=np.asarray([p.buy_hold for p in pts], np.float64),
+                 initial=eng.broker.initial_capital(), tz=eng.tz)
 
 
