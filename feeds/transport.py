@@ -9,6 +9,13 @@ The subscriber awaits one message, then drains the socket without waiting (non-b
 receives on a shadow of the same socket) and hands the whole batch to the consumer: one
 `await` per message would cap the engine near 100k messages/s. Its validator
 (`feeds.validation.Validator`, the one validation path) judges every frame.
+
+Message size: `max_message_bytes` is enforced after receive, per message: a larger one is
+counted (`oversize`) and skipped, and costs nothing else. ZeroMQ's own MAXMSGSIZE drops the
+whole connection (and every message queued behind it until the reconnect), so it is set
+only as a hard cap `TRANSPORT_CAP_FACTOR` times larger: it still bounds what one frame may
+make the receiver allocate (the memory held is at most the receive high-water mark times
+that cap), while a frame between the two limits costs only itself.
 """
 
 from __future__ import annotations
@@ -34,6 +41,10 @@ log = logging.getLogger(__name__)
 TRANSPORTS = ("inproc", "ipc", "tcp")
 _NOBLOCK = int(zmq.NOBLOCK)
 _SNDMORE = int(zmq.SNDMORE)
+#: ZeroMQ's MAXMSGSIZE (which drops the connection) is this many times `max_message_bytes`
+TRANSPORT_CAP_FACTOR = 64
+#: the smallest hard cap: frames of a few MB (a fuzzer's, a wrong feed's) cost only themselves
+MIN_TRANSPORT_CAP = 4 << 20
 
 
 class Publisher:
@@ -104,6 +115,12 @@ class Publisher:
         self.socket.close()
 
 
+def transport_cap(max_message_bytes: int) -> int:
+    """ZeroMQ's MAXMSGSIZE for a per-message limit: far above it (a frame between the two
+    is counted and skipped), still a bound on one frame's memory."""
+    return max(max_message_bytes * TRANSPORT_CAP_FACTOR, MIN_TRANSPORT_CAP)
+
+
 class Subscriber:
     """Asyncio SUB socket: `await batch()` returns every message that is ready."""
 
@@ -119,15 +136,19 @@ class Subscriber:
         curve_client: tuple[bytes, bytes, bytes] | None = None,
         monitor: bool = False,
     ) -> None:
-        """`max_message_bytes` > 0: ZeroMQ drops larger messages (MAXMSGSIZE, it closes
-        the offending connection, which reconnects). `curve_client` = (public, secret,
-        server public) keys: only a publisher holding the server's secret key gets in."""
+        """`max_message_bytes` > 0: a larger message is counted (`oversize`) and skipped
+        after receive; ZeroMQ's MAXMSGSIZE, which closes the offending connection (it
+        reconnects), is only a hard cap far above it (`transport_cap`, see the module's
+        docstring). `curve_client` = (public, secret, server public) keys: only a
+        publisher holding the server's secret key gets in."""
         self.context = context or zmq.asyncio.Context.instance()
         self.socket = self.context.socket(zmq.SUB)
         self.socket.setsockopt(zmq.RCVHWM, rcvhwm)
         self.socket.setsockopt(zmq.LINGER, 0)
+        #: the per-message limit enforced after receive (no limit: the largest int)
+        self.max_message_bytes = max_message_bytes if max_message_bytes > 0 else 1 << 62
         if max_message_bytes > 0:
-            self.socket.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
+            self.socket.setsockopt(zmq.MAXMSGSIZE, transport_cap(max_message_bytes))
         if curve_client is not None:
             (self.socket.curve_publickey, self.socket.curve_secretkey,
              self.socket.curve_serverkey) = curve_client
@@ -164,44 +185,87 @@ class Subscriber:
 
         The drain calls `recv` twice per message with plain int flags: pyzmq's
         `recv_multipart` and the RCVMORE option cost several microseconds per message in
-        Python, more than everything else the engine does. A frame pair that does not look
-        like [topic, MessagePack array] takes a slow path that reads RCVMORE; a message with
-        the wrong number of frames is counted as bad framing (a lone frame may take the
-        message after it along). `counted`: the validator whose `received` counts the
-        messages drained (where the consumer cannot take a length).
+        Python, more than everything else the engine does. Frame boundaries are still kept:
+        a valid message's first frame is a topic ("T.BAC": a letter, a dot) and its second
+        a MessagePack array, so a pair that does not look like that is the only place where
+        a message of the wrong frame count can be; there the slow path (`_realign`) reads
+        RCVMORE and finds the boundary. A frame with no more after it (a one-frame message)
+        never takes the next message along: every valid message after it is delivered.
+        Extra frames after a message that looks whole are counted as bad framing on their
+        own. A message above `max_message_bytes` is counted (`oversize`) and skipped.
+        `counted`: the validator whose `received` counts the messages drained (where the
+        consumer cannot take a length).
         """
-        yield first
-        n = 1
+        n = 0
         sock = self._sync
         recv = sock.recv
         noblock = _NOBLOCK
+        limit = self.max_message_bytes
         try:
-            for _ in range(self.max_batch - 1):
-                topic = recv(noblock)
+            if sum(len(f) for f in first) > limit:
+                self._oversize(first)
+            else:
                 n += 1
+                yield first
+            topic = None  # a topic already received (found by `_realign`)
+            for _ in range(self.max_batch - 1):
+                if topic is None:
+                    topic = recv(noblock)
                 try:
                     payload = recv(noblock)
                 except zmq.Again:
+                    n += 1
                     yield [topic]  # a lone frame: bad framing
                     break
                 try:  # every payload is a MessagePack fixarray (0x90..0x9f)
-                    aligned = payload[0] >> 4 == 9 and topic[1] == 46  # 46 = "."
+                    aligned = (payload[0] >> 4 == 9 and topic[1] == 46  # 46 = "."
+                               and len(payload) <= limit)
                 except IndexError:
                     aligned = False
                 if aligned:
+                    n += 1
                     yield (topic, payload)
+                    topic = None
                     continue
-                # unusual: read the rest of this message, so a wrong frame count is seen as
-                # such and a two-frame message with a bad payload is judged by its content
-                frames = [topic, payload]
-                while sock.getsockopt(zmq.RCVMORE):
-                    frames.append(recv(0))
-                yield frames
+                frames, topic = self._realign(topic, payload)
+                if frames is not None:
+                    n += 1
+                    yield frames
         except zmq.Again:
             pass
         finally:
             if counted is not None:
                 counted.received += n
+
+    def _realign(self, first: bytes, second: bytes) -> tuple[list[bytes] | None, bytes | None]:
+        """Two frames that are not [topic, MessagePack array] (or too large): find where
+        the message they belong to ends. Returns (its frames, or None when it was counted
+        here; the next message's topic when `second` turned out to be one).
+
+        `second` looks like a topic and has more frames after it: `first` was a message of
+        its own (a lone frame), `second` starts the next message. Otherwise the message is
+        read to its last frame (RCVMORE) and judged whole: two frames by their content,
+        any other count as bad framing."""
+        sock = self._sync
+        more = sock.getsockopt(zmq.RCVMORE)
+        if more and len(second) >= 2 and second[1] == 46 and second[0] < 0x80:
+            return [first], second
+        frames = [first, second]
+        while more:
+            frames.append(sock.recv(0))
+            more = sock.getsockopt(zmq.RCVMORE)
+        if sum(len(f) for f in frames) > self.max_message_bytes:
+            self._oversize(frames)
+            return None, None
+        return frames, None
+
+    def _oversize(self, frames: list[bytes]) -> None:
+        """A message above `max_message_bytes`: counted and skipped, the stream goes on."""
+        v = self.validator
+        size = sum(len(f) for f in frames)
+        v.skipped.add("oversize", 1, f"{frames[0][:40]!r}: {len(frames)} frame(s), "
+                                     f"{size} bytes (max_message_bytes {self.max_message_bytes})")
+        v.received += 1
 
     async def batch(self) -> list[Message]:
         """Every ready message, validated (the engine's hot path is Engine.consume, which

@@ -7,8 +7,8 @@ prices, price jumps outside a band (`price_outlier`), sizes <= 0, timestamps out
 ahead of the stream's clock or going backwards per symbol, bad symbol names, symbols beyond
 the allow-list or the table's maximum, sequence gaps and duplicates are counted by kind
 (`feeds.records.SkipCounter`), logged once per kind with a sample, and skipped (bounds in
-`ValidationLimits`). A gap is counted by the number of missing messages; the message after
-a gap is good data and kept.
+`ValidationLimits`). A gap is counted once (`sequence_gap`, one event per gap, never the
+size of the jump, which the peer chooses); the message after a gap is good data and kept.
 
 Speed: it is most of the engine's per-tick time. Each symbol's state (band, last price,
 last time) is one list behind one dict lookup, and a trade passes every rule in one
@@ -373,7 +373,9 @@ class Validator:
             self.skipped.add("duplicate", 1, msg)
             return None
         else:
-            self.skipped.add("sequence_gap", msg.seq - expected, msg)
+            # one event per gap: the size of a jump is the peer's to choose (seq 2**64-1
+            # after seq 1), so it is never added up into a counter
+            self.skipped.add("sequence_gap", 1, msg)
         if tr is None:
             tr = self._topics[topic] = [0, None, None, None]
         return tr
