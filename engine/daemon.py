@@ -592,7 +592,7 @@ class Daemon:
                 f"skipped={sum(s['skipped'].values())} rejected={sum(s['rejected'].values())} "
                 f"stale={int(s['stale'])} kill={int(s['kill_switch'])} orders={s['orders']} "
                 f"fills={s['fills']} pnl={s['pnl']:.2f} device={s['device']} "
-                f"p50_us={lat['p50_us']} p99_us={lat['p99_us']}")
+                f"p50_us={lat['p50_us']} p99_us={lat['p99_us']}" + _rule_words(s))
 
     def close(self) -> None:
         self.sub.close_monitor()  # through its owner: see Subscriber.close_monitor
@@ -621,6 +621,16 @@ def _same_trading(made: tuple[list[Order], list[Fill]], orders: list[Order],
 
     return ([order_key(o) for o in made[0]] == [order_key(o) for o in orders]
             and [fill_key(f) for f in made[1]] == [fill_key(f) for f in fills])
+
+
+def _rule_words(s: dict[str, Any]) -> str:
+    """The status line's GP rule in use and next re-evolution ([reevolve] only)."""
+    rule, re = s.get("rule"), s.get("reevolution")
+    if rule is None or re is None:
+        return ""
+    return (f" rule=v{rule['version']} trained={rule['train_start']}..{rule['train_end']} "
+            f"next_evolution={re['next_at']} evolution_failures="
+            f"{re['failed'] + re['over_budget']}")
 
 
 def _warn_unfilled(state: JournalState) -> None:

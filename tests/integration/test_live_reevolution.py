@@ -11,6 +11,7 @@ SQLite, a real background evolution process (tiny population, CPU).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from collections.abc import Callable
@@ -128,3 +129,6 @@ def test_a_failed_reevolution_keeps_the_rule_and_is_logged(shared_data: Path,
     d.send_signal(15)
     _, err = d.communicate(timeout=60)
     assert "re-evolution failed" in err and "keeping rule version 1" in err
+    # the status line names the rule in use and counts the failure
+    assert "rule=v1 trained=2016-01-04..2016-03-30" in err
+    assert re.search(r"evolution_failures=[1-9]", err)
