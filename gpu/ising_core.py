@@ -535,13 +535,15 @@ def count_add(c0: Any, c1: Any, c2: Any, a: Any) -> Any:
     return c0, c1, c2 | t2
 
 
+def spread_bit(x: int, bit: int) -> Any:
+    """Bit `bit` of x copied to all 64 bits (0 or all ones), without a branch."""
+    return U64((I64(x) << I64(63 - bit)) >> SH63S)
+
+
 def count_is(c0: Any, c1: Any, c2: Any, n: int) -> Any:
-    """Mask of the spins whose bit-sliced count equals n (n the same for all: no branches
-    that differ between threads)."""
-    a = c0 if n & 1 else ~c0
-    b = c1 if n & 2 else ~c1
-    c = c2 if n & 4 else ~c2
-    return a & b & c
+    """Mask of the spins whose bit-sliced count equals n (n the same for all threads):
+    every count bit equal to n's, as XORs against n's bits spread over the word."""
+    return ~((c0 ^ spread_bit(n, 0)) | (c1 ^ spread_bit(n, 1)) | (c2 ^ spread_bit(n, 2)))
 
 
 def cmp_plane(lt: Any, eq: Any, p: Any, t8: int, bit: int) -> Any:
@@ -551,7 +553,7 @@ def cmp_plane(lt: Any, eq: Any, p: Any, t8: int, bit: int) -> Any:
     tb, bit `bit` of t8 spread over a word, is the same for all spins. Each update is one
     three-input logic function (one LOP3 per 32-bit half on the GPU), with no branch.
     """
-    tb = U64((I64(t8) << I64(63 - bit)) >> SH63S)  # bit `bit` of t8 copied to all 64 bits
+    tb = spread_bit(t8, bit)
     np_ = ~p
     # borrow' = majority(tb, ~p, borrow): t = 1 gives ~p | borrow, t = 0 gives ~p & borrow
     return (tb & np_) | (tb & lt) | (np_ & lt), eq & ~(p ^ tb)
@@ -748,6 +750,7 @@ FUNCTIONS = (
     bp_uniform,
     update_octet_bp_int8,
     count_add,
+    spread_bit,
     count_is,
     cmp_plane,
     class_decisions,
