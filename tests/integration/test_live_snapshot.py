@@ -155,7 +155,8 @@ def test_a_restart_without_a_snapshot_keeps_the_days_loss_baseline(tmp_path: Pat
     from tests.live_procs import endpoints
 
     cfg = EngineConfig(bar_seconds=60.0, risk=RiskLimits(max_daily_loss=1e9),
-                       live=LiveOptions(snapshot_every_bars=10**9))  # no snapshot is taken
+                       # no snapshot is taken, no input logged: the cold restart
+                       live=LiveOptions(snapshot_every_bars=10**9, log_input=False))
     frames = [(topic_for(m), encode(m)) for m in TRADES[:3_000]]
     ctx = zmq.asyncio.Context()
 
