@@ -132,3 +132,38 @@ def test_a_failed_reevolution_keeps_the_rule_and_is_logged(shared_data: Path,
     # the status line names the rule in use and counts the failure
     assert "rule=v1 trained=2016-01-04..2016-03-30" in err
     assert re.search(r"evolution_failures=[1-9]", err)
+
+
+def test_an_evolution_past_its_budget_keeps_the_rule(shared_data: Path, tmp_path: Path) -> None:
+    """`gpu_seconds` spent: the worker stops the evolution, the rule in use stays, the
+    overrun is counted (in process: LiveReevolution with a real worker and journal)."""
+    from engine.journal import Journal
+    from engine.reevolution import LiveReevolution
+    from engine.reevolve_settings import ReevolveSettings
+    from gpu.gp_core import DEFAULT_COSTS
+    from strategies.gp.reevolve import RuleText, RuleVersion
+    from strategies.gp.strategy import SwappableGP
+
+    first = RuleVersion(version=1, rules=[RuleText("(close > sma5)", "(close < sma5)")],
+                        train_start="2016-01-04", train_end="2016-03-30", seed=3,
+                        fitness=0.01, origin="file")
+    strategy = SwappableGP(first.gp_rules(), device="cpu")
+    journal = Journal(tmp_path / "j.db")
+    settings = ReevolveSettings(at="16:30", data=str(data_file(shared_data)), train_days=40,
+                                population=16, generations=3, device="cpu",
+                                gpu_seconds=1e-6)
+    live = LiveReevolution(settings, strategy, journal, first, "America/New_York", SYMBOLS,
+                           DEFAULT_COSTS)
+    try:
+        day = 1_459_540_800 * 10**9  # 2016-04-01 16:00 New York
+        live.poll(day)
+        live.poll(day + 86_400 * 10**9)  # data time passed 16:30: started
+        assert live.running is not None
+        live.running.exception(timeout=120)
+        live.poll(day + 86_400 * 10**9 + 1)
+        assert live.counts["over_budget"] == 1 and live.current is first, live.last_error
+        assert "budget" in live.last_error and live.ready is None
+        assert [v["version"] for v in journal.rule_versions()] == [1]
+    finally:
+        live.close()
+        journal.close()
