@@ -275,8 +275,10 @@ def backtest(data: Any, strategy: Any = "sma-cross", *, config: EngineConfig | N
 
     `settings`: EngineConfig keys (bar_seconds, session, ...) and broker keys (fill,
     commission, slippage_bps, cash, ...) over `config`'s or the defaults."""
+    from engine.extras import require
     from engine.report import build_report
 
+    require("pandas", "report", "backtest() (DataFrames in and out)")
     strat = _strategy(strategy, device)
     cfg = _config(config, settings, device)
     source = FrameDailySource(long_frame(data))

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from engine.errors import UserError
+from engine.extras import require
 from engine.plot_worker import PlotWorker
 from feeds.datadir import data_dir
 from gpu import warm_start
@@ -239,6 +240,7 @@ def _load(args: argparse.Namespace, symbols: list[str] | None, costs: Costs
 def _on_islands(args: argparse.Namespace, config: EvolutionConfig, window: GPWindow,
                costs: Costs) -> Any:
     """The island model on Dask (strategies.gp.islands): its IslandsResult."""
+    require("distributed", "islands", "the island model (Dask)")
     from strategies.gp import islands as isl
 
     plan = isl.IslandPlan(1 if args.islands is None else args.islands,
@@ -418,6 +420,7 @@ def _fold_client(args: argparse.Namespace, n_folds: int) -> tuple[Any, Any]:
     """(client, local cluster or None): Dask when --scheduler or --workers asks for it."""
     if not args.scheduler and args.workers is None:
         return None, None
+    require("distributed", "islands", "--workers/--scheduler (Dask)")
     import logging
 
     from distributed import Client

@@ -103,6 +103,9 @@ def test_engine_runs_without_pandas(tmp_path: Path) -> None:
         f"rc = run_engine.main(['replay', '--ticks', '3000', '--n-symbols', '2', "
         f"'--device', 'cpu', '--out', {str(tmp_path / 'o')!r}])\n"
         "assert rc == 0, rc\n"
+        "from engine.errors import UserError\n"
+        "try:\n    engine.backtest({})\nexcept UserError as e:\n"
+        "    assert '[report]' in str(e), e\nelse:\n    raise AssertionError('no error')\n"
         "assert 'pandas' not in [m for m in sys.modules if sys.modules[m] is not None]\n"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2],
