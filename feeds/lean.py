@@ -317,7 +317,9 @@ class LeanSource:
         self.start, self.end = to_ns(start), to_ns(end)
         self.regular_hours_only = regular_hours_only
         self.drop_suspicious = drop_suspicious
-        self.skipped = skipped if skipped is not None else SkipCounter(f"LEAN {self.path.name}")
+        # each kind logged once with its whole count when read (not the first day's)
+        self.skipped = skipped if skipped is not None else SkipCounter(
+            f"LEAN {self.path.name}", log_at_end=True)
         wanted = None if symbols is None else {s.strip().upper() for s in symbols}
 
         every = discover(self.path)
@@ -393,6 +395,7 @@ class LeanSource:
         order = sorted(self._plan, key=lambda key: (key[0], KINDS.index(key[1])))
         streams = [self._stream(self._plan[key]) for key in order]
         yield from merge_chunk_iters(streams)
+        self.skipped.log_totals()
 
     # -- one (root, kind) stream: its day files in order
     def _stream(self, plan: list[tuple[LeanFile, list[tuple[str, str]]]]) -> Iterator[np.ndarray]:
