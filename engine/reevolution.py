@@ -80,6 +80,9 @@ class FoldResult:
     last_ts: int = -1
     equity_end: float = math.nan
     buy_hold_end: float = math.nan
+    #: the broker's fills before the fold and after its liquidation
+    fills_start: int = 0
+    fills_end: int = 0
 
     @property
     def test_roi(self) -> float:
@@ -157,13 +160,15 @@ class WalkForwardSessions:
         self._rebase(engine)
         self._rewarm(engine, f)
         self.strategy.swap(version.gp_rules(), flat=True)
-        self.results.append(FoldResult(f, version, engine.broker.equity(), first_ts=ts))
+        self.results.append(FoldResult(f, version, engine.broker.equity(), first_ts=ts,
+                                       fills_start=len(engine.broker.fills)))
 
     # ------------------------------------------------------------------ fold boundaries
     def _close_fold(self, engine: Engine, r: FoldResult, ts: int) -> None:
         """The fold's last close: everything is sold there, as evolve's fold ends."""
         point = engine.close_positions(ts)
         r.last_ts, r.equity_end, r.buy_hold_end = ts, point.equity, point.buy_hold
+        r.fills_end = len(engine.broker.fills)
 
     def finish(self, engine: Engine) -> None:
         """After the replay: the last fold ended with the data (`Engine.finish` sold it)."""
@@ -173,6 +178,7 @@ class WalkForwardSessions:
         if math.isnan(r.equity_end):
             end = engine.equity_curve[-1]
             r.last_ts, r.equity_end, r.buy_hold_end = end.ts, end.equity, end.buy_hold
+            r.fills_end = len(engine.broker.fills)
 
     def _rebase(self, engine: Engine) -> None:
         """Every symbol's part of the account back to what it held at the first fold's
@@ -236,6 +242,7 @@ class WalkForwardSessions:
                 "test_roi": r.test_roi, "test_roi_buy_hold": r.test_roi_buy_hold,
                 "test_excess": r.test_roi - r.test_roi_buy_hold,
                 "equity_start": r.equity_start, "equity_end": r.equity_end,
+                "test_fills": r.fills_end - r.fills_start,
                 "train_fitness": v.fitness,
                 "rules": [{"buy": t.buy, "sell": t.sell} for t in v.rules],
             })
