@@ -259,7 +259,10 @@ class LiveReevolution:
     decisions go through the phase table like any other. A failure, or an evolution past
     its `gpu_seconds` budget, keeps the rule in use; it is logged and counted in the
     status. Every adopted version goes into the journal (`rule_versions`), in the batch's
-    transaction, so a restart resumes with the rule the daemon traded."""
+    transaction, so a restart resumes with the rule the daemon traded. What a restart does
+    not keep: an evolution still running or done but not yet adopted (it is evolved again
+    at the next `at`), and the schedule, which starts again from the first data time after
+    the restart (an `at` that passed while the daemon was down is not made up)."""
 
     def __init__(self, settings: ReevolveSettings, strategy: SwappableGP, journal: Journal,
                  current: RuleVersion, timezone: str, symbols: list[str],
