@@ -59,7 +59,7 @@ BITPLANE_KERNELS = ("bitplane", "bitplane-int8")  # the bit-plane random numbers
 BP_WORDS = 4  # words per thread in the bit-plane kernel, THREADS apart (coalesced)
 THREADS = 128  # threads per block: enough warps per SM while small lattices still spread
 MAX_SWEEPS = 2**31 - 1  # the counter word holds 2·sweep + colour
-TABLE_WIDTH = 14  # acceptance entries per temperature: 2·(2·dim+1) ≤ 14
+TABLE_WIDTH = 16  # acceptance entries per temperature, 2·(2·dim+1) ≤ 14, + 2 (bitplane)
 
 I64 = npt.NDArray[np.int64]
 U64 = npt.NDArray[np.uint64]
@@ -85,6 +85,32 @@ def acceptance_table(dim: int, temperatures: Sequence[float], field: float = 0.0
                 p = 1.0 if d_e <= 0 else math.exp(-d_e / temp)
                 out[t, sigma * (z + 1) + n_up] = np.uint64(math.ceil(p * 2.0**32))
     return out
+
+
+def bitplane_table(dim: int, thr: U64) -> tuple[npt.NDArray[np.uint32], npt.NDArray[np.uint32]]:
+    """(thr_hi, thr_lo) of the bit-plane kernels: thr >> 24 and thr & 0xFFFFFF per class,
+    then the bounds `gpu.ising_core.decide_word` reads: thr_hi[:, W] = a1 + 1,
+    thr_hi[:, W+1] = a0, thr_lo[:, W] = first pair index to compare, with W = 2·(2·dim+1),
+    (σ = 1, n_up ≤ a1) and (σ = 0, n_up ≥ a0) the classes of acceptance 1."""
+    z = 2 * dim
+    width = 2 * (z + 1)
+    full = np.uint64(1) << np.uint64(32)
+    hi = np.zeros((thr.shape[0], width + 2), dtype=np.uint32)
+    lo = np.zeros((thr.shape[0], width + 2), dtype=np.uint32)
+    hi[:, :width] = (thr >> np.uint64(24)).astype(np.uint32)
+    lo[:, :width] = (thr & np.uint64(0xFFFFFF)).astype(np.uint32)
+    for t in range(thr.shape[0]):
+        ones_up = [n for n in range(z + 1) if thr[t, z + 1 + n] == full]
+        ones_down = [n for n in range(z + 1) if thr[t, n] == full]
+        # ΔE grows with n_up for an up spin and falls for a down one: contiguous ranges
+        a1 = max(ones_up, default=-1)
+        a0 = min(ones_down, default=z + 1)
+        if ones_up != list(range(a1 + 1)) or ones_down != list(range(a0, z + 1)):
+            raise AssertionError("acceptance 1 not monotone in the neighbour count")
+        hi[t, width] = a1 + 1
+        hi[t, width + 1] = a0
+        lo[t, width] = max(0, min(a1, z - a0) + 1)
+    return hi, lo
 
 
 def seed_key(seed: int) -> tuple[np.uint64, np.uint64]:
@@ -479,9 +505,12 @@ class IsingEnsemble:
         self.thr = acceptance_table(dim, list(self.temperatures), self.field)
         # the kernels compare a site's uniform in two parts (see gpu.ising_core): its top
         # 16 bits (int8, multispin) or top 8 bits (bit-plane kernels), then the rest on a tie
-        split = np.uint64(24 if kernel in BITPLANE_KERNELS else 16)
-        self.thr_hi = (self.thr >> split).astype(np.uint32)
-        self.thr_lo = (self.thr & ((np.uint64(1) << split) - np.uint64(1))).astype(np.uint32)
+        if kernel in BITPLANE_KERNELS:
+            self.thr_hi, self.thr_lo = bitplane_table(dim, self.thr)
+        else:
+            split = np.uint64(16)
+            self.thr_hi = (self.thr >> split).astype(np.uint32)
+            self.thr_lo = (self.thr & ((np.uint64(1) << split) - np.uint64(1))).astype(np.uint32)
         self.n_spins = self.sizes**dim
         self.sweep = 0
         if kernel in ("int8", "bitplane-int8"):

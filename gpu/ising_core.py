@@ -546,6 +546,21 @@ def count_is(c0: Any, c1: Any, c2: Any, n: int) -> Any:
     return ~((c0 ^ spread_bit(n, 0)) | (c1 ^ spread_bit(n, 1)) | (c2 ^ spread_bit(n, 2)))
 
 
+def count_lt(c0: Any, c1: Any, c2: Any, t: int) -> Any:
+    """Mask of the spins whose bit-sliced count (0 … 7) is below t (the same for all)."""
+    if t >= 8:
+        return ALL
+    if t <= 0:
+        return ZERO
+    lt = ~c0 & spread_bit(t, 0)
+    n1 = ~c1
+    tb = spread_bit(t, 1)
+    lt = (tb & n1) | (tb & lt) | (n1 & lt)
+    n2 = ~c2
+    tb = spread_bit(t, 2)
+    return (tb & n2) | (tb & lt) | (n2 & lt)
+
+
 def cmp_plane(lt: Any, eq: Any, p: Any, t8: int, bit: int) -> Any:
     """One plane of the compare u < t for 64 spins, planes taken from the least significant.
 
@@ -591,9 +606,14 @@ def decide_word(
     """The new word of 64 spins s whose up-neighbour counts are (c0, c1, c2), bit-sliced.
 
     thr_hi[tab, row] = thr >> 24 (256 for acceptance 1), thr_lo = thr & 0xFFFFFF, rows
-    σ·(2·dim+1) + n_up as in the other kernels. The classes (σ = 1, n_up = n) and
-    (σ = 0, n_up = 2·dim − n) share a threshold when the field is zero, so they are
-    compared once together.
+    σ·(2·dim+1) + n_up as in the other kernels, followed by three bounds (see
+    `gpu.ising.bitplane_table`): thr_hi[tab, W] = a1 + 1 and thr_hi[tab, W+1] = a0, the
+    classes of acceptance 1 being (σ = 1, n_up ≤ a1) and (σ = 0, n_up ≥ a0) (ΔE is
+    monotone in n_up), and thr_lo[tab, W] = the first n whose pair below needs a compare
+    (W = 2·(2·dim+1)). Those classes flip through one bit-sliced range test; the others
+    go pair by pair: (σ = 1, n_up = n) with (σ = 0, n_up = 2·dim − n), which share a
+    threshold when the field is zero and are then compared once together. In 2D at h = 0
+    that is one compare for ΔE = 4 and one for ΔE = 8.
     """
     z = 2 * dim
     r0, r1, r2, r3 = plane_draws(w, 0, stream, sweep, colour, key0, key1)
@@ -608,10 +628,13 @@ def decide_word(
     r0, r1, r2, r3 = plane_draws(w, 3, stream, sweep, colour, key0, key1)
     p6 = U64(r0) | (U64(r1) << SH32)
     p7 = U64(r2) | (U64(r3) << SH32)
-    flips = ZERO
-    ties = ZERO
     ns = ~s
-    for n in range(z + 1):
+    W = 2 * (z + 1)
+    flips = (s & count_lt(c0, c1, c2, int(thr_hi[tab, W]))) | (
+        ns & ~count_lt(c0, c1, c2, int(thr_hi[tab, W + 1]))
+    )
+    ties = ZERO
+    for n in range(int(thr_lo[tab, W]), z + 1):
         up_row = z + 1 + n
         down_row = z - n
         m1 = s & count_is(c0, c1, c2, n)
@@ -752,6 +775,7 @@ FUNCTIONS = (
     count_add,
     spread_bit,
     count_is,
+    count_lt,
     cmp_plane,
     class_decisions,
     decide_word,

@@ -117,6 +117,8 @@ def test_bitplane_reproduces_numpy_checkerboard_at_128() -> None:
     [
         (2, 128, TC_2D, 0.0, "random"), (2, 256, 1.2, 0.0, "up"), (2, 128, 3.3, -0.7, "random"),
         (3, 128, TC_3D, 0.0, "random"), (3, 128, 2.0, 0.45, "up"),
+        # strong fields: the ranges of acceptance 1 differ between up and down spins
+        (2, 128, 2.0, 1.5, "random"), (3, 128, 5.0, -2.5, "random"),
     ],
 )
 def test_bitplane_and_int8_reference_give_identical_lattices(
@@ -263,9 +265,10 @@ def test_acceptance_rate_per_class_is_the_boltzmann_factor() -> None:
 def test_ties_on_the_top_bits_are_settled_by_the_refining_draw() -> None:
     """A threshold of 3.5/256 (top 8 bits 3, rest half): the flip rate is 3.5/256, not
     3/256 (ties rejected) nor 4/256 (ties accepted), 19σ apart at this count."""
-    thr_hi = np.full((1, 10), 256, dtype=np.uint32)
-    thr_lo = np.zeros((1, 10), dtype=np.uint32)
-    thr_hi[0, 5 + 4], thr_lo[0, 5 + 4] = 3, 1 << 23  # σ = up, 4 up neighbours
+    thr = np.full((1, 10), 1 << 32, dtype=np.uint64)
+    thr[0, 5 + 4] = (3 << 24) + (1 << 23)  # σ = up, 4 up neighbours
+    thr_hi, thr_lo = ising_mod.bitplane_table(2, thr)
+    assert thr_hi[0, 9] == 3 and thr_lo[0, 9] == 1 << 23
     all_up = U(0xFFFFFFFFFFFFFFFF)
     flips = 0
     n_words = 20000
@@ -369,6 +372,10 @@ def test_bitplane_parameters_are_checked() -> None:
     thr = acceptance_table(2, [2.0])
     ens = IsingEnsemble(2, [128], [2.0], kernel="bitplane", device="cpu")
     np.testing.assert_array_equal(
-        (ens.thr_hi.astype(np.uint64) << U(24)) + ens.thr_lo.astype(np.uint64), thr
+        (ens.thr_hi[:, :10].astype(np.uint64) << U(24)) + ens.thr_lo[:, :10].astype(np.uint64),
+        thr,
     )
+    # h = 0: acceptance 1 for up spins with ≤ 2 up neighbours, down spins with ≥ 2; the
+    # compares start at the pair (σ = 1, n_up = 3) / (σ = 0, n_up = 1)
+    assert list(ens.thr_hi[0, 10:]) == [3, 2] and ens.thr_lo[0, 10] == 3
     assert core.PLANES == 8
