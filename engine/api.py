@@ -99,9 +99,17 @@ def _one_symbol(frame: Any, symbol: str) -> Any:
     if missing:
         raise UserError(f"backtest: {symbol}: columns {', '.join(missing)} missing (need "
                         "open, high, low, close[, volume])")
-    dates = pd.to_datetime(df["date"])
+    try:
+        dates = pd.to_datetime(df["date"])
+    except (ValueError, TypeError) as exc:
+        raise UserError(f"backtest: {symbol}: dates not readable ({exc})") from None
     if getattr(dates.dt, "tz", None) is not None:
         dates = dates.dt.tz_localize(None)
+    if (dates != dates.dt.normalize()).any():
+        # one bar a day is stamped at its 16:00 close; intraday bars would collapse onto
+        # their dates (counted as duplicates), so they are refused rather than misread
+        raise UserError(f"backtest: {symbol}: times within the day; backtest() takes daily "
+                        "bars (replay --data reads tick files)")
     return pd.DataFrame({
         "date": dates.dt.normalize(),
         **{c: pd.to_numeric(df[c], errors="coerce") if c in df.columns else 0.0

@@ -166,6 +166,8 @@ class TickCsvSource:
         with _open(self.path) as fh:
             fh.readline()
             for block in _blocks(fh, BLOCK_BYTES):
+                if not block.strip():  # loadtxt warns on a block of blank lines
+                    continue
                 try:
                     names = np.loadtxt(
                         io.BytesIO(block),
@@ -257,6 +259,8 @@ class TickCsvSource:
         self, block: bytes, first_line: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
         """np.loadtxt of an all-well-formed block with integer ts; None if anything is odd."""
+        if not block.strip():
+            return None  # blank lines: the slow path skips them (loadtxt would warn)
         order = np.argsort(self._cols)
         kinds = [("ts", "i8"), ("symbol", f"U{_SYMBOL_WIDTH}"), ("price", "f8"), ("size", "f8")]
         dtype = np.dtype([kinds[i] for i in order])

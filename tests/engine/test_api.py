@@ -86,6 +86,10 @@ def test_bad_input_is_a_user_error(data: tuple[Path, dict]) -> None:
         backtest(pd.read_csv(data[0]).drop(columns="Name"))
     with pytest.raises(UserError, match="close"):
         backtest({"A": data[1]["AAA"].drop(columns="close")})
+    hourly = data[1]["AAA"].set_axis(pd.date_range("2020-01-02 10:00", periods=len(
+        data[1]["AAA"]), freq="h"))
+    with pytest.raises(UserError, match="daily bars"):
+        backtest({"AAA": hourly})
     with pytest.raises(UserError, match="unknown setting"):
         backtest(data[1], warp_speed=9)
     with pytest.raises(UserError):

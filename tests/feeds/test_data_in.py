@@ -231,3 +231,18 @@ def test_junk_rows_are_counted_or_one_line_errors(tmp_path: Path, rows: list[str
         return
     data_lines = [r for r in rows if r.strip() and "\n" not in r and "\r" not in r]
     assert len(got) + src.skipped.total == len(data_lines)
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(rows=st.lists(JUNK, min_size=1, max_size=12))
+def test_junk_through_replay_is_exit_0_or_2(tmp_path: Path, rows: list[str],
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """The command never shows a traceback: a run (0) or one line (2)."""
+    path = tmp_path / "junk.csv"
+    path.write_text("ts,symbol,price,size\n" + "\n".join(rows) + "\n")
+    rc = run_engine.main(["replay", "--data", str(path), "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert rc in (0, 2) and "Traceback" not in err
+    if rc == 2:
+        assert len([x for x in err.splitlines() if x.startswith("error")]) == 1
