@@ -53,6 +53,16 @@ class ValidationLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     #: any symbol) by at most this much; more is counted as `time_future`. Weekends and
     #: holidays of daily data need days, not seconds
     max_time_skew_seconds: float = 30 * 86400.0
+    #: a message further ahead of the stream's clock than this (but within the skew) is
+    #: held, not believed, until the stream agrees (`Validator`'s docstring): one symbol's
+    #: time never moves the clock of the others. Counted in `Validator.held_ahead`; one
+    #: dropped unagreed is `time_ahead` (a heartbeat that far ahead is `time_ahead` at once)
+    max_time_lead_seconds: float = 3600.0
+    #: a run of this many held messages with nothing between that moved the clock is the
+    #: stream's agreement too (a stream whose other symbols have gone quiet)
+    time_lead_run: int = 8
+    #: the most messages held at once; beyond it the oldest is dropped (`time_ahead`)
+    max_held_messages: int = 256
     #: timestamps outside [earliest, latest) (ns since the epoch) are `time_out_of_range`
     earliest_ns: int = -2_208_988_800 * NS  # 1900-01-01
     latest_ns: int = 4_102_444_800 * NS  # 2100-01-01
@@ -73,6 +83,11 @@ class ValidationLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     def __post_init__(self) -> None:
         if not self.max_time_skew_seconds > 0 or self.max_time_skew_seconds == math.inf:
             raise ValueError("validation.max_time_skew_seconds must be a positive number")
+        if not (self.max_time_lead_seconds > 0 and math.isfinite(self.max_time_lead_seconds)):
+            raise ValueError("validation.max_time_lead_seconds must be a positive number")
+        if not (1 <= self.time_lead_run <= 1_000_000 and 1 <= self.max_held_messages <= 1_000_000):
+            raise ValueError("validation.time_lead_run and max_held_messages must be in "
+                             "[1, 1000000]")
         if not self.earliest_ns < self.latest_ns:
             raise ValueError("validation.earliest_ns must be before latest_ns")
         if not (self.max_price > 0 and math.isfinite(self.max_price)):
@@ -118,7 +133,30 @@ class Validator:
     The one validation path of the engine: the subscriber's `batch`, the engine's `consume`
     and the daemon all call `validate`. Nothing a peer sends makes it raise; every frame is
     either returned or counted under one kind (a sequence gap is counted besides the
-    message after it, which is kept).
+    message after it, which is kept; a message held ahead of the clock is returned once
+    the stream agrees, or counted when dropped).
+
+    The stream's clock (`clock`) is the newest time accepted on any symbol; every bar and
+    day boundary of the engine follows the accepted messages, so the clock must move only
+    by time the stream agrees on. A message ahead of the clock by more than the lead
+    (`max_time_lead_seconds`) is therefore held, not accepted, until one of:
+
+    - a held message of another symbol claims as much: the stream agrees on the second
+      newest time that held messages of distinct symbols claim, and every held message
+      up to that time plus the lead is released, in time order (a weekend or a new day:
+      the first symbols to arrive agree at once);
+    - `time_lead_run` messages in a row are held with nothing between that moved the
+      clock (the stream's other symbols went quiet: a symbol that trades on alone);
+    - the stream's final heartbeat (its tail is released before the end);
+    - the stream has one symbol only (it is its own clock).
+
+    A released message is judged again by its symbol's rules (band, time backwards). So
+    one trade of a new symbol 29 days ahead waits, held and counted (`held_ahead`, logged
+    once with a sample), while the others trade on; when `max_held_messages` are waiting,
+    the oldest is dropped as `time_ahead`. A heartbeat (no market time of its own) that
+    far ahead is refused as `time_ahead` at once. Beyond the skew a message is refused
+    (`time_future`). Limit: a peer that sends a run of `time_lead_run` messages while the
+    stream is silent, or messages of two symbols agreeing, moves the clock.
     """
 
     def __init__(self, limits: ValidationLimits | None = None) -> None:
@@ -148,6 +186,17 @@ class Validator:
         #: after a session change, a stream's first sequence number is accepted as it is
         self._fresh = False
         self._skew_ns = int(limits.max_time_skew_seconds * NS)
+        self._lead_ns = min(int(limits.max_time_lead_seconds * NS), self._skew_ns)
+        #: messages ahead of the clock by more than the lead, waiting for the stream to
+        #: agree, with their symbol's state, in arrival order (bounded: max_held_messages)
+        self._held: list[tuple[Message, list[Any]]] = []
+        #: held messages in a row with nothing between that moved the clock, and the clock
+        #: at the last hold
+        self._run = 0
+        self._clock_at_hold: int | None = None
+        #: messages held ahead of the clock so far (events; each is delivered once the
+        #: stream agrees, or dropped and counted as `time_ahead`)
+        self.held_ahead = 0
         self._allowed = frozenset(limits.allowed_symbols)
         self._max_price = limits.max_price
         self._earliest = limits.earliest_ns
@@ -175,6 +224,11 @@ class Validator:
     def last_seq(self, positions: dict[bytes, int]) -> None:
         """Stream positions restored (the journal's); streams not in `positions` are new."""
         self._topics = {t: [int(s), None, None, None] for t, s in positions.items()}
+
+    @property
+    def held(self) -> int:
+        """Messages held ahead of the clock now, waiting for the stream to agree."""
+        return len(self._held)
 
     @property
     def known(self) -> set[str]:
@@ -275,11 +329,13 @@ class Validator:
         decode = self.decoder.decode
         topic_get = self._topics.get
         max_price, latest = self._max_price, self._latest
-        skew = self._skew_ns
+        lead = self._lead_ns
         inf = math.inf
         clock = _NO_TS if self.clock is None else self.clock
-        # a message may not run ahead of the clock by more than the skew (no clock: none)
-        horizon = latest if self.clock is None else clock + skew
+        # a message further ahead of the clock than the lead leaves the fast branch: it is
+        # held until the stream agrees (`_refused`) or refused beyond the skew (no clock:
+        # no bound)
+        horizon = latest if self.clock is None else clock + lead
         tap, tap_every = self._tap, self._tap_every
         for frames in batch:
             try:
@@ -315,7 +371,7 @@ class Validator:
                     st[3] = ts
                     if ts > clock:
                         clock = ts
-                        horizon = ts + skew
+                        horizon = ts + lead
                     append(msg)
                     record = tr[3]
                     if record is not None:  # a tapped symbol (an option underlying)
@@ -328,16 +384,11 @@ class Validator:
                             record[0] = k - 1
                             record[1] = msg
                 else:
-                    self.skipped.add(self._trade_rejection(msg, st, horizon), 1, msg)
+                    clock = self._refused(msg, st, clock, out)
+                    horizon = latest if clock == _NO_TS else clock + lead
                 continue
-            self.clock = None if clock == _NO_TS else clock
-            if type(msg) is Heartbeat and msg.session != self.session:
-                self.new_session(msg.session)  # clears the streams (`tr` stays usable)
-            if self._check_other(msg, st):
-                append(msg)
-            if self.clock is not None:
-                clock = self.clock
-                horizon = clock + skew
+            clock = self._other(msg, st, clock, out)  # `tr` stays usable after a new session
+            horizon = latest if clock == _NO_TS else clock + lead
         self.clock = None if clock == _NO_TS else clock
         if isinstance(batch, Sized):
             self.received += len(batch)
@@ -408,8 +459,106 @@ class Validator:
             return "time_future"
         return "time_backwards"
 
-    def _check_other(self, msg: Message, st: list[Any]) -> bool:
-        """Quotes, bars and the rest (not market-data hot path): content, band, time."""
+    def _refused(self, msg: Trade, st: list[Any], clock: int, out: list[Message]) -> int:
+        """A trade that failed the fast branch: counted under its first failed rule, or,
+        when its only fault is being ahead of the clock by more than the lead, held until
+        the stream agrees. Returns the clock (a release may move it)."""
+        self.clock = None if clock == _NO_TS else clock
+        why = self._trade_rejection(
+            msg, st, self._latest if clock == _NO_TS else clock + self._skew_ns)
+        if why == "time_backwards" and msg.ts >= st[LAST_TS]:  # only ahead of the lead
+            self._ahead(msg, st, out)
+        else:
+            self.skipped.add(why, 1, msg)
+        return _NO_TS if self.clock is None else self.clock
+
+    def _other(self, msg: Message, st: list[Any], clock: int, out: list[Message]) -> int:
+        """Every kind but trades (not the hot path): a new session, the final heartbeat's
+        release of held messages, then the checks of `_check_other`. Returns the clock."""
+        self.clock = None if clock == _NO_TS else clock
+        if type(msg) is Heartbeat:
+            if msg.session != self.session:
+                self.new_session(msg.session)  # clears the streams
+            if msg.final and self._held:  # the stream ends: its tail is agreed
+                self._release(out, None)
+        ok = self._check_other(msg, st, self._lead_ns)
+        if ok is None:
+            self._ahead(msg, st, out)
+        elif ok:
+            out.append(msg)
+        return _NO_TS if self.clock is None else self.clock
+
+    def _ahead(self, msg: Message, st: list[Any], out: list[Message]) -> None:
+        """A message ahead of the clock by more than the lead (within the skew): accepted
+        when its symbol is the stream's only one, else held (see the class docstring)."""
+        if len(self._sym) <= 1:
+            self._admit(msg, st, out)
+            return
+        self._run = self._run + 1 if self.clock == self._clock_at_hold else 1
+        self._clock_at_hold = self.clock
+        self._held.append((msg, st))
+        self.held_ahead += 1
+        if self.held_ahead == 1:
+            log.warning("held a message ahead of the stream's clock (%s) by more than "
+                        "max_time_lead_seconds until the stream agrees, e.g. %.200r",
+                        self.clock, msg)
+        if len(self._held) > self.limits.max_held_messages:
+            self.skipped.add("time_ahead", 1, self._held.pop(0)[0])
+        self._release_agreed(out)
+
+    def _release_agreed(self, out: list[Message]) -> None:
+        """Release the held messages up to the time the stream agrees on, if it does."""
+        claims: dict[int, int] = {}  # the newest time each symbol's held messages claim
+        for m, st in self._held:
+            claims[id(st)] = max(claims.get(id(st), m.ts), m.ts)
+        agreed = sorted(claims.values())[-2] if len(claims) >= 2 else None
+        if self._run >= self.limits.time_lead_run:
+            run = max(m.ts for m, _ in self._held[-self._run:])
+            agreed = run if agreed is None else max(agreed, run)
+        if agreed is not None:
+            self._release(out, agreed + self._lead_ns)
+
+    def _release(self, out: list[Message], until: int | None) -> None:
+        """Admit the held messages up to `until` (None: all), in time order."""
+        ready = sorted((x for x in self._held if until is None or x[0].ts <= until),
+                       key=lambda x: x[0].ts)
+        if not ready:
+            return
+        self._held = [x for x in self._held if until is not None and x[0].ts > until]
+        self._run = 0
+        for m, st in ready:
+            self._admit(m, st, out)
+
+    def _admit(self, msg: Message, st: list[Any], out: list[Message]) -> None:
+        """A message whose time the stream agreed to: judged by its symbol's rules (band,
+        time backwards; its content passed before it was held), then accepted."""
+        if type(msg) is not Trade:
+            if self._check_other(msg, st, self._skew_ns):
+                out.append(msg)
+            return
+        t: Trade = msg
+        p, ts = t.price, t.ts
+        if not (st[LAST_PRICE] <= p * st[BAND] and p <= st[HIGH]):
+            self.skipped.add("price_outlier", 1, t)
+            return
+        if ts < st[LAST_TS]:
+            self.skipped.add("time_backwards", 1, t)
+            return
+        st[LAST_PRICE], st[HIGH], st[LAST_TS] = p, p * st[BAND], ts
+        if self.clock is None or ts > self.clock:
+            self.clock = ts
+        out.append(t)
+        record = self._tap_records.get(t.symbol)
+        if record is not None:  # as the fast branch's tap
+            if record[0] == 1:
+                record[0], record[1] = self._tap_every, None
+                self._tap(t.symbol, p, ts)
+            else:
+                record[0], record[1] = record[0] - 1, t
+
+    def _check_other(self, msg: Message, st: list[Any], lead: int) -> bool | None:
+        """Quotes, bars and the rest (not market-data hot path): content, band, time.
+        None: a quote or bar ahead of the clock by more than `lead` (to hold)."""
         t = type(msg)
         why, ref = self._content(msg, st)
         if not why and ref > 0.0 and not (st[LAST_PRICE] <= ref * st[BAND]
@@ -425,6 +574,10 @@ class Validator:
             why = "time_future"
         elif t is not Heartbeat and ts < st[LAST_TS]:
             why = "time_backwards"
+        elif clock is not None and ts > clock + lead:
+            if t is not Heartbeat and st is not _NO_SYMBOL:
+                return None
+            why = "time_ahead"
         if why:
             self.skipped.add(why, 1, msg)
             return False
@@ -446,6 +599,11 @@ class Validator:
                 return "bad_price", 0.0
             if not (0.0 <= q.bid_size < math.inf and 0.0 <= q.ask_size < math.inf):
                 return "bad_size", 0.0
+            # both sides within the band of each other: a bid of 1e-300 under an ask of 88
+            # is no market (its spread would size and cost absurd amounts)
+            if q.bid > 0.0 and q.ask > 0.0 and not (q.ask <= q.bid * st[BAND]
+                                                    and q.bid <= q.ask * st[BAND]):
+                return "price_outlier", 0.0
             return "", ((q.bid + q.ask) / 2.0 if q.bid > 0.0 and q.ask > 0.0
                         else max(q.bid, q.ask))
         if type(msg) is Bar:

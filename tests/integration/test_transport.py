@@ -166,7 +166,7 @@ def test_fused_engine_path_judges_like_the_reference_validator() -> None:
     from strategies.sma_cross import SmaCross
 
     ref, fast = Validator(), Validator()
-    want = [m for f in frames if (m := ref.validate(f)) is not None]
+    want = [m for f in frames for m in ref.validate_many((f,))]
     ref_engine = Engine(["A", "B"], SmaCross(), EngineConfig())
     fused_engine = Engine(["A", "B"], SmaCross(), EngineConfig())
     asyncio.run(ref_engine.process(want))
@@ -249,7 +249,7 @@ def test_engine_fused_path_equals_validate_then_process() -> None:
 
     async def run() -> None:
         for b in batches:
-            await ref_e.process([m for f in b if (m := ref_v.validate(f)) is not None])
+            await ref_e.process([m for f in b for m in ref_v.validate_many((f,))])
             await fus_e.consume(b, fus_v)
 
     aio.run(run())
