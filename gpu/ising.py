@@ -485,6 +485,8 @@ class IsingEnsemble:
                 raise ValueError(f"the multispin kernel needs 2D and L a multiple of 32, got {L}")
             if kernel == "bitplane" and L % 128:
                 raise ValueError(f"the bitplane kernel needs L a multiple of 128, got {L}")
+            if kernel == "bitplane" and L**dim // 128 >= 2**32:  # 32-bit word arithmetic
+                raise ValueError(f"lattice too large for the bitplane kernel: L = {L}")
         if not math.isfinite(field):
             raise ValueError("field must be finite")
         self.dim = dim
