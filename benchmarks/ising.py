@@ -459,8 +459,8 @@ def main() -> int:
         goal = ""
         if "goal" in c:
             goal = f", goal ≥ {c['goal']:.0f}: {'met' if c['met'] else 'NOT met'}"
-        print(f"{c['dim']}D L={c['L']}: bitplane {c['new']:.1f} vs {c['old_kernel']} "
-              f"{c['old']:.1f} flips/ns (×{c['speedup']:.2f}){goal}")
+        print(f"{c['dim']}D L={c['L']}: bitplane {c['new']:.4g} vs {c['old_kernel']} "
+              f"{c['old']:.4g} flips/ns (×{c['speedup']:.2f}){goal}")
     if args.quick:
         print("--quick: tiny sizes and runs, a smoke test; the goals apply to the full run")
     if "validation" in result:
