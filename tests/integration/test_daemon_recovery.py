@@ -23,6 +23,7 @@ import zmq.asyncio
 from engine.config import EngineConfig
 from engine.daemon import Daemon, open_sockets
 from engine.journal import Journal
+from engine.live_options import LiveOptions
 from feeds.messages import Fill, Heartbeat, Order, Trade, encode, make_decoder, topic_for
 from feeds.synthetic import SyntheticMarket
 from strategies.sma_cross import SmaCross
@@ -268,3 +269,50 @@ def test_kill_9_and_resume_make_exactly_the_fills_of_the_uninterrupted_run(
     assert st["skipped"] == {}
     assert fills(j) == fills(ref)
     assert orders(j) == orders(ref)
+
+
+def _run_in_process(path: Path, frames: list[list[bytes]], cfg: EngineConfig) -> InProcessDaemon:
+    """A daemon that takes `frames` and is then dropped without a shutdown snapshot (what
+    kill -9 leaves: the journal as of its last commit)."""
+    d = InProcessDaemon(path, cfg)
+    asyncio.run(d.daemon.recover())
+    for i in range(0, len(frames), 64):
+        d.step(frames[i:i + 64])
+    return d
+
+
+def test_the_logged_input_rebuilds_the_state_a_kill_left_in_process(tmp_path: Path) -> None:
+    cfg = EngineConfig(bar_seconds=60.0, live=LiveOptions(snapshot_every_bars=5))
+    frames = _frames(TRADES)
+    ref = _run_in_process(tmp_path / "ref.db", frames, cfg)
+    ref.close()
+    cut = 3_331
+    _run_in_process(tmp_path / "j.db", frames[:cut], cfg).close()  # "killed" here
+    again = _run_in_process(tmp_path / "j.db", frames[cut:], cfg)
+    assert again.daemon.restored == "snapshot"
+    again.close()
+    assert fills(tmp_path / "j.db") == fills(tmp_path / "ref.db")
+    assert len(fills(tmp_path / "ref.db")) > 10
+
+
+def test_a_replay_that_differs_from_the_journal_falls_back_to_the_journaled_fills(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    cfg = EngineConfig(bar_seconds=60.0, live=LiveOptions(snapshot_every_bars=10**9))
+    path = tmp_path / "j.db"
+    _run_in_process(path, _frames(TRADES[:4_000]), cfg).close()
+    rows = fills(path)
+    assert rows  # traded before the "kill", with no snapshot: the log holds everything
+    with sqlite3.connect(path) as db:  # the journal says the last fill was larger
+        db.execute("UPDATE fills SET quantity = quantity + 1 WHERE fill_id = ?", (rows[-1][0],))
+    d = InProcessDaemon(path, cfg)
+    assert d.daemon.restored == "log"
+    asyncio.run(d.daemon.recover())
+    assert d.daemon.restored == "cold"
+    assert "re-applying the logged input made" in caplog.text
+    pos: dict[str, float] = {}
+    for r in fills(path):
+        pos[r[3]] = pos.get(r[3], 0.0) + r[4] * r[5]
+    held = {s: a.position for s, a in zip(d.daemon.engine.symbols,
+                                          d.daemon.engine.broker.accounts, strict=True)}
+    assert {s: p for s, p in held.items() if p} == {s: p for s, p in pos.items() if p}
+    d.close()
