@@ -26,11 +26,13 @@ from zoneinfo import ZoneInfo
 import numpy as np
 
 from engine.bars import BarClock, OpenBars, bar_open_ts
+from engine.book import BarHistory, EngineBook
 from engine.broker import PaperBroker
 from engine.config import EngineConfig
 from engine.decisions import Decisions
-from engine.orders import OrderDesk, RiskCheck, sign
+from engine.orders import Bracket, OrderDesk, RiskCheck, sign
 from engine.phases import Phase, SessionSchedule
+from engine.sizing import make_sizing
 from engine.stats import EngineStats, EquityPoint, equity_point
 from feeds.messages import Bar, Fill, Heartbeat, Message, Order, Quote, Trade
 from feeds.validation import Validator
@@ -102,14 +104,19 @@ class Engine:
         n = len(self.symbols)
         self.clock = BarClock(cfg.bar_seconds, cfg.timezone)
         self.bars = OpenBars(n)
-        self.decisions = Decisions(SessionSchedule.parse(cfg.session, cfg.timezone), n)
-        self.broker = PaperBroker(
-            list(self.symbols), cash_per_symbol=b.cash_per_symbol, commission=b.commission,
-            slippage_bps=b.slippage_bps, sizing=b.sizing, quantity=b.quantity,
-            allow_short=not self.strategy.long_only, short_margin=b.short_margin,
-        )
+        self.history = self._bar_history(n)
+        self.broker = self._make_broker()
+        #: what the strategy may see of its book (strategies.base.BookView)
+        self.book = EngineBook(self.broker, self.history)
+        self.decisions = Decisions(SessionSchedule.parse(cfg.session, cfg.timezone), n,
+                                   self.broker)
         self.stats = EngineStats()
-        self.orders = OrderDesk(self.broker, n, b.fill, self.stats)
+        self.orders = OrderDesk(
+            self.broker, n, b.fill, self.stats,
+            Bracket(b.stop_loss, b.take_profit, b.trailing_stop),
+            {s: i.tick_size for s, i in cfg.instruments.items() if i.tick_size},
+            self._day_end)
+        self.orders.on_exit = self._entry_void
         self.orders.on_order, self.orders.on_fill = on_order, on_fill
         self.orders.risk_check = risk_check
         self.orders.on_entry_void = self._entry_void
@@ -151,6 +158,41 @@ class Engine:
         #: the indicators; -1 = none
         self.warmup_end = -1
 
+    def _bar_history(self, n: int) -> BarHistory | None:
+        """Each symbol's last bars, kept only when read: by a strategy that asks for
+        `history_bars`, or by volatility-target sizing (engine/book.py)."""
+        b = self.config.broker
+        length = int(getattr(self.strategy, "history_bars", 0) or 0)
+        if b.sizing == "volatility-target":
+            length = max(length, b.volatility_lookback + 1)
+        return BarHistory(n, length) if length > 0 else None
+
+    def _make_broker(self) -> PaperBroker:
+        """The one account, its sizing model and its instruments' multipliers."""
+        b = self.config.broker
+        history = self.history
+        sizer = make_sizing(b.sizing, quantity=b.quantity, fraction=b.fraction,
+                            volatility_target=b.volatility_target,
+                            volatility_lookback=b.volatility_lookback,
+                            bars_per_year=b.bars_per_year,
+                            closes=None if history is None else history.closes)
+        return PaperBroker(
+            list(self.symbols), cash_per_symbol=b.cash_per_symbol, commission=b.commission,
+            slippage_bps=b.slippage_bps, sizing=b.sizing, quantity=b.quantity,
+            allow_short=not self.strategy.long_only, short_margin=b.short_margin,
+            cash=b.cash, max_leverage=b.max_leverage, interest_rate=b.interest_rate,
+            borrow_rate=b.borrow_rate, sizer=sizer,
+            multipliers={s: i.multiplier for s, i in self.config.instruments.items()},
+        )
+
+    def _day_end(self, ts: int) -> int:
+        """The data time (ns) the exchange day of `ts` ends at (a DAY order expires)."""
+        from datetime import datetime as dt
+        from datetime import time, timedelta
+
+        day = self.clock.local_date(ts) + timedelta(days=1)
+        return int(dt.combine(day, time(), self.clock.tz).timestamp()) * NS
+
     def warm_until(self, ts: int) -> None:
         """Warm up on the data before `ts` (ns) without trading: its bars feed the indicator
         bank and nothing else. The strategy is not asked, no order is placed, no equity
@@ -173,6 +215,8 @@ class Engine:
         self.bars.add_symbol()
         self.orders.add_symbol()
         self.decisions.add_symbol()
+        if self.history is not None:
+            self.history.ensure(len(self.symbols))
         self._flagged.append(FLAGGED)
         self._underlying.append(
             self.option_book is not None and symbol in self.option_book.underlyings
@@ -298,8 +342,11 @@ class Engine:
         if overlapped is not None:  # its fills wait for the signals (`settle`)
             if sym not in overlapped.first_after:
                 overlapped.first_after[sym] = (p, msg.ts)
-        elif has_pending[sym]:
-            self.orders.fill_pending(sym, p, msg.ts)
+        else:
+            if self.orders.has_working[sym]:  # before the pending: see `_bar_orders`
+                self.orders.on_tick(sym, p, msg.ts)
+            if has_pending[sym]:
+                self.orders.fill_pending(sym, p, msg.ts)
         self.refresh_flag(sym)
 
     def refresh_flag(self, sym: int) -> None:
@@ -307,7 +354,7 @@ class Engine:
         an option group's underlying)."""
         first = self.bars.first_price[sym]
         overlapped = self.overlapped
-        if (first != first or self.orders.has_pending[sym]
+        if (first != first or self.orders.has_pending[sym] or self.orders.has_working[sym]
                 or (overlapped is not None and sym not in overlapped.first_after)):
             self._flagged[sym] = FLAGGED
         elif self._underlying[sym] and self._tapped_by is None:
@@ -345,7 +392,15 @@ class Engine:
         if overlapped is not None:  # next-open, once the signals are in (`settle`)
             if sym not in overlapped.first_after:
                 overlapped.first_after[sym] = (bar.open, bar_open_ts(bar))
-        elif self.orders.has_pending[sym]:  # next-open: orders of the last bar fill at this open
+        elif self.orders.has_working[sym] or self.orders.has_pending[sym]:
+            self._bar_orders(sym, bar)
+
+    def _bar_orders(self, sym: int, bar: Bar) -> None:
+        """A bar of a symbol with orders: working orders first (an exit attached at this
+        open's fill works from the next bar), then pending ones at the open."""
+        if self.orders.has_working[sym]:
+            self.orders.on_bar(sym, bar.open, bar.high, bar.low, bar.ts)
+        if self.orders.has_pending[sym]:  # next-open: orders of the last bar fill at this open
             # stamped when the open traded, not at this bar's close (issue 25)
             self.orders.fill_pending(sym, bar.open, bar_open_ts(bar))
             self.refresh_flag(sym)
@@ -409,6 +464,10 @@ class Engine:
             for i in idx:  # the broker's marks (`PaperBroker.mark`, inlined: per symbol)
                 accounts[i].last_price = c[i]
             self.stats.bars += len(idx)
+            if self.history is not None:
+                self.history.push(idx, bars.o, bars.h, bars.l, c, bars.v)
+        if self.broker.accrues:
+            self.broker.accrue(self.local_date(bar_ts - 1))
         self.stats.bar_events += 1
         n = len(bars.o)
         closed = np.zeros(n, np.bool_)
@@ -462,7 +521,9 @@ class Engine:
         if known is not None and known[0] is strategy:  # a protocol check costs microseconds
             return known[1]
         mode = self.config.overlap_decisions
-        overlap = (mode != "never"
+        # attached exits fill on the bars after the close, which an overlapped close holds
+        # back: a bracket waits for the signals instead
+        overlap = (mode != "never" and not self.orders.bracket
                    and isinstance(strategy, OverlappedStrategy)
                    and (mode == "always" or bool(strategy.asynchronous)))
         self._overlap_known = (strategy, overlap)
@@ -499,8 +560,9 @@ class Engine:
     def _place(self, sym: int, side: int, reason: str, ts: int) -> None:
         """A decision's order, at the last trade (or bar close) seen."""
         prices = self.bars.c if self._order_prices is None else self._order_prices
-        if self.orders.place(sym, side, reason, prices[sym], ts):
-            self._flagged[sym] = FLAGGED  # the next tick fills it
+        if (self.orders.place(sym, side, reason, prices[sym], ts)
+                or self.orders.has_working[sym]):
+            self._flagged[sym] = FLAGGED  # the next tick fills it (or an attached exit)
 
     def _entry_void(self, sym: int) -> None:
         """An entry came to nothing: intend what is held, so intent and position agree."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
+from typing import Protocol
 
 import numpy as np
 
@@ -22,6 +23,12 @@ from strategies.base import Features, OverlappedStrategy, Strategy
 
 #: places an order: (symbol index, side, reason "close" or "enter", ts)
 PlaceOrder = Callable[[int, int, str, int], None]
+
+
+class ActiveSignals(Protocol):
+    """The account's count of symbols with an active signal (engine/sizing.py)."""
+
+    active_signals: int
 
 
 def checked_signals(signals: np.ndarray, n: int) -> np.ndarray:
@@ -48,8 +55,12 @@ class Decisions:
     The strategy is passed per call, not kept: the daemon may wrap the engine's strategy
     after a restart (`snapshot.WarmupGuard`)."""
 
-    def __init__(self, schedule: SessionSchedule, n: int) -> None:
+    def __init__(self, schedule: SessionSchedule, n: int,
+                 account: ActiveSignals | None = None) -> None:
         self.schedule = schedule
+        #: told how many symbols' signals are active after each decision (equal-weight
+        #: sizing divides the equity by it)
+        self.account = account
         self.signal = np.zeros(n, np.int8)
         #: sign of the position once pending orders fill
         self.intended: list[int] = [0] * n
@@ -103,6 +114,9 @@ class Decisions:
         intended = self.intended
         signal = self.signal
         stop = phase is Phase.STOP
+        if self.account is not None:
+            active = signals > 0 if long_only else signals != 0
+            self.account.active_signals = max(1, int(np.count_nonzero(active)))
         new_signals = signals.tolist()  # Python scalars: cheaper per item than numpy's
         prev_signals = signal.tolist()
         for i in idx:

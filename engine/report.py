@@ -177,19 +177,21 @@ def _per_symbol(result: ReplayResult) -> tuple[dict[str, Any], float]:
     broker = eng.broker
     firsts, lasts = eng.first_prices(), eng.last_prices()
     per_symbol: dict[str, Any] = {}
-    bh_total = 0.0
+    bh_total = broker.unallocated
     for i, sym in enumerate(eng.symbols):
         acct = broker.accounts[i]
         f, last = firsts[i], lasts[i]
         traded = f == f and last == last
-        bh = (buy_hold_cash(f, last, broker.cash_per_symbol, broker.commission,
-                            broker.slippage_bps)
-              if traded else broker.cash_per_symbol)
+        # the symbol's part of the capital (one account: its share at the start, its
+        # equity the part plus its P&L; a symbol seen later has none, so no ROI)
+        part = broker.sleeves[i]
+        bh = (buy_hold_cash(f, last, part, broker.commission, broker.slippage_bps)
+              if traded else part)
         bh_total += bh
         per_symbol[sym] = {
             "final_equity": acct.equity(),
-            "roi": acct.equity() / broker.cash_per_symbol - 1.0,
-            "roi_buy_hold": bh / broker.cash_per_symbol - 1.0,
+            "roi": acct.equity() / part - 1.0 if part else None,
+            "roi_buy_hold": bh / part - 1.0 if part else None,
             "trades": acct.trades,
             "commission": acct.commission_paid,
             "position": acct.position,

@@ -140,7 +140,7 @@ class RiskGate:
         acct = broker.accounts[sym]
         if side * acct.position > 0:
             return acct.position + side * qty
-        if broker.sizing == "all-in":
+        if broker.sizing == "per-symbol":  # all-in of the symbol's part
             freed = acct.cash + acct.position * price - (broker.commission if acct.position
                                                           else 0.0)
             fill_qty = max(0.0, freed - broker.commission) / (price * broker._margin(side))

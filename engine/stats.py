@@ -80,8 +80,11 @@ def equity_point(broker: PaperBroker, closes: Sequence[float], first_prices: Seq
     gross = 0.0
     for acct in broker.accounts:
         if acct.position != 0.0:
-            gross += abs(acct.position) * acct.last_price
-    cash0, fee = broker.cash_per_symbol, broker.commission
+            gross += abs(acct.position) * acct.last_price * acct.multiplier
+    # each symbol's part of the capital (a symbol seen later has none: buy-and-hold of the
+    # capital set at the start); the paper's $10,000 per symbol under per-symbol sizing
+    cash0 = np.asarray(broker.sleeves, np.float64)
+    fee = broker.commission
     slip = broker.slippage_bps * 1e-4
     p = np.asarray(closes, np.float64)
     first = np.asarray(first_prices, np.float64)
@@ -97,7 +100,7 @@ def equity_point(broker: PaperBroker, closes: Sequence[float], first_prices: Seq
         else:
             value = cash0 - (shares * buy + fee) + shares * p
         per_symbol = np.where(held, value, cash0)
-    bh = 0.0
+    bh = broker.unallocated  # capital no symbol's part holds (0 but for rounding)
     for v in per_symbol.tolist():  # in order, one at a time: as the loop it replaces
         bh += v
     return EquityPoint(ts, broker.equity(), gross, bh)

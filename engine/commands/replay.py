@@ -79,6 +79,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                   help="per trade, $")
     config_option(p, "--slippage-bps", key="broker.slippage_bps", type=float,
                   help="fill price moved against the order, basis points")
+    add_money_arguments(p)
     config_option(p, "--device", key="device", choices=("auto", "cpu", "cuda"),
                   help="device of GPU-capable work (strategies, option groups)")
     p.add_argument("--window", choices=("train", "test"),
@@ -93,6 +94,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from engine.commands import replay_walk_forward
 
     replay_walk_forward.add_arguments(p)
+
+
+def add_money_arguments(p: argparse.ArgumentParser) -> None:
+    """The account, its sizing model and the exits attached to entries (engine/broker.py,
+    engine/sizing.py, engine/order_types.py)."""
+    config_option(p, "--cash", key="broker.cash", type=float,
+                  help="the account's capital, $, shared by all symbols (0: $10,000 per "
+                       "symbol known at the start)")
+    config_option(p, "--sizing", key="broker.sizing",
+                  choices=("per-symbol", "equal-weight", "fixed-fraction",
+                           "volatility-target", "fixed"),
+                  help="how much an entry takes: per-symbol (the GP paper's isolated part "
+                       "per symbol, all-in), equal-weight (of the symbols with an active "
+                       "signal), fixed-fraction, volatility-target, fixed (units); a GP "
+                       "strategy file defaults to per-symbol")
+    for flag, key, what in (("--stop-loss", "stop_loss", "a stop-loss"),
+                            ("--take-profit", "take_profit", "a take-profit"),
+                            ("--trailing-stop", "trailing_stop", "a trailing stop")):
+        config_option(p, flag, key=f"broker.{key}", type=float, metavar="F",
+                      help=f"{what} attached to every entry, a fraction of the entry price "
+                           "(0: none; one exit cancels the others)")
 
 
 def source_factory(args: argparse.Namespace, regular_hours: bool = False,
@@ -299,13 +321,33 @@ def _config(args: argparse.Namespace, gp_file: Any) -> Any:
     strategy file that records its costs (`commission`, `slippage_bps`: evolve's) ranks
     above the config file and below a flag. The device is checked and the fill model
     resolved against the data here, once: an impossible one is a one-line error."""
-    recorded = {f"broker.{key}": float(getattr(gp_file, key)) for key in
-                ("commission", "slippage_bps") if getattr(gp_file, key, None) is not None}
+    recorded: dict[str, Any] = {
+        f"broker.{key}": float(getattr(gp_file, key)) for key in
+        ("commission", "slippage_bps") if getattr(gp_file, key, None) is not None}
+    if gp_file is not None:
+        recorded.update(_gp_money_model(args))
     cfg = settings(args, over_file=recorded)
     resolve_device(cfg.device)  # --device cuda without a GPU: a clear error now
     fill = resolve_fill(cfg.broker.fill, data_kind(args.data),
                         "--fill" if args.fill else "broker.fill")
     return msgspec.structs.replace(cfg, broker=msgspec.structs.replace(cfg.broker, fill=fill))
+
+
+def _gp_money_model(args: argparse.Namespace) -> dict[str, Any]:
+    """A GP strategy file's default money model, the evaluator's: an isolated part of
+    `cash_per_symbol` per stock, all-in at the signal's close (so the replay equals the
+    evaluator to the cent). Below the config file: a key the file sets is left to it."""
+    import tomllib
+
+    model = {"broker.sizing": "per-symbol", "broker.fill": "signal-close"}
+    path = getattr(args, "config", None)
+    if path and Path(path).is_file():
+        try:
+            broker = tomllib.loads(Path(path).read_text()).get("broker", {})
+        except (tomllib.TOMLDecodeError, OSError):
+            broker = {}  # settings() reports the bad file in one line
+        model = {k: v for k, v in model.items() if k.partition(".")[2] not in broker}
+    return model
 
 
 @dataclass(frozen=True)
