@@ -221,6 +221,16 @@ def test_cuda_3d_bitplane_block_matches_cpu_twin() -> None:
                                 ens.key0, ens.key1, ens.thr_hi, ens.thr_lo, 0)
     np.testing.assert_array_equal(got, ref)
     assert not np.array_equal(ref[first:], own[first:])
+    # the measuring kernel on the same block: its sums against the CPU twin's
+    obs = cuda.to_device(np.zeros((1, 1, 2), dtype=np.int64))
+    ising_mod._k_measure_bp[1, ising_mod.THREADS](
+        cuda.to_device(other), cuda.to_device(ref), cuda.to_device(meta),
+        cuda.to_device(blocks), dim, obs, 0,
+    )
+    sums = np.zeros(2, dtype=np.int64)
+    for w in range(first, n_words):
+        sums += TWIN.cpu.measure_word_bp(other, ref, 0, L, dim, w)
+    np.testing.assert_array_equal(obs.copy_to_host()[0, 0], sums)
 
 
 # ---- statistics of the cheaper random numbers ----------------------------------------------
