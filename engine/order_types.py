@@ -96,7 +96,7 @@ class WorkingOrder:
 
 def round_to_tick(price: float, tick: float, up: bool) -> float:
     """`price` on the tick grid (`tick` 0: unchanged), up or down."""
-    if not tick > 0.0:
+    if not (tick > 0.0 and math.isfinite(price)):
         return price
     steps = price / tick
     steps = math.ceil(steps - 1e-9) if up else math.floor(steps + 1e-9)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from engine.config import BrokerConfig, EngineConfig, InstrumentConfig
 from engine.core import Engine
+from engine.phases import Phase
 from feeds.messages import Bar, Fill, Trade
 
 NS = 1_000_000_000
@@ -50,7 +51,7 @@ class Signals:
         return out
 
 
-def _daily_bars(prices: dict[str, Sequence[float]], start: datetime | None = None
+def _daily_bars(prices: Mapping[str, Sequence[float]], start: datetime | None = None
                 ) -> list[Bar]:
     """One bar a day per symbol (open = high = low = close), closing 16:00 New York."""
     t0 = start or datetime(2024, 1, 2, 21, 0, tzinfo=UTC)
@@ -213,9 +214,10 @@ def test_accounting_invariants_at_every_equity_row(seed: int, sizing: str, fill:
     n = 40
     prices = {s: list(20.0 * np.exp(np.cumsum(rng.normal(0, 0.04, n)))) for s in syms}
     rows = [list(rng.choice([-1, 0, 1], 3, p=[0.3, 0.3, 0.4])) for _ in range(n)]
-    cfg = EngineConfig(bar_seconds=60, broker=BrokerConfig(
-        fill=fill, sizing=sizing, quantity=40.0, short_margin=margin,  # type: ignore[arg-type]
-        fraction=0.3), instruments={"B": InstrumentConfig(multiplier=mult)})
+    broker = BrokerConfig(fill=fill, sizing=sizing,  # type: ignore[arg-type]
+                          quantity=40.0, short_margin=margin, fraction=0.3)
+    cfg = EngineConfig(bar_seconds=60, broker=broker,
+                       instruments={"B": InstrumentConfig(multiplier=mult)})
     eng = _InvariantEngine(syms, Signals(rows), cfg)
     eng.orders.on_fill = lambda fill: _check_entry(eng, fill)
     _run(eng, _daily_bars(prices))
@@ -235,7 +237,7 @@ class _InvariantEngine(Engine):
 
     checked_rows = 0
 
-    async def _close_bars(self, bar_ts: int, phase=None) -> None:  # type: ignore[no-untyped-def]
+    async def _close_bars(self, bar_ts: int, phase: Phase | None = None) -> None:
         await super()._close_bars(bar_ts, phase)
         b = self.broker
         marked = b.total_cash() + sum(a.position * a.last_price * a.multiplier
