@@ -251,6 +251,8 @@ class Daemon:
                 self.risk.stale = bool(flags & LOG_STALE)
                 if self.risk.killed and not flags & LOG_KILLED:  # the operator's reset
                     self.risk.reset_kill_switch()
+                elif flags & LOG_KILLED:  # on when the step ran (the journal's word then)
+                    self.risk.killed = True
                 await self._apply(raw, bool(flags & LOG_CONFLATE))
                 self.risk.rejections.clear()  # journaled (and published) the first time
         finally:
