@@ -1,0 +1,99 @@
+"""Hostile single messages against the live daemon as a real process (its journal, tcp on
+loopback): a trade of a new symbol 29 days ahead, frames above max_message_bytes in the
+middle of the stream, lone frames. Each costs only itself: the same fills as the control."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+
+from feeds.messages import Trade, encode
+from feeds.synthetic import SyntheticMarket
+from feeds.transport import Publisher
+from tests.helpers import trade_messages
+from tests.live_procs import endpoints, fills, start_daemon, stop_daemon
+
+NS = 1_000_000_000
+DAY = 86_400 * NS
+N_TICKS = 6_000
+
+
+def _status(path: Path, want: Any, proc: Any, timeout: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    last: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        try:
+            last = json.loads(path.read_text())
+            if want(last):
+                return last
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"status never satisfied the condition; last: {last}")
+
+
+def run_daemon(tmp: Path, hostile: dict[int, list[list[bytes]]]
+               ) -> tuple[dict[str, Any], list[Any]]:
+    """The synthetic market (3 symbols) sent to a daemon, `hostile[i]` (messages as frame
+    lists) after its i-th trade. Returns the daemon's final status and its journal's
+    fills."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    trades = trade_messages(SyntheticMarket(n_symbols=3, n_ticks=N_TICKS, seed=5))
+    cfg = tmp / "engine.toml"
+    cfg.write_text("[live]\nconflate_above = 0\nstatus_every_seconds = 0.3\n"
+                   "heartbeat_timeout_seconds = 0\nmax_message_bytes = 4096\n")
+    ctx = zmq.Context()
+    pub = Publisher("tcp://127.0.0.1:*", ctx)
+    _, orders = endpoints()
+    status = tmp / "status.json"
+    d = start_daemon(tmp / "j.db", pub.endpoint, orders, tmp / "s.json", "--config", str(cfg),
+                     "--status-file", str(status))
+    try:
+        pub.wait_for_subscriber(60)
+        time.sleep(0.3)
+        for i, t in enumerate(trades):
+            pub.send(t)
+            for frames in hostile.get(i, ()):
+                pub.socket.send_multipart(frames)
+        _status(status, lambda s: s["ticks"] >= len(trades), d)
+        time.sleep(0.5)  # the last batch's fills journaled
+        final = stop_daemon(d, tmp / "s.json")
+    finally:
+        if d.poll() is None:
+            d.kill()
+        pub.close()
+        ctx.term()
+    return final, fills(tmp / "j.db")
+
+
+def far_ahead_trade() -> list[bytes]:
+    trades = trade_messages(SyntheticMarket(n_symbols=3, n_ticks=N_TICKS, seed=5))
+    t = Trade(1, trades[len(trades) // 3].ts + 29 * DAY, "ZZZ", 50.0, 1.0)
+    return [b"T.ZZZ", encode(t)]
+
+
+@pytest.mark.slow
+def test_single_hostile_messages_cost_only_themselves(tmp_path: Path) -> None:
+    """Control, then the same stream with: one trade of a new symbol 29 days ahead (before:
+    no order after it), 3 frames above max_message_bytes (before: the connection dropped
+    and the ticks behind them were lost), 300 lone frames (before: each took the next
+    valid tick along). The same ticks and the same fills."""
+    control, control_fills = run_daemon(tmp_path / "control", {})
+    third = N_TICKS // 3
+    hostile = {third: [far_ahead_trade()]}
+    for i in range(3):  # between the limit (4096) and the hard transport cap
+        hostile[third + 100 * (i + 1)] = [[b"T.BIG", b"\x95" + bytes(10_000)]]
+    lone = [[b"T.SYN000"], [b"T."], [b"T.\x95\x01"]]  # lone frames the daemon subscribes to
+    for i in range(300):
+        hostile.setdefault(20 * i + 7, []).append(lone[i % 3])
+    got, got_fills = run_daemon(tmp_path / "hostile", hostile)
+    assert len(control_fills) >= 10
+    assert got["ticks"] == control["ticks"] == N_TICKS
+    assert [f[2:] for f in got_fills] == [f[2:] for f in control_fills]
+    assert got["skipped"] == {"oversize": 3, "bad_framing": 300}
