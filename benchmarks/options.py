@@ -1,6 +1,17 @@
 """Benchmark: option groups by Crank–Nicolson on the GPU, the CPU twin, and QuantLib.
 
-    python benchmarks/options.py [--device auto|cpu|cuda] [--json PATH]
+    python benchmarks/options.py [--device auto|cpu|cuda] [--json PATH] [--accuracy-only]
+        [--tile N]
+
+Accuracy per named grid first: the American reference portfolio
+(benchmarks/reference/american_reference.csv, 1,000 calls and puts with dividend yields,
+QuantLib's QdFpAmericanEngine) priced through the engine's path, `FdPricingEngine.price`:
+RMSE over all contracts, RRMSE and the worst relative error over contracts worth ≥ 0.5
+(spot 100), the worst absolute error, each worst contract named; the same contracts as
+European against the analytic Black–Scholes–Merton price; and options/s of that same call
+on the portfolio tiled to `--tile` contracts (default 10,000; on the CPU 2,000), wall time
+including the transfers, plus on CUDA the kernel alone (CUDA events). An options/s figure
+is only quoted with its grid's accuracy.
 
 The GPU kernel is the engine's: the lanes solver unless GPU_FD_SOLVER=pcr (results before
 2026-11-23's fifth session were measured with PCR). Measures, after warm-up (JIT), medians
@@ -35,7 +46,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.common import gpu_name, write_json  # noqa: E402
 from gpu import options_core as core  # noqa: E402
 from gpu.device import resolve_device  # noqa: E402
-from gpu.options import FdGrid, OptionGroupPricer, make_grid, option_params  # noqa: E402
+from gpu.options import (  # noqa: E402
+    GRIDS,
+    FdGrid,
+    FdPricingEngine,
+    OptionGroupPricer,
+    contract_rows,
+    make_grid,
+    option_params,
+)
 
 SEED_T = 0.3
 
@@ -205,6 +224,56 @@ def chain_implied_vols(backends: list[str]) -> dict[str, Any] | None:
     return out
 
 
+def grid_accuracy(backend: str, tile: int, repeats: int) -> list[dict[str, Any]]:
+    """Per named grid: accuracy on the American reference (and its European twin) and
+    options/s of `FdPricingEngine.price` on the portfolio tiled to `tile` contracts."""
+    from benchmarks.reference.american import accuracy, load_reference
+
+    ref = load_reference()
+    euro = load_reference(american=False)
+    big = ref.tiled(tile)
+    rows: list[dict[str, Any]] = []
+    for name in GRIDS:
+        engine = FdPricingEngine(name, backend)
+        engine.price(ref.contracts.select(np.arange(4)), ref.subset(np.arange(4)).market)
+        am = accuracy(engine.price(ref.contracts, ref.market).price, ref.price)
+        eu = accuracy(engine.price(euro.contracts, euro.market).price, euro.european)
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            engine.price(big.contracts, big.market)
+            times.append(time.perf_counter() - t0)
+        row: dict[str, Any] = {
+            "grid": name, "device": backend, "settings": engine.grid._asdict(),
+            **am, "max_abs_contract": ref.describe(am["max_abs_index"]),
+            "max_rel_contract": ref.describe(am["max_rel_index"]),
+            "european_rrmse": eu["rrmse"], "european_max_rel_error": eu["max_rel_error"],
+            "tiled_contracts": tile, "options_per_second": tile / statistics.median(times),
+        }
+        if backend == "cuda":  # the kernel alone, rows already on the device
+            k = time_gpu(contract_rows(big.contracts, big.market), engine.grid, repeats)
+            row["kernel_options_per_second"] = k["options_per_second"]
+        rows.append(row)
+        print(f"  {name:7s} RRMSE {am['rrmse']:.2e} worst rel {am['max_rel_error']:.2e} "
+              f"{row['options_per_second']:.3e} options/s", file=sys.stderr)
+    return rows
+
+
+def print_accuracy(rows: list[dict[str, Any]]) -> None:
+    print("\nAmerican reference (1,000 calls and puts, q in [0, 4%], QuantLib QdFp), "
+          "through FdPricingEngine.price")
+    print(f"{'grid':8s} {'RMSE':>9s} {'RRMSE':>9s} {'worst abs':>10s} {'worst rel':>10s} "
+          f"{'Euro RRMSE':>10s} {'options/s':>10s} {'kernel/s':>10s}")
+    for r in rows:
+        kern = r.get("kernel_options_per_second")
+        print(f"{r['grid']:8s} {r['rmse']:9.2e} {r['rrmse']:9.2e} {r['max_abs_error']:10.2e} "
+              f"{r['max_rel_error']:10.2e} {r['european_rrmse']:10.2e} "
+              f"{r['options_per_second']:10.3e} {kern or float('nan'):10.3e}")
+    for r in rows:
+        print(f"  {r['grid']}: worst abs {r['max_abs_contract']}; "
+              f"worst rel {r['max_rel_contract']}")
+
+
 def throughput_rows(backend: str, grids: dict[str, FdGrid], repeats: int,
                     quantlib_count: int) -> list[dict[str, Any]]:
     """Options repriced per second by group size: CUDA, the CPU twin and QuantLib."""
@@ -216,14 +285,14 @@ def throughput_rows(backend: str, grids: dict[str, FdGrid], repeats: int,
             for n in gpu_sizes:
                 r = time_gpu(make_group(n), grid, repeats)
                 rows.append({"backend": "cuda float32", "grid": gname, "options": n, **r})
-                print(f"  cuda {gname:5s} {n:6d}: {r['options_per_second']:.3e} options/s",
+                print(f"  cuda {gname:7s} {n:6d}: {r['options_per_second']:.3e} options/s",
                       file=sys.stderr)
         for n in cpu_sizes:
             reps = max(3, repeats // (4 if gname == "fine" else 1)) if n >= 1000 else 5
             r = time_cpu(make_group(n), grid, reps)
             rows.append({"backend": f"cpu float64 x{os.cpu_count()}", "grid": gname,
                          "options": n, **r})
-            print(f"  cpu  {gname:5s} {n:6d}: {r['options_per_second']:.3e} options/s",
+            print(f"  cpu  {gname:7s} {n:6d}: {r['options_per_second']:.3e} options/s",
                   file=sys.stderr)
         q = time_quantlib(make_group(quantlib_count), grid)
         if q is not None:
@@ -236,8 +305,9 @@ def gpu_results(result: dict[str, Any], rows: list[dict[str, Any]], grids: dict[
                 latency_repeats: int) -> None:
     """Latency of a 1,000-option group, float32 against float64, and the goals."""
     result["latency_1000_seed"] = latency_gpu(1000, grids["seed"], latency_repeats)
-    result["gpu_vs_cpu_seed"] = gpu_vs_cpu(grids["seed"])
-    result["gpu_vs_cpu_fine"] = gpu_vs_cpu(grids["fine"])
+    result["latency_1000_default"] = latency_gpu(1000, grids["default"], latency_repeats)
+    for g in ("seed", "default", "fine"):
+        result[f"gpu_vs_cpu_{g}"] = gpu_vs_cpu(grids[g])
     seed_rate = max(
         r["options_per_second"] for r in rows
         if r["backend"].startswith("cuda") and r["grid"] == "seed"
@@ -247,6 +317,8 @@ def gpu_results(result: dict[str, Any], rows: list[dict[str, Any]], grids: dict[
         "seed_options_per_second_goal": 1e7,
         "latency_p50_us": result["latency_1000_seed"]["p50_us"],
         "latency_p50_us_goal": 200.0,
+        "default_latency_p50_us": result["latency_1000_default"]["p50_us"],
+        "default_latency_p50_us_goal": 50.0,
         "seed_paper_1000_options_ms": 1.87,
     }
 
@@ -255,15 +327,18 @@ def print_report(result: dict[str, Any], backend: str) -> None:
     """The result as tables on stdout."""
     print(f"\noption repricing on {result.get('gpu', backend)} "
           f"({os.cpu_count()} CPU cores); medians after warm-up")
-    print(f"{'backend':22s} {'grid':5s} {'options':>8s} {'seconds':>11s} {'options/s':>11s}")
+    print(f"{'backend':22s} {'grid':7s} {'options':>8s} {'seconds':>11s} {'options/s':>11s}")
     for r in result["rows"]:
-        print(f"{r['backend']:22s} {r['grid']:5s} {r['options']:8d} {r['seconds']:11.3e} "
+        print(f"{r['backend']:22s} {r['grid']:7s} {r['options']:8d} {r['seconds']:11.3e} "
               f"{r['options_per_second']:11.3e}")
     if "latency_1000_seed" in result:
         lat = result["latency_1000_seed"]
         print(f"\nspot → 1,000-option group repriced → results on host: p50 {lat['p50_us']:.1f} µs,"
               f" p99 {lat['p99_us']:.1f} µs (goal p50 ≤ 200 µs; seed paper 1.87 ms)")
-        for g in ("seed", "fine"):
+        lat = result["latency_1000_default"]
+        print(f"the same at the default grid: p50 {lat['p50_us']:.1f} µs, p99 "
+              f"{lat['p99_us']:.1f} µs (goal p50 ≤ 50 µs)")
+        for g in ("seed", "default", "fine"):
             d = result[f"gpu_vs_cpu_{g}"]
             print(f"float32 GPU vs float64 CPU, {g} grid: max relative difference "
                   f"{d['max_rel_diff_price_gt_0.01']:.2e} (prices > 0.01)")
@@ -290,18 +365,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--latency-repeats", type=int, default=500)
     ap.add_argument("--quantlib-count", type=int, default=50)
+    ap.add_argument("--tile", type=int, default=None,
+                    help="contracts of the tiled reference for options/s "
+                         "(default 10,000; 2,000 on the CPU)")
+    ap.add_argument("--accuracy-only", action="store_true",
+                    help="only the per-grid accuracy and options/s on the reference")
     args = ap.parse_args(argv)
     backend = resolve_device(args.device, "options benchmark")
-    grids = {"seed": make_grid("seed"), "fine": make_grid("fine")}
-    rows = throughput_rows(backend, grids, args.repeats, args.quantlib_count)
-    result: dict[str, Any] = {
-        "device": backend,
-        "cpu_cores": os.cpu_count(),
-        "grids": {k: g._asdict() for k, g in grids.items()},
-        "rows": rows,
-    }
+    tile = args.tile or (10_000 if backend == "cuda" else 2_000)
+    accuracy_rows = grid_accuracy(backend, tile, max(3, args.repeats // 4))
+    print_accuracy(accuracy_rows)
+    result: dict[str, Any] = {"device": backend, "cpu_cores": os.cpu_count(),
+                              "accuracy": accuracy_rows}
     if backend == "cuda":
         result["gpu"] = gpu_name()
+    if args.accuracy_only:
+        write_json(args.json, result, indent=1)
+        return 0
+    grids = {name: make_grid(name) for name in GRIDS}
+    rows = throughput_rows(backend, grids, args.repeats, args.quantlib_count)
+    result.update({"grids": {k: g._asdict() for k, g in grids.items()}, "rows": rows})
+    if backend == "cuda":
         gpu_results(result, rows, grids, args.latency_repeats)
     iv = chain_implied_vols(["cuda", "cpu"] if backend == "cuda" else ["cpu"])
     if iv is not None:

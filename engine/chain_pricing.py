@@ -111,6 +111,7 @@ class ChainValuation:
     chain: OptionChain
     asof: dt.date
     rate: float
+    dividend_yield: np.ndarray  # continuous dividend yield per contract
     spot: np.ndarray          # underlying price per contract
     years: np.ndarray         # time to expiry in years (calendar days / 365)
     american: np.ndarray      # bool per contract
@@ -146,7 +147,9 @@ class ChainValuation:
         """The JSON-able result: settings, counts, checks, implied-vol outcome, contracts."""
         result: dict[str, Any] = {
             "source": source, "device": engine.device, "grid": engine.grid._asdict(),
-            "asof": self.asof.isoformat(), "rate": self.rate, "vol_source": self.vol_source,
+            "asof": self.asof.isoformat(), "rate": self.rate,
+            "dividend_yield": _yield_summary(self.dividend_yield),
+            "vol_source": self.vol_source,
             "count": len(self.chain), "priced": int(self.priced.sum()),
             "expired": int(self.checks["expired"]), "price_seconds": self.price_seconds,
         }
@@ -172,6 +175,7 @@ class ChainValuation:
                 "expiry": str(c.expiry[i]), "strike": float(c.strike[i]), "right": c.right[i],
                 "style": "american" if self.american[i] else "european",
                 "years": float(self.years[i]), "spot": float(self.spot[i]),
+                "dividend_yield": float(self.dividend_yield[i]),
                 "vol": _clean(self.vol[i]), "price": _clean(self.price[i]),
                 "delta": _clean(self.delta[i]), "gamma": _clean(self.gamma[i]),
                 "bid": _clean(c.bid[i]), "ask": _clean(c.ask[i]),
@@ -183,6 +187,13 @@ class ChainValuation:
         return out
 
 
+def _yield_summary(q: np.ndarray) -> float | list[float]:
+    """The chain's dividend yield for the report: one number if all agree, else the range."""
+    if q.size == 0 or np.all(q == q[0]):
+        return float(q[0]) if q.size else 0.0
+    return [float(q.min()), float(q.max())]
+
+
 def value_chain(
     chain: OptionChain,
     asof: dt.date,
@@ -191,15 +202,18 @@ def value_chain(
     rate: float,
     engine: FdPricingEngine,
     *,
+    dividend_yield: np.ndarray | float = 0.0,
     vol: float | None = None,
     solve_iv: bool = False,
     generated: bool = False,
     progress: Callable[[str], None] = lambda _msg: None,
 ) -> ChainValuation:
-    """Solve implied vols (with `solve_iv`), choose each contract's vol, and price."""
+    """Solve implied vols (with `solve_iv`), choose each contract's vol, and price (with a
+    continuous `dividend_yield`, one or one per contract)."""
     years = chain.years_to_expiry(asof)
     contracts = OptionContracts.of(chain.strike, years, chain.is_call, american)
-    market = MarketInputs(spot, 0.2, rate)  # the vol is chosen per contract below
+    q = np.broadcast_to(np.asarray(dividend_yield, dtype=np.float64), (len(chain),)).copy()
+    market = MarketInputs(spot, 0.2, rate, q)  # the vol is chosen per contract below
     ivs = _solve_ivs(chain, contracts, market, engine, vol, generated, progress) \
         if solve_iv else _IVSolution.none(len(chain))
     vols, vol_source = _choose_vols(chain, ivs, spot, vol, solve_iv, generated)
@@ -214,7 +228,8 @@ def value_chain(
     t0 = time.perf_counter()
     price, delta, gamma = _price_at(contracts, market.with_vol(vols), engine, progress)
     val = ChainValuation(
-        chain=chain, asof=asof, rate=rate, spot=spot, years=years, american=american,
+        chain=chain, asof=asof, rate=rate, dividend_yield=q, spot=spot, years=years,
+        american=american,
         vol=vols, vol_source=vol_source, price=price, delta=delta, gamma=gamma,
         price_seconds=time.perf_counter() - t0, solved_iv=solve_iv, mid=ivs.mid, iv=ivs.iv,
         status=ivs.status, iterations=ivs.iterations, iv_seconds=ivs.seconds,

@@ -37,7 +37,7 @@ from engine.errors import UserError
 from feeds.messages import OptionGroupValues, OptionValue
 from feeds.option_chain import DAYS_PER_YEAR, option_symbol
 from gpu.device import resolve_device
-from gpu.instruments import MarketInputs, OptionContracts
+from gpu.instruments import MarketInputs, OptionContracts, check_dividend_yield
 from gpu.options import GRIDS, FdPricingEngine, OptionGroupPricer, make_grid
 
 NS_PER_DAY = 86_400 * 1_000_000_000
@@ -53,7 +53,8 @@ class OptionGroupConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
 
     expiries: days to expiry (int, fixed whatever the date) or expiry dates (the time to
       expiry then shrinks with the ticks' date at the exchange: calendar days / 365).
-    style: "american" or "european"; vol and rate per year (continuously compounded);
+    style: "american" or "european"; vol, rate and dividend_yield per year (continuously
+      compounded; dividend_yield in [-1, 1], default 0);
     grid: "seed" (fastest), "default" or "fine"; price_steps/time_steps > 0 override it.
     """
 
@@ -64,6 +65,7 @@ class OptionGroupConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     style: str = "american"
     vol: float = 0.25
     rate: float = 0.0
+    dividend_yield: float = 0.0
     grid: str = "seed"
     price_steps: int = 0
     time_steps: int = 0
@@ -89,6 +91,8 @@ class OptionGroupConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
             raise ValueError(f"option group {self.underlying}: vol must be > 0")
         if not np.isfinite(self.rate):
             raise ValueError(f"option group {self.underlying}: rate must be finite")
+        check_dividend_yield(self.dividend_yield, f"option group {self.underlying}: "
+                                                  f"dividend_yield")
         if self.grid not in GRIDS:
             raise ValueError(f"option group {self.underlying}: grid must be one of {list(GRIDS)}")
         if self.price_steps < 0 or self.time_steps < 0:
@@ -183,7 +187,8 @@ def build_group(cfg: OptionGroupConfig, device: str, background: bool,
         engine.warm_up()
         warmed.add(key)
     # spot 1.0 until the first tick writes the real one
-    pricer = engine.group_pricer(contracts, MarketInputs(1.0, cfg.vol, cfg.rate),
+    pricer = engine.group_pricer(contracts, MarketInputs(1.0, cfg.vol, cfg.rate,
+                                                         cfg.dividend_yield),
                                  background=background)
     return _Group(cfg, contracts, engine, pricer, contract_symbols(cfg), days, dates,
                   dated=any(d is not None for d in dates))

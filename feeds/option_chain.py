@@ -6,11 +6,14 @@ Columns (header names, any order; extra columns are ignored):
 - required: `expiry` (YYYY-MM-DD), `strike` (> 0), `right` (C/P or call/put);
 - optional: `underlying`, `style` (european/american; default european), `bid`, `ask`
   (empty = that side not quoted), `iv` (volatility per year to price at),
+  `dividend_yield` (the underlying's continuous dividend yield per year, in [-1, 1];
+  empty = not given),
   `snapshot_time` (ISO 8601, the default as-of time), and the underlying's price as
   `spot`, or `underlying_bid`/`underlying_ask` (their mid is used), or `underlying_last`.
 
-Rows that cannot be read (a bad strike, expiry, right or style) are counted by reason and
-skipped; a file without the required columns or without any good row is an error.
+Rows that cannot be read (a bad strike, expiry, right, style or dividend yield) are
+counted by reason and skipped; a file without the required columns or without any good
+row is an error.
 Time to expiry is calendar days from the as-of date to the expiry date, divided by 365.
 """
 
@@ -50,6 +53,13 @@ class OptionChain:
     spot: npt.NDArray[np.float64]
     snapshot_time: dt.datetime | None
     skipped: dict[str, int] = field(default_factory=dict)
+    #: continuous dividend yield per contract (NaN: not given); empty: no such column
+    dividend_yield: npt.NDArray[np.float64] = field(default_factory=lambda: np.empty(0))
+
+    def dividend_yields(self, default: float) -> npt.NDArray[np.float64]:
+        """The yield per contract: the chain's where given, else `default`."""
+        q = self.dividend_yield if self.dividend_yield.size else np.full(len(self), np.nan)
+        return np.where(np.isfinite(q), q, default)
 
     def __len__(self) -> int:
         return int(self.strike.shape[0])
@@ -115,7 +125,7 @@ def read_chain(path: str | Path) -> OptionChain:
     if not rows:
         detail = f" (skipped: {skipped})" if skipped else ""
         raise ValueError(f"{p}: no usable option rows{detail}")
-    underlying, symbols, expiry, strike, is_call, is_american, bid, ask, iv, spot = zip(
+    underlying, symbols, expiry, strike, is_call, is_american, bid, ask, iv, spot, q = zip(
         *rows, strict=True)
     return OptionChain(
         underlying=list(underlying),
@@ -130,12 +140,13 @@ def read_chain(path: str | Path) -> OptionChain:
         spot=np.array(spot),
         snapshot_time=snapshot,
         skipped=skipped,
+        dividend_yield=np.array(q),
     )
 
 
 #: one contract's row: underlying, symbol, expiry, strike, is_call, is_american, bid, ask,
-#: iv, spot
-_Contract = tuple[str, str, dt.date, float, bool, bool, float, float, float, float]
+#: iv, spot, dividend yield
+_Contract = tuple[str, str, dt.date, float, bool, bool, float, float, float, float, float]
 
 
 def _rows(fh: TextIO, p: Path) -> csv.DictReader[str]:
@@ -150,7 +161,8 @@ def _rows(fh: TextIO, p: Path) -> csv.DictReader[str]:
 
 
 def _contract(row: dict[str, str]) -> _Contract | str:
-    """One row's contract, or why the row is skipped (bad expiry, strike, right or style)."""
+    """One row's contract, or why the row is skipped (bad expiry, strike, right, style or
+    dividend yield)."""
     try:
         exp = dt.date.fromisoformat((row.get("expiry") or "").strip())
     except ValueError:
@@ -174,8 +186,12 @@ def _contract(row: dict[str, str]) -> _Contract | str:
     if not 0 < s < np.inf:
         ub, ua = _float(row.get("underlying_bid")), _float(row.get("underlying_ask"))
         s = 0.5 * (ub + ua) if ub > 0 and ua >= ub else _float(row.get("underlying_last"))
+    q_text = (row.get("dividend_yield") or "").strip()
+    q = _float(q_text)
+    if q_text and not abs(q) <= 1.0:  # unreadable, infinite or beyond ±100% a year
+        return "bad_dividend_yield"
     name = (row.get("underlying") or "").strip()
     vol = _float(row.get("iv"))
     return (name, option_symbol(name, exp, "C" if call else "P", k), exp, k, call,
             style == "american", _float(row.get("bid")), _float(row.get("ask")),
-            vol if vol > 0 else np.nan, s if 0 < s < np.inf else np.nan)
+            vol if vol > 0 else np.nan, s if 0 < s < np.inf else np.nan, q)

@@ -105,21 +105,23 @@ def quote_mids(bid: npt.ArrayLike, ask: npt.ArrayLike) -> tuple[FloatArray, npt.
 
 
 def arbitrage_bounds(params: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """Model-free (lower, upper) price bounds per parameter row (no dividends).
+    """Model-free (lower, upper) price bounds per parameter row, with the dividend yield q.
 
-    Call: max(0, S − K e^(−rT)) ≤ C ≤ S (American calls as European, never exercised
-    early). Put: max(0, K e^(−rT) − S) ≤ P ≤ K e^(−rT); American put: also ≥ K − S and
-    ≤ K.
+    Call: max(0, S e^(−qT) − K e^(−rT)) ≤ C ≤ S e^(−qT) (American: also ≥ S − K, and
+    ≤ max(S, S e^(−qT))). Put: max(0, K e^(−rT) − S e^(−qT)) ≤ P ≤ K e^(−rT); American
+    put: also ≥ K − S and ≤ max(K, K e^(−rT)). At q = 0 the factor e^(−qT) is exactly 1.
     """
     s = params[:, core.SPOT]
     k = params[:, core.STRIKE]
     t = np.maximum(params[:, core.EXPIRY], 0.0)
     disc_k = k * np.exp(-params[:, core.RATE] * t)
+    disc_s = s * np.exp(-params[:, core.DIVIDEND] * t)
     call = params[:, core.IS_CALL] > 0.5
     american = params[:, core.IS_AMERICAN] > 0.5
-    lower = np.where(call, np.maximum(s - disc_k, 0.0), np.maximum(disc_k - s, 0.0))
-    lower = np.where(~call & american, np.maximum(lower, k - s), lower)
-    upper = np.where(call, s, np.where(american, np.maximum(k, disc_k), disc_k))
+    lower = np.where(call, np.maximum(disc_s - disc_k, 0.0), np.maximum(disc_k - disc_s, 0.0))
+    lower = np.where(american, np.maximum(lower, np.where(call, s - k, k - s)), lower)
+    upper = np.where(call, np.where(american, np.maximum(s, disc_s), disc_s),
+                     np.where(american, np.maximum(k, disc_k), disc_k))
     return lower, upper
 
 
@@ -132,18 +134,18 @@ def european_implied_vols(
     The starting point of the PDE solve; exact for European options.
     """
     for o in prange(params.shape[0]):
-        s, k, t, _, r, call, _ = core.row_fields(params, o)
+        s, k, t, _, r, q, call, _ = core.row_fields(params, o)
         lo = vol_min
         hi = vol_max
-        p_lo = core.bs_price_greeks_cpu(s, k, t, lo, r, call)[0]
-        p_hi = core.bs_price_greeks_cpu(s, k, t, hi, r, call)[0]
+        p_lo = core.bs_price_greeks_cpu(s, k, t, lo, r, q, call)[0]
+        p_hi = core.bs_price_greeks_cpu(s, k, t, hi, r, q, call)[0]
         y = target[o]
         if t <= 0.0 or not (p_lo <= y <= p_hi):
             out[o] = np.nan
             continue
         sig = 0.5 * (lo + hi) if not (lo < 0.3 < hi) else 0.3
         for _ in range(100):
-            p, _d, _g, vega = core.bs_price_greeks_cpu(s, k, t, sig, r, call)
+            p, _d, _g, vega = core.bs_price_greeks_cpu(s, k, t, sig, r, q, call)
             f = p - y
             if f > 0.0:
                 hi = sig

@@ -1,14 +1,17 @@
 """What an option is, apart from how it is priced: contracts and the market they are valued in.
 
 As in QuantLib, the instrument (`OptionContract`: strike, expiry, right, exercise style)
-is separate from the market inputs (`MarketInputs`: spot, vol, rate) and from the pricing
-engine (`gpu.options.FdPricingEngine`, `gpu.options.AnalyticEuropeanEngine`), so a caller
-that holds contracts never knows which device, grid or formula prices them.
+is separate from the market inputs (`MarketInputs`: spot, vol, rate, dividend yield) and
+from the pricing engine (`gpu.options.FdPricingEngine`,
+`gpu.options.AnalyticEuropeanEngine`), so a caller that holds contracts never knows which
+device, grid or formula prices them.
 
 `OptionContracts` is a batch of contracts as parallel arrays (a chain, an option group):
 engines price a whole batch at once. Units: expiry is the time to expiry in years at the
 valuation time (calendar days / 365 where a date is involved; ≤ 0 means expired, valued
-at intrinsic); vol and rate per year, continuously compounded, no dividends.
+at intrinsic); vol, rate and dividend yield per year, continuously compounded (the yield
+q is paid by the underlying: its forward is S·e^((r−q)T); q = 0 by default, which leaves
+every value as without dividends, bit for bit).
 """
 
 from __future__ import annotations
@@ -22,6 +25,20 @@ import numpy.typing as npt
 
 FloatArray = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
+
+#: the dividend yields accepted, per year: beyond ±100% a yield is a units mistake
+#: (a percentage typed as a number), not a market
+DIVIDEND_YIELD_LIMIT = 1.0
+
+
+def check_dividend_yield(q: npt.ArrayLike, what: str = "dividend yield") -> None:
+    """Raise ValueError (one line) unless every yield is a finite number in [−1, 1]."""
+    a = np.asarray(q, dtype=np.float64)
+    bad = ~(np.isfinite(a) & (np.abs(a) <= DIVIDEND_YIELD_LIMIT))
+    if bad.any():
+        first = a.reshape(-1)[int(np.flatnonzero(bad.reshape(-1))[0])]
+        raise ValueError(f"{what} must be a finite number in [-1, 1] per year "
+                         f"(0.02 for 2%), got {float(first)!r}")
 
 
 class Right(enum.Enum):
@@ -117,21 +134,27 @@ class OptionContracts:
 
 @dataclass(frozen=True)
 class MarketInputs:
-    """What the market adds to a contract: underlying spot, volatility and rate per year.
+    """What the market adds to a contract: underlying spot, volatility, rate and continuous
+    dividend yield per year.
 
-    Each is a scalar or one value per contract (broadcast against the contracts).
+    Each is a scalar or one value per contract (broadcast against the contracts). The
+    dividend yield is checked here (finite, in [−1, 1]); the rest where rows are built.
     """
 
     spot: npt.ArrayLike
     vol: npt.ArrayLike
     rate: npt.ArrayLike = 0.0
+    dividend_yield: npt.ArrayLike = 0.0
+
+    def __post_init__(self) -> None:
+        check_dividend_yield(self.dividend_yield)
 
     def with_vol(self, vol: npt.ArrayLike) -> MarketInputs:
-        return MarketInputs(self.spot, vol, self.rate)
+        return MarketInputs(self.spot, vol, self.rate, self.dividend_yield)
 
     def select(self, mask: npt.NDArray[np.bool_] | npt.NDArray[np.intp],
                n: int) -> MarketInputs:
         """The inputs of the contracts where `mask` is true, of a batch of `n` contracts."""
-        s, v, r = (np.broadcast_to(np.asarray(x, dtype=np.float64), (n,))[mask]
-                   for x in (self.spot, self.vol, self.rate))
-        return MarketInputs(s, v, r)
+        s, v, r, q = (np.broadcast_to(np.asarray(x, dtype=np.float64), (n,))[mask]
+                      for x in (self.spot, self.vol, self.rate, self.dividend_yield))
+        return MarketInputs(s, v, r, q)

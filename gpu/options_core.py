@@ -1,17 +1,18 @@
 """Black–Scholes PDE by Crank–Nicolson: the arithmetic once, a CUDA kernel and a CPU twin.
 
 The option value V(S, τ) (τ = time to expiry in years, S = spot in price units) solves
-V_τ = ½σ²S²V_SS + rSV_S − rV on a uniform grid S_j = S_lo + j·ΔS, j = 0..N, with Dirichlet
-boundary values (deep in/out of the money). In space the operator is discretised on three
-points, M·dV/dτ = L·V: plain central differences (M = I, second order) or, by default, the
-fourth-order compact scheme (M tridiagonal), with the payoff kink smoothed by a fourth-
-order kernel and the strike on a node. In time each step solves the tridiagonal system
+V_τ = ½σ²S²V_SS + (r − q)SV_S − rV (q the continuous dividend yield) on a uniform grid
+S_j = S_lo + j·ΔS, j = 0..N, with Dirichlet boundary values (deep in/out of the money).
+In space the operator is discretised on three points, M·dV/dτ = L·V: plain central
+differences (M = I, second order) or, by default, the fourth-order compact scheme (M
+tridiagonal), with the payoff kink smoothed by a fourth-order kernel and the strike on a
+node. In time each step solves the tridiagonal system
 (M − θΔτ·L)·Vⁿ⁺¹ = (M + (1−θ)Δτ·L)·Vⁿ, θ = ½ (Crank–Nicolson); an optional Rannacher start
 replaces the first CN steps by two fully implicit half steps each, which damps the kink so
-greeks do not oscillate and the scheme keeps second order. American puts are projected
-onto the payoff after each step (an American call without dividends and with r ≥ 0 is
-never exercised early and is priced as the European one). Price, delta and gamma at the
-spot come from a quartic through the five nearest nodes.
+greeks do not oscillate and the scheme keeps second order. American options are projected
+onto the payoff after each step (an American call with q ≤ 0 and r ≥ 0 is never exercised
+early and is priced as the European one; with q > 0 it is projected like a put). Price,
+delta and gamma at the spot come from a quartic through the five nearest nodes.
 
 Two backends over the same per-node functions (compiled by gpu/twin.py):
 - CUDA, float32, two kernels for the tridiagonal solve (`fd_kernel`, GPU_FD_SOLVER):
@@ -42,8 +43,8 @@ from gpu.device import fd_max_registers, fd_solver
 from gpu.twin import compile_twin
 
 # -- parameter-row layout -----------------------------------------------------------------
-SPOT, STRIKE, EXPIRY, VOL, RATE, IS_CALL, IS_AMERICAN = range(7)
-N_PARAMS = 8  # one spare column keeps rows 64-byte aligned
+SPOT, STRIKE, EXPIRY, VOL, RATE, IS_CALL, IS_AMERICAN, DIVIDEND = range(8)
+N_PARAMS = 8  # eight float64 columns: rows stay 64-byte aligned
 PRICE, DELTA, GAMMA = range(3)
 N_OUT = 3
 
@@ -75,33 +76,42 @@ def norm_pdf(x: float) -> float:
 
 
 def bs_price_greeks(
-    spot: float, strike: float, expiry: float, vol: float, rate: float, is_call: bool
+    spot: float, strike: float, expiry: float, vol: float, rate: float, div: float,
+    is_call: bool,
 ) -> tuple[float, float, float, float]:
-    """Analytic European Black–Scholes (no dividends): price, delta, gamma, vega (per unit σ).
+    """Analytic European Black–Scholes–Merton with a continuous dividend yield `div`:
+    price, delta, gamma, vega (per unit σ).
 
-    At expiry ≤ 0 or σ ≤ 0 the value is the discounted-forward intrinsic value.
+    At expiry ≤ 0 or σ ≤ 0 the value is the discounted-forward intrinsic value. Every
+    dividend term enters as a factor e^(−qT) or a difference r − q, which are exactly 1
+    and r at q = 0: the values without dividends are unchanged to the last bit.
     """
     if expiry <= 0.0 or vol <= 0.0:
         tau = max(expiry, 0.0)
         fwd_k = strike * math.exp(-rate * tau)
+        carry = math.exp(-div * tau)
+        fwd_s = spot * carry
         if is_call:
-            if spot > fwd_k:
-                return spot - fwd_k, 1.0, 0.0, 0.0
+            if fwd_s > fwd_k:
+                return fwd_s - fwd_k, carry, 0.0, 0.0
             return 0.0, 0.0, 0.0, 0.0
-        if spot < fwd_k:
-            return fwd_k - spot, -1.0, 0.0, 0.0
+        if fwd_s < fwd_k:
+            return fwd_k - fwd_s, -carry, 0.0, 0.0
         return 0.0, 0.0, 0.0, 0.0
     sqrt_t = math.sqrt(expiry)
     sig_t = vol * sqrt_t
-    d1 = (math.log(spot / strike) + (rate + 0.5 * vol * vol) * expiry) / sig_t
+    d1 = (math.log(spot / strike) + (rate - div + 0.5 * vol * vol) * expiry) / sig_t
     d2 = d1 - sig_t
     disc_k = strike * math.exp(-rate * expiry)
-    pdf1 = norm_pdf(d1)
+    carry = math.exp(-div * expiry)
+    disc_s = spot * carry
+    pdf1 = norm_pdf(d1) * carry
     gamma = pdf1 / (spot * sig_t)
     vega = spot * pdf1 * sqrt_t
     if is_call:
-        return spot * norm_cdf(d1) - disc_k * norm_cdf(d2), norm_cdf(d1), gamma, vega
-    return disc_k * norm_cdf(-d2) - spot * norm_cdf(-d1), norm_cdf(d1) - 1.0, gamma, vega
+        return disc_s * norm_cdf(d1) - disc_k * norm_cdf(d2), carry * norm_cdf(d1), gamma, vega
+    return (disc_k * norm_cdf(-d2) - disc_s * norm_cdf(-d1), carry * (norm_cdf(d1) - 1.0),
+            gamma, vega)
 
 
 def grid_bounds(
@@ -149,25 +159,29 @@ def time_steps(expiry: float, dt_target: float, fixed_steps: int, min_steps: int
 
 
 def node_coefficients(
-    s: float, ds: float, vol: float, rate: float, compact: bool
+    s: float, ds: float, vol: float, rate: float, div: float, compact: bool
 ) -> tuple[float, float, float, float, float, float]:
     """Semi-discrete operator at node S: M·dV/dτ = L·V, both three-point stencils.
 
     Returns (α, β, γ) of L, per year, and (m₋, m₀, m₊) of M. Plain central differences
     have M = I and are second order in ΔS. The compact scheme (`compact=True`) is fourth
     order for smooth data on the same three points: the leading truncation error
-    (ΔS²/12)·(a·V⁗ + 2b·V‴) of a·V″ + b·V′ − r·V (a = ½σ²S², b = rS) is rewritten with
-    the PDE itself; that adds κ = (1+q)(σ²+r)/12 to the diffusion and moves the rest onto
-    the time derivative through M, with q = 2(r − 2σ²)/σ² (the high-order compact method
-    of Spotz and Carey, applied to the Black–Scholes operator in S).
+    (ΔS²/12)·(a·V⁗ + 2b·V‴) of a·V″ + b·V′ − r·V (a = ½σ²S², b = μS, μ = r − q) is
+    rewritten with the PDE itself (V‴ and V⁗ from the PDE differentiated once and twice);
+    that adds κ = ((1+p)(σ²+μ) + μ − r)/12 to the diffusion, p(μ − r)/(24x) to the drift
+    (x = S/ΔS) and moves the rest onto the time derivative through M, with
+    p = 2(μ − 2σ²)/σ² (the high-order compact method of Spotz and Carey, applied to the
+    Black–Scholes–Merton operator in S). At q = 0 the extra terms are exactly zero.
     """
     x = s / ds
+    mu = rate - div
     diffusion = 0.5 * vol * vol * x * x
-    drift = 0.5 * rate * x
+    drift = 0.5 * mu * x
     if compact:
-        q = 2.0 * (rate - 2.0 * vol * vol) / (vol * vol)
-        kappa = (1.0 + q) * (vol * vol + rate) / 12.0
+        q = 2.0 * (mu - 2.0 * vol * vol) / (vol * vol)
+        kappa = ((1.0 + q) * (vol * vol + mu) + (mu - rate)) / 12.0
         skew = q / (24.0 * x)
+        drift = drift + q * (mu - rate) / (24.0 * x)
         # where drift dominates (tiny σ, or the first nodes above S = 0) the compact
         # stencil loses its signs and could oscillate: such nodes keep central differences
         if abs(skew) <= 1.0 / 12.0 and diffusion + kappa >= abs(drift):
@@ -179,6 +193,7 @@ def node_coefficients(
                 10.0 / 12.0,
                 1.0 / 12.0 + skew,
             )
+        drift = 0.5 * mu * x
     return diffusion - drift, -2.0 * diffusion - rate, diffusion + drift, 0.0, 1.0, 0.0
 
 
@@ -238,11 +253,36 @@ def rannacher_phase(
     return 0.5, dt, m - n_implicit, n_implicit * dt
 
 
-def early_exercise(is_call: bool, is_american: bool, rate: float) -> bool:
-    """Whether the American feature can matter: without dividends and with r ≥ 0 an
-    American call is never exercised early, so it is priced as the European call (the
-    projection would only clip the smoothed payoff and add discretisation noise)."""
-    return is_american and not (is_call and rate >= 0.0)
+def time_passes(richardson: bool, early: bool, m: int) -> int:
+    """Marches of one option: 2 (⌊m/2⌋ steps, then m) for Richardson extrapolation in
+    time of an option that can be exercised early, else 1. The projection onto the payoff
+    makes the American time error first order in Δt, so V = V_m + w·(V_m − V_⌊m/2⌋)
+    (`richardson_weight`) cancels it for half a march more; a European value (second
+    order in Δt) keeps one march, whose error the extrapolation would amplify."""
+    if richardson and early and m >= 2:
+        return 2
+    return 1
+
+
+def pass_steps(pass_: int, passes: int, m: int) -> int:
+    """Time steps of march `pass_` of `passes`: the coarse one first, then the grid's."""
+    if passes == 2 and pass_ == 0:
+        return m // 2
+    return m
+
+
+def richardson_weight(m: int) -> float:
+    """w in V = V_m + w·(V_m − V_c), c = ⌊m/2⌋: errors c₁·Δt cancel (w = 1 for even m)."""
+    mc = m // 2
+    return mc / (m - mc)
+
+
+def early_exercise(is_call: bool, is_american: bool, rate: float, div: float) -> bool:
+    """Whether the American feature can matter: with no (or a negative) dividend yield and
+    r ≥ 0 an American call is never exercised early, so it is priced as the European call
+    (the projection would only clip the smoothed payoff and add discretisation noise);
+    with q > 0 a deep in-the-money call is worth exercising to collect the yield."""
+    return is_american and not (is_call and rate >= 0.0 and div <= 0.0)
 
 
 def payoff(s: float, strike: float, is_call: bool) -> float:
@@ -253,23 +293,27 @@ def boundary_values(
     strike: float,
     tau: float,
     rate: float,
+    div: float,
     s_lo: float,
     s_hi: float,
     is_call: bool,
     is_american: bool,
 ) -> tuple[float, float]:
-    """Dirichlet values at S_lo and S_hi at time to expiry τ (deep OTM 0, deep ITM linear).
+    """Dirichlet values at S_lo and S_hi at time to expiry τ (deep OTM 0, deep ITM the
+    discounted forward's intrinsic value).
 
-    Put: V(S_lo) = K e^(−rτ) − S_lo (American: at least K − S_lo, exercised), V(S_hi) = 0.
-    Call: V(S_lo) = 0, V(S_hi) = S_hi − K e^(−rτ) (American: at least S_hi − K).
+    Put: V(S_lo) = K e^(−rτ) − S_lo e^(−qτ) (American: at least K − S_lo, exercised),
+    V(S_hi) = 0. Call: V(S_lo) = 0, V(S_hi) = S_hi e^(−qτ) − K e^(−rτ) (American: at
+    least S_hi − K).
     """
     disc_k = strike * math.exp(-rate * tau)
+    carry = math.exp(-div * tau)
     if is_call:
-        v_hi = s_hi - disc_k
+        v_hi = s_hi * carry - disc_k
         if is_american:
             v_hi = max(v_hi, s_hi - strike)
         return 0.0, max(v_hi, 0.0)
-    v_lo = disc_k - s_lo
+    v_lo = disc_k - s_lo * carry
     if is_american:
         v_lo = max(v_lo, strike - s_lo)
     return max(v_lo, 0.0), 0.0
@@ -335,6 +379,9 @@ _CORE = (
     step_coefficients,
     payoff_smoothing,
     rannacher_phase,
+    time_passes,
+    pass_steps,
+    richardson_weight,
     early_exercise,
     payoff,
     boundary_values,
@@ -383,6 +430,12 @@ _boundary_values_gpu = _gpu_ns["boundary_values"]
 _interpolate_gpu = _gpu_ns["interpolate_at_spot"]
 _pcr_factors_gpu = _gpu_ns["pcr_factors"]
 _rannacher_phase_cpu = _cpu_ns["rannacher_phase"]
+_time_passes_cpu = _cpu_ns["time_passes"]
+_pass_steps_cpu = _cpu_ns["pass_steps"]
+_richardson_weight_cpu = _cpu_ns["richardson_weight"]
+_time_passes_gpu = _gpu_ns["time_passes"]
+_pass_steps_gpu = _gpu_ns["pass_steps"]
+_richardson_weight_gpu = _gpu_ns["richardson_weight"]
 _rannacher_phase_gpu = _gpu_ns["rannacher_phase"]
 
 
@@ -392,14 +445,17 @@ _rannacher_phase_gpu = _gpu_ns["rannacher_phase"]
 
 
 @njit(cache=True)
-def row_fields(params: np.ndarray, o: int) -> tuple[float, float, float, float, float, bool, bool]:
-    """(spot, strike, expiry, vol, rate, is_call, is_american) of parameter row `o`."""
+def row_fields(
+    params: np.ndarray, o: int
+) -> tuple[float, float, float, float, float, float, bool, bool]:
+    """(spot, strike, expiry, vol, rate, dividend yield, is_call, is_american) of row `o`."""
     return (
         params[o, SPOT],
         params[o, STRIKE],
         params[o, EXPIRY],
         params[o, VOL],
         params[o, RATE],
+        params[o, DIVIDEND],
         params[o, IS_CALL] > 0.5,
         params[o, IS_AMERICAN] > 0.5,
     )
@@ -409,8 +465,8 @@ def row_fields(params: np.ndarray, o: int) -> tuple[float, float, float, float, 
 def bs_price_greeks_batch(params: np.ndarray, out4: np.ndarray) -> None:
     """Analytic European values of every parameter row: out4[:, (price, delta, gamma, vega)]."""
     for o in prange(params.shape[0]):
-        spot, strike, expiry, vol, rate, is_call, _ = row_fields(params, o)
-        p, d, g, v = bs_price_greeks_cpu(spot, strike, expiry, vol, rate, is_call)
+        spot, strike, expiry, vol, rate, div, is_call, _ = row_fields(params, o)
+        p, d, g, v = bs_price_greeks_cpu(spot, strike, expiry, vol, rate, div, is_call)
         out4[o, 0] = p
         out4[o, 1] = d
         out4[o, 2] = g
@@ -424,6 +480,7 @@ def fd_price_one_cpu(
     expiry: float,
     vol: float,
     rate: float,
+    div: float,
     is_call: bool,
     is_american: bool,
     price_steps: int,
@@ -436,32 +493,29 @@ def fd_price_one_cpu(
     width: float,
     compact: bool,
     smooth: bool,
+    richardson: bool,
 ) -> tuple[float, float, float]:
-    """Price, delta, gamma of one option by Crank–Nicolson (float64, Thomas algorithm)."""
+    """Price, delta, gamma of one option by Crank–Nicolson (float64, Thomas algorithm);
+    with `richardson` an early-exercise option is marched twice (`time_passes`) and its
+    node values extrapolated before the interpolation at the spot."""
     if expiry <= 0.0 or vol <= 0.0:
-        p, d, g, _ = bs_price_greeks_cpu(spot, strike, expiry, vol, rate, is_call)
+        p, d, g, _ = bs_price_greeks_cpu(spot, strike, expiry, vol, rate, div, is_call)
         if is_american:
             p = max(p, _payoff_cpu(spot, strike, is_call))
         return p, d, g
-    is_american = _early_exercise_cpu(is_call, is_american, rate)
+    is_american = _early_exercise_cpu(is_call, is_american, rate, div)
     n = price_steps
     s_lo, ds = _grid_bounds_cpu(spot, strike, expiry, vol, domain, smax_mult, width, n)
-    s_hi = s_lo + n * ds
     m = _time_steps_cpu(expiry, dt_target, fixed_steps, min_steps)
-    dt = expiry / m
-    n_implicit = min(rannacher, m)
     j_strike = int(math.floor((strike - s_lo) / ds + 0.5))
 
     op = np.zeros((6, n + 1))  # α, β, γ, m₋, m₀, m₊ per node
     pay = np.empty(n + 1)
-    v = np.empty(n + 1)
-    row = np.zeros((6, n + 1))  # implicit (lo, diag, up), explicit (lo, diag, up)
-    rhs = np.empty(n + 1)
-    c_mod = np.empty(n + 1)
+    v0 = np.empty(n + 1)
     for j in range(n + 1):
         s = s_lo + j * ds
         if 0 < j < n:
-            a_, b_, c_, mb, mn, ma = _node_coefficients_cpu(s, ds, vol, rate, compact)
+            a_, b_, c_, mb, mn, ma = _node_coefficients_cpu(s, ds, vol, rate, div, compact)
             op[0, j] = a_
             op[1, j] = b_
             op[2, j] = c_
@@ -469,10 +523,44 @@ def fd_price_one_cpu(
             op[4, j] = mn
             op[5, j] = ma
         pay[j] = _payoff_cpu(s, strike, is_call)
-        v[j] = pay[j]
+        v0[j] = pay[j]
         if smooth and 0 < j < n:
-            v[j] += ds * _payoff_smoothing_cpu(j - j_strike)
+            v0[j] += ds * _payoff_smoothing_cpu(j - j_strike)
 
+    passes = _time_passes_cpu(richardson, is_american, m)
+    v = v0.copy()
+    v_coarse = v0.copy()
+    for pass_ in range(passes):
+        target = v_coarse if pass_ < passes - 1 else v
+        _march_cpu(target, op, pay, _pass_steps_cpu(pass_, passes, m), expiry, rannacher,
+                   strike, rate, div, s_lo, ds, n, is_call, is_american)
+    if passes == 2:
+        w = _richardson_weight_cpu(m)
+        for j in range(n + 1):
+            v[j] = v[j] + w * (v[j] - v_coarse[j])
+    f = (spot - s_lo) / ds
+    j = min(max(int(math.floor(f + 0.5)), 2), n - 2)
+    p, d, g = _interpolate_cpu(v[j - 2], v[j - 1], v[j], v[j + 1], v[j + 2], f - j, ds)
+    if is_american:  # interpolating across the exercise boundary may dip below the payoff
+        p = max(p, _payoff_cpu(spot, strike, is_call))
+    return p, d, g
+
+
+@njit(cache=True)
+def _march_cpu(
+    v: np.ndarray, op: np.ndarray, pay: np.ndarray, m: int, expiry: float, rannacher: int,
+    strike: float, rate: float, div: float, s_lo: float, ds: float, n: int, is_call: bool,
+    is_american: bool,
+) -> None:
+    """March the node values `v` (the smoothed payoff) from expiry over `m` time steps to
+    τ = expiry, in place: a Rannacher start, then Crank–Nicolson, each step solved by
+    Thomas's algorithm and projected onto the payoff `pay` when American."""
+    s_hi = s_lo + n * ds
+    dt = expiry / m
+    n_implicit = min(rannacher, m)
+    row = np.zeros((6, n + 1))  # implicit (lo, diag, up), explicit (lo, diag, up)
+    rhs = np.empty(n + 1)
+    c_mod = np.empty(n + 1)
     for phase in range(2):
         theta, step_dt, n_steps, tau0 = _rannacher_phase_cpu(phase, dt, n_implicit, m)
         if n_steps == 0:
@@ -485,7 +573,8 @@ def fd_price_one_cpu(
             )
         for k in range(n_steps):
             tau = tau0 + (k + 1) * step_dt
-            v_lo, v_hi = _boundary_values_cpu(strike, tau, rate, s_lo, s_hi, is_call, is_american)
+            v_lo, v_hi = _boundary_values_cpu(strike, tau, rate, div, s_lo, s_hi, is_call,
+                                               is_american)
             for j in range(1, n):
                 rhs[j] = row[3, j] * v[j - 1] + row[4, j] * v[j] + row[5, j] * v[j + 1]
             # the new boundary values are known: move their columns to the right-hand side
@@ -506,12 +595,6 @@ def fd_price_one_cpu(
             if is_american:
                 for j in range(n + 1):
                     v[j] = max(v[j], pay[j])
-    f = (spot - s_lo) / ds
-    j = min(max(int(math.floor(f + 0.5)), 2), n - 2)
-    p, d, g = _interpolate_cpu(v[j - 2], v[j - 1], v[j], v[j + 1], v[j + 2], f - j, ds)
-    if is_american:  # interpolating across the exercise boundary may dip below the payoff
-        p = max(p, _payoff_cpu(spot, strike, is_call))
-    return p, d, g
 
 
 @njit(cache=True)
@@ -528,7 +611,7 @@ def fd_price_batch_cpu(params: np.ndarray, out: np.ndarray, *grid: Any) -> None:
     """CPU twin of `fd_price_kernel`: every parameter row priced, on all cores.
 
     `grid` is `FdGrid.kernel_args()`: price_steps, dt_target, fixed_steps, min_steps,
-    rannacher, domain, smax_mult, width, compact, smooth."""
+    rannacher, domain, smax_mult, width, compact, smooth, richardson."""
     for o in prange(params.shape[0]):
         _price_row(params, out, o, *grid)
 
@@ -550,22 +633,24 @@ def fd_price_batch_cpu_serial(params: np.ndarray, out: np.ndarray, *grid: Any) -
 @cuda.jit(device=True)
 def _row_in_shared(
     row: Any,
-) -> tuple[float, float, float, float, float, bool, bool]:
-    """(spot, strike, expiry, vol, rate, is_call, early exercise) of a parameter row read
-    into shared memory; early exercise only where it can matter (`early_exercise`)."""
+) -> tuple[float, float, float, float, float, float, bool, bool]:
+    """(spot, strike, expiry, vol, rate, dividend yield, is_call, early exercise) of a
+    parameter row read into shared memory; early exercise only where it can matter
+    (`early_exercise`)."""
     is_call = row[IS_CALL] > 0.5
-    return (row[SPOT], row[STRIKE], row[EXPIRY], row[VOL], row[RATE], is_call,
-            _early_exercise_gpu(is_call, row[IS_AMERICAN] > 0.5, row[RATE]))
+    return (row[SPOT], row[STRIKE], row[EXPIRY], row[VOL], row[RATE], row[DIVIDEND], is_call,
+            _early_exercise_gpu(is_call, row[IS_AMERICAN] > 0.5, row[RATE], row[DIVIDEND]))
 
 
 @cuda.jit(device=True)
 def _write_closed_form(
     out: Any, opt: int, spot: float, strike: float, expiry: float, vol: float, rate: float,
-    is_call: bool, is_american: bool,
+    div: float, is_call: bool, is_american: bool,
 ) -> None:
     """Row `opt` of `out` for an expired or zero-vol option (no grid): Black–Scholes's
     limit, at least the payoff when American."""
-    e_price, e_delta, e_gamma, _ = _bs_price_greeks_gpu(spot, strike, expiry, vol, rate, is_call)
+    e_price, e_delta, e_gamma, _ = _bs_price_greeks_gpu(spot, strike, expiry, vol, rate, div,
+                                                        is_call)
     if is_american:
         e_price = max(e_price, _payoff_gpu(spot, strike, is_call))
     out[opt, PRICE] = e_price
@@ -616,6 +701,7 @@ def _fd_price_kernel(
     width: float,
     compact: bool,
     smooth: bool,
+    richardson: bool,
 ) -> None:
     """Price row `blockIdx.x` of `params` into `out`; thread j owns grid node j.
 
@@ -636,18 +722,18 @@ def _fd_price_kernel(
     if i < N_PARAMS:
         row[i] = params[opt, i]
     cuda.syncthreads()  # type: ignore[call-arg]
-    spot, strike, expiry, vol, rate, is_call, is_american = _row_in_shared(row)
+    spot, strike, expiry, vol, rate, div, is_call, is_american = _row_in_shared(row)
     if expiry <= 0.0 or vol <= 0.0:  # the same for the whole block: no barrier diverges
         if i == 0:
-            _write_closed_form(out, opt, spot, strike, expiry, vol, rate, is_call, is_american)
+            _write_closed_form(out, opt, spot, strike, expiry, vol, rate, div, is_call,
+                               is_american)
         return
 
     n = price_steps
     s_lo, ds = _grid_bounds_gpu(spot, strike, expiry, vol, domain, smax_mult, width, n)
     s_hi = s_lo + n * ds
-    m = _time_steps_gpu(expiry, dt_target, fixed_steps, min_steps)
-    dt = expiry / m
-    n_implicit = min(rannacher, m)
+    m_grid = _time_steps_gpu(expiry, dt_target, fixed_steps, min_steps)
+    passes = _time_passes_gpu(richardson, is_american, m_grid)
     levels = 0
     while (1 << levels) < n + 1:
         levels += 1
@@ -661,18 +747,47 @@ def _fd_price_kernel(
     m_above = 0.0
     if interior:
         alpha, beta, gamma, m_below, m_node, m_above = _node_coefficients_gpu(
-            s, ds, vol, rate, compact
+            s, ds, vol, rate, div, compact
         )
     pay = _payoff_gpu(s, strike, is_call)
     v0 = pay
     if smooth and interior:
         j_strike = int(math.floor((strike - s_lo) / ds + 0.5))
         v0 += ds * _payoff_smoothing_gpu(i - j_strike)
-    v = np.float32(v0)
     pay32 = np.float32(pay)
-    if i > n:
-        v = np.float32(0.0)
+    v = np.float32(0.0)
+    v_coarse = np.float32(0.0)
+    for pass_ in range(passes):  # the same count for the whole block
+        if pass_ == 1:
+            v_coarse = v
+        v = np.float32(v0)
+        if i > n:
+            v = np.float32(0.0)
+        m = _pass_steps_gpu(pass_, passes, m_grid)
+        v = _pcr_march(v, pay32, m, expiry, rannacher, interior, alpha, beta, gamma,
+                       m_below, m_node, m_above, levels, i, n, n_threads, strike, rate, div,
+                       s_lo, s_hi, is_call, is_american, sh_a, sh_b, sh_c, k_below,
+                       k_above)
+    if passes == 2:
+        v = v + np.float32(_richardson_weight_gpu(m_grid)) * (v - v_coarse)
+    sh_a[i] = v
+    cuda.syncthreads()
+    if i == 0:
+        _write_values_at_spot(sh_a, out, opt, spot, strike, is_call, is_american, s_lo, ds, n)
 
+
+@cuda.jit(device=True)
+def _pcr_march(
+    v: Any, pay32: Any, m: int, expiry: float, rannacher: int, interior: bool, alpha: float,
+    beta: float, gamma: float, m_below: float, m_node: float, m_above: float, levels: int,
+    i: int, n: int, n_threads: int, strike: float, rate: float, div: float, s_lo: float,
+    s_hi: float, is_call: bool, is_american: bool, sh_a: Any, sh_b: Any, sh_c: Any,
+    k_below: Any, k_above: Any,
+) -> Any:
+    """Thread i's node value after `m` time steps from `v` (the PCR kernel's march: a
+    Rannacher start, then Crank–Nicolson, projected onto the payoff when American)."""
+    dt = expiry / m
+    n_implicit = min(rannacher, m)
     for phase in range(2):
         theta, step_dt, n_steps, tau0 = _rannacher_phase_gpu(phase, dt, n_implicit, m)
         if n_steps == 0:
@@ -695,7 +810,7 @@ def _fd_price_kernel(
             sh_a[i] = a
             sh_b[i] = b
             sh_c[i] = c
-            cuda.syncthreads()
+            cuda.syncthreads()  # type: ignore[call-arg]
             stride = 1 << level
             a_bl = np.float32(0.0)
             b_bl = np.float32(1.0)
@@ -721,14 +836,14 @@ def _fd_price_kernel(
         ex_up = np.float32(e_up)
         for k in range(n_steps):
             sh_a[i] = v
-            cuda.syncthreads()
+            cuda.syncthreads()  # type: ignore[call-arg]
             d = np.float32(0.0)
             if interior:
                 d = ex_lo * sh_a[i - 1] + ex_di * v + ex_up * sh_a[i + 1]
             elif i == 0 or i == n:
                 tau = tau0 + (k + 1) * step_dt
                 v_lo, v_hi = _boundary_values_gpu(
-                    strike, tau, rate, s_lo, s_hi, is_call, is_american
+                    strike, tau, rate, div, s_lo, s_hi, is_call, is_american
                 )
                 d = np.float32(v_lo) if i == 0 else np.float32(v_hi)
             sh_b[i] = d
@@ -756,10 +871,7 @@ def _fd_price_kernel(
             v = d * inv_b
             if is_american and i <= n:
                 v = max(v, pay32)
-    sh_a[i] = v
-    cuda.syncthreads()
-    if i == 0:
-        _write_values_at_spot(sh_a, out, opt, spot, strike, is_call, is_american, s_lo, ds, n)
+    return v
 
 
 _kernel_cache: dict[str, Any] = {}
@@ -827,6 +939,7 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
         width: float,
         compact: bool,
         smooth: bool,
+        richardson: bool,
     ) -> None:
         opt: int = cuda.blockIdx.x  # type: ignore[assignment]
         lane: int = cuda.threadIdx.x  # type: ignore[assignment]
@@ -838,6 +951,7 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
         mbuf = cuda.shared.array((2, 4, LANES), np.float64)
         c_last = cuda.shared.array(LANES, np.float64)
         v = cuda.local.array(P, np.float32)
+        v_coarse = cuda.local.array(P, np.float32)  # the Richardson pass's node values
         pay = cuda.local.array(P, np.float32)
         e_lo = cuda.local.array(P, np.float32)
         e_di = cuda.local.array(P, np.float32)
@@ -856,258 +970,266 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
         if lane < N_PARAMS:
             row[lane] = params[opt, lane]
         cuda.syncthreads()  # type: ignore[call-arg]
-        spot, strike, expiry, vol, rate, is_call, is_american = _row_in_shared(row)
+        spot, strike, expiry, vol, rate, div, is_call, is_american = _row_in_shared(row)
         if expiry <= 0.0 or vol <= 0.0:  # the same for the whole block
             if lane == 0:
-                _write_closed_form(out, opt, spot, strike, expiry, vol, rate, is_call,
+                _write_closed_form(out, opt, spot, strike, expiry, vol, rate, div, is_call,
                                    is_american)
             return
 
         n = price_steps
         s_lo, ds = _grid_bounds_gpu(spot, strike, expiry, vol, domain, smax_mult, width, n)
         s_hi = s_lo + n * ds
-        m = _time_steps_gpu(expiry, dt_target, fixed_steps, min_steps)
-        dt = expiry / m
-        n_implicit = min(rannacher, m)
+        m_grid = _time_steps_gpu(expiry, dt_target, fixed_steps, min_steps)
+        passes = _time_passes_gpu(richardson, is_american, m_grid)
         first = lane * P
         j_strike = int(math.floor((strike - s_lo) / ds + 0.5))
-        for j in range(P):
-            r = first + j
-            v[j] = np.float32(0.0)
-            pay[j] = np.float32(0.0)
-            if r <= n:
-                s = s_lo + r * ds
-                p = _payoff_gpu(s, strike, is_call)
-                v0 = p
-                if smooth and r >= 1 and r < n:
-                    v0 += ds * _payoff_smoothing_gpu(r - j_strike)
-                v[j] = np.float32(v0)
-                pay[j] = np.float32(p)
-
-        for phase in range(2):
-            theta, step_dt, n_steps, tau0 = _rannacher_phase_gpu(phase, dt, n_implicit, m)
-            if n_steps == 0:
-                continue
-            # this phase's rows: identity at the boundaries and past node N
+        for pass_ in range(passes):  # the same count for the whole block
+            m = _pass_steps_gpu(pass_, passes, m_grid)
+            dt = expiry / m
+            n_implicit = min(rannacher, m)
             for j in range(P):
                 r = first + j
-                a64[j] = 0.0
-                b64[j] = 1.0
-                c64[j] = 0.0
-                e_lo[j] = np.float32(0.0)
-                e_di[j] = np.float32(0.0)
-                e_up[j] = np.float32(0.0)
-                if r >= 1 and r < n:
-                    al, be, ga, m_b, m_n, m_a = _node_coefficients_gpu(
-                        s_lo + r * ds, ds, vol, rate, compact
-                    )
-                    lo, di, up, x_lo, x_di, x_up = _step_coefficients_gpu(
-                        al, be, ga, m_b, m_n, m_a, theta, step_dt
-                    )
-                    # the same float32 rows as the PCR kernel, solved in float64 here
-                    a64[j] = np.float64(np.float32(lo))
-                    b64[j] = np.float64(np.float32(di))
-                    c64[j] = np.float64(np.float32(up))
-                    e_lo[j] = np.float32(x_lo)
-                    e_di[j] = np.float32(x_di)
-                    e_up[j] = np.float32(x_up)
-            # LU pivots u_r = p_r/p_{r−1}, p_r = b_r·p_{r−1} − a_r·c_{r−1}·p_{r−2}: each lane
-            # multiplies its rows' 2×2 matrices, a scan multiplies across the lanes
-            c_last[lane] = c64[P - 1]
-            cuda.syncthreads()
-            c_prev = 0.0
-            if lane > 0:
-                c_prev = c_last[lane - 1]
-            q00 = 1.0
-            q01 = 0.0
-            q10 = 0.0
-            q11 = 1.0
-            cp = c_prev
-            for j in range(P):
-                t = -a64[j] * cp
-                n00 = b64[j] * q00 + t * q10
-                n01 = b64[j] * q01 + t * q11
-                q10 = q00
-                q11 = q01
-                q00 = n00
-                q01 = n01
-                big = max(abs(q00), abs(q01), abs(q10), abs(q11))
-                q00 /= big
-                q01 /= big
-                q10 /= big
-                q11 /= big
-                cp = c64[j]
-            for level in range(SCAN_LEVELS):
-                k = level % 2
-                mbuf[k, 0, lane] = q00
-                mbuf[k, 1, lane] = q01
-                mbuf[k, 2, lane] = q10
-                mbuf[k, 3, lane] = q11
-                cuda.syncthreads()
-                stride = 1 << level
-                if lane >= stride:  # this lane's product applies after the earlier one
-                    r00 = mbuf[k, 0, lane - stride]
-                    r01 = mbuf[k, 1, lane - stride]
-                    r10 = mbuf[k, 2, lane - stride]
-                    r11 = mbuf[k, 3, lane - stride]
-                    n00 = q00 * r00 + q01 * r10
-                    n01 = q00 * r01 + q01 * r11
-                    n10 = q10 * r00 + q11 * r10
-                    n11 = q10 * r01 + q11 * r11
-                    big = max(abs(n00), abs(n01), abs(n10), abs(n11))
-                    q00 = n00 / big
-                    q01 = n01 / big
-                    q10 = n10 / big
-                    q11 = n11 / big
-            k = SCAN_LEVELS % 2
-            mbuf[k, 0, lane] = q00
-            mbuf[k, 2, lane] = q10
-            cuda.syncthreads()
-            u_prev = 1.0
-            if lane > 0:  # (p_{first−1}, p_{first−2}) = the earlier lanes' product·(1, 0)
-                u_prev = mbuf[k, 0, lane - 1] / mbuf[k, 2, lane - 1]
-            cp = c_prev
-            f_cum = np.float32(1.0)
-            for j in range(P):
-                t = a64[j] * cp
-                f = 0.0
-                u = b64[j]
-                if t != 0.0:
-                    u = b64[j] - t / u_prev
-                if a64[j] != 0.0:
-                    f = -a64[j] / u_prev
-                fwd[j] = np.float32(f)
-                f_cum *= np.float32(f)
-                fwd_cum[j] = f_cum
-                inv_u[j] = np.float32(1.0 / u)
-                bwd[j] = np.float32(-c64[j] / u)
-                u_prev = u
-                cp = c64[j]
-            g_cum = np.float32(1.0)
-            for jj in range(P):
-                j = P - 1 - jj
-                g_cum *= bwd[j]
-                bwd_cum[j] = g_cum
-            # the scans' multipliers of each level (they depend on the matrix only)
-            f_all = f_cum
-            g_all = g_cum
-            for level in range(SCAN_LEVELS):
-                k = level % 2
-                buf[k, lane] = f_all
-                mbuf[k, 0, lane] = np.float64(g_all)
-                cuda.syncthreads()
-                stride = 1 << level
-                fwd_level[level] = f_all
-                bwd_level[level] = g_all
-                if lane >= stride:
-                    f_all *= buf[k, lane - stride]
-                if lane + stride < LANES:
-                    g_all *= np.float32(mbuf[k, 0, lane + stride])
-            cuda.syncthreads()
+                v_coarse[j] = v[j]
+                v[j] = np.float32(0.0)
+                pay[j] = np.float32(0.0)
+                if r <= n:
+                    s = s_lo + r * ds
+                    p = _payoff_gpu(s, strike, is_call)
+                    v0 = p
+                    if smooth and r >= 1 and r < n:
+                        v0 += ds * _payoff_smoothing_gpu(r - j_strike)
+                    v[j] = np.float32(v0)
+                    pay[j] = np.float32(p)
 
-            for step in range(n_steps):
-                v_before = np.float32(0.0)
-                v_after = np.float32(0.0)
-                if SHUFFLE:
-                    from_below = cuda.shfl_up_sync(FULL_MASK, v[P - 1], 1)
-                    from_above = cuda.shfl_down_sync(FULL_MASK, v[0], 1)
-                    if lane > 0:
-                        v_before = from_below
-                    if lane < LANES - 1:
-                        v_after = from_above
-                else:
-                    edge_first[lane] = v[0]
-                    edge_last[lane] = v[P - 1]
-                    cuda.syncthreads()
-                    if lane > 0:
-                        v_before = edge_last[lane - 1]
-                    if lane < LANES - 1:
-                        v_after = edge_first[lane + 1]
-                # every lane computes the boundary values (no divergent exp in the loop)
-                tau = tau0 + (step + 1) * step_dt
-                v_lo, v_hi = _boundary_values_gpu(
-                    strike, tau, rate, s_lo, s_hi, is_call, is_american
-                )
-                d_lo = np.float32(v_lo)
-                d_hi = np.float32(v_hi)
-                # right-hand side, then the forward sweep over this lane's rows
-                y = np.float32(0.0)
+            for phase in range(2):
+                theta, step_dt, n_steps, tau0 = _rannacher_phase_gpu(phase, dt, n_implicit, m)
+                if n_steps == 0:
+                    continue
+                # this phase's rows: identity at the boundaries and past node N
                 for j in range(P):
                     r = first + j
-                    below = v_before
-                    if j > 0:
-                        below = v[j - 1]
-                    above = v_after
-                    if j < P - 1:
-                        above = v[j + 1]
-                    d = e_lo[j] * below + e_di[j] * v[j] + e_up[j] * above
-                    if r == 0:
-                        d = d_lo
-                    elif r == n:
-                        d = d_hi
-                    y = d + fwd[j] * y
-                    work[j] = y
-                # carry the forward sweep across the lanes
-                acc = y
-                carry = np.float32(0.0)
-                if SHUFFLE:
-                    for level in range(SCAN_LEVELS):
-                        stride = 1 << level
-                        other = cuda.shfl_up_sync(FULL_MASK, acc, stride)
-                        if lane >= stride:
-                            acc += fwd_level[level] * other
-                    other = cuda.shfl_up_sync(FULL_MASK, acc, 1)
-                    if lane > 0:
-                        carry = other
-                else:
-                    for level in range(SCAN_LEVELS):
-                        k = level % 2
-                        buf[k, lane] = acc
-                        cuda.syncthreads()
-                        stride = 1 << level
-                        if lane >= stride:
-                            acc += fwd_level[level] * buf[k, lane - stride]
-                    k = SCAN_LEVELS % 2
-                    buf[k, lane] = acc
+                    a64[j] = 0.0
+                    b64[j] = 1.0
+                    c64[j] = 0.0
+                    e_lo[j] = np.float32(0.0)
+                    e_di[j] = np.float32(0.0)
+                    e_up[j] = np.float32(0.0)
+                    if r >= 1 and r < n:
+                        al, be, ga, m_b, m_n, m_a = _node_coefficients_gpu(
+                            s_lo + r * ds, ds, vol, rate, div, compact
+                        )
+                        lo, di, up, x_lo, x_di, x_up = _step_coefficients_gpu(
+                            al, be, ga, m_b, m_n, m_a, theta, step_dt
+                        )
+                        # the same float32 rows as the PCR kernel, solved in float64 here
+                        a64[j] = np.float64(np.float32(lo))
+                        b64[j] = np.float64(np.float32(di))
+                        c64[j] = np.float64(np.float32(up))
+                        e_lo[j] = np.float32(x_lo)
+                        e_di[j] = np.float32(x_di)
+                        e_up[j] = np.float32(x_up)
+                # LU pivots u_r = p_r/p_{r−1}, p_r = b_r·p_{r−1} − a_r·c_{r−1}·p_{r−2}: each lane
+                # multiplies its rows' 2×2 matrices, a scan multiplies across the lanes
+                c_last[lane] = c64[P - 1]
+                cuda.syncthreads()
+                c_prev = 0.0
+                if lane > 0:
+                    c_prev = c_last[lane - 1]
+                q00 = 1.0
+                q01 = 0.0
+                q10 = 0.0
+                q11 = 1.0
+                cp = c_prev
+                for j in range(P):
+                    t = -a64[j] * cp
+                    n00 = b64[j] * q00 + t * q10
+                    n01 = b64[j] * q01 + t * q11
+                    q10 = q00
+                    q11 = q01
+                    q00 = n00
+                    q01 = n01
+                    big = max(abs(q00), abs(q01), abs(q10), abs(q11))
+                    q00 /= big
+                    q01 /= big
+                    q10 /= big
+                    q11 /= big
+                    cp = c64[j]
+                for level in range(SCAN_LEVELS):
+                    k = level % 2
+                    mbuf[k, 0, lane] = q00
+                    mbuf[k, 1, lane] = q01
+                    mbuf[k, 2, lane] = q10
+                    mbuf[k, 3, lane] = q11
                     cuda.syncthreads()
-                    if lane > 0:
-                        carry = buf[k, lane - 1]
-                # backward sweep over this lane's rows (with the carried-in forward value)
-                x = np.float32(0.0)
+                    stride = 1 << level
+                    if lane >= stride:  # this lane's product applies after the earlier one
+                        r00 = mbuf[k, 0, lane - stride]
+                        r01 = mbuf[k, 1, lane - stride]
+                        r10 = mbuf[k, 2, lane - stride]
+                        r11 = mbuf[k, 3, lane - stride]
+                        n00 = q00 * r00 + q01 * r10
+                        n01 = q00 * r01 + q01 * r11
+                        n10 = q10 * r00 + q11 * r10
+                        n11 = q10 * r01 + q11 * r11
+                        big = max(abs(n00), abs(n01), abs(n10), abs(n11))
+                        q00 = n00 / big
+                        q01 = n01 / big
+                        q10 = n10 / big
+                        q11 = n11 / big
+                k = SCAN_LEVELS % 2
+                mbuf[k, 0, lane] = q00
+                mbuf[k, 2, lane] = q10
+                cuda.syncthreads()
+                u_prev = 1.0
+                if lane > 0:  # (p_{first−1}, p_{first−2}) = the earlier lanes' product·(1, 0)
+                    u_prev = mbuf[k, 0, lane - 1] / mbuf[k, 2, lane - 1]
+                cp = c_prev
+                f_cum = np.float32(1.0)
+                for j in range(P):
+                    t = a64[j] * cp
+                    f = 0.0
+                    u = b64[j]
+                    if t != 0.0:
+                        u = b64[j] - t / u_prev
+                    if a64[j] != 0.0:
+                        f = -a64[j] / u_prev
+                    fwd[j] = np.float32(f)
+                    f_cum *= np.float32(f)
+                    fwd_cum[j] = f_cum
+                    inv_u[j] = np.float32(1.0 / u)
+                    bwd[j] = np.float32(-c64[j] / u)
+                    u_prev = u
+                    cp = c64[j]
+                g_cum = np.float32(1.0)
                 for jj in range(P):
                     j = P - 1 - jj
-                    yj = work[j] + fwd_cum[j] * carry
-                    x = yj * inv_u[j] + bwd[j] * x
-                    work[j] = x
-                acc = x
-                carry = np.float32(0.0)
-                if SHUFFLE:
-                    for level in range(SCAN_LEVELS):
-                        stride = 1 << level
-                        other = cuda.shfl_down_sync(FULL_MASK, acc, stride)
-                        if lane + stride < LANES:
-                            acc += bwd_level[level] * other
-                    other = cuda.shfl_down_sync(FULL_MASK, acc, 1)
-                    if lane < LANES - 1:
-                        carry = other
-                else:
-                    for level in range(SCAN_LEVELS):
-                        k = level % 2  # buffer 0: the carry above was read from buffer 1
+                    g_cum *= bwd[j]
+                    bwd_cum[j] = g_cum
+                # the scans' multipliers of each level (they depend on the matrix only)
+                f_all = f_cum
+                g_all = g_cum
+                for level in range(SCAN_LEVELS):
+                    k = level % 2
+                    buf[k, lane] = f_all
+                    mbuf[k, 0, lane] = np.float64(g_all)
+                    cuda.syncthreads()
+                    stride = 1 << level
+                    fwd_level[level] = f_all
+                    bwd_level[level] = g_all
+                    if lane >= stride:
+                        f_all *= buf[k, lane - stride]
+                    if lane + stride < LANES:
+                        g_all *= np.float32(mbuf[k, 0, lane + stride])
+                cuda.syncthreads()
+
+                for step in range(n_steps):
+                    v_before = np.float32(0.0)
+                    v_after = np.float32(0.0)
+                    if SHUFFLE:
+                        from_below = cuda.shfl_up_sync(FULL_MASK, v[P - 1], 1)
+                        from_above = cuda.shfl_down_sync(FULL_MASK, v[0], 1)
+                        if lane > 0:
+                            v_before = from_below
+                        if lane < LANES - 1:
+                            v_after = from_above
+                    else:
+                        edge_first[lane] = v[0]
+                        edge_last[lane] = v[P - 1]
+                        cuda.syncthreads()
+                        if lane > 0:
+                            v_before = edge_last[lane - 1]
+                        if lane < LANES - 1:
+                            v_after = edge_first[lane + 1]
+                    # every lane computes the boundary values (no divergent exp in the loop)
+                    tau = tau0 + (step + 1) * step_dt
+                    v_lo, v_hi = _boundary_values_gpu(
+                        strike, tau, rate, div, s_lo, s_hi, is_call, is_american
+                    )
+                    d_lo = np.float32(v_lo)
+                    d_hi = np.float32(v_hi)
+                    # right-hand side, then the forward sweep over this lane's rows
+                    y = np.float32(0.0)
+                    for j in range(P):
+                        r = first + j
+                        below = v_before
+                        if j > 0:
+                            below = v[j - 1]
+                        above = v_after
+                        if j < P - 1:
+                            above = v[j + 1]
+                        d = e_lo[j] * below + e_di[j] * v[j] + e_up[j] * above
+                        if r == 0:
+                            d = d_lo
+                        elif r == n:
+                            d = d_hi
+                        y = d + fwd[j] * y
+                        work[j] = y
+                    # carry the forward sweep across the lanes
+                    acc = y
+                    carry = np.float32(0.0)
+                    if SHUFFLE:
+                        for level in range(SCAN_LEVELS):
+                            stride = 1 << level
+                            other = cuda.shfl_up_sync(FULL_MASK, acc, stride)
+                            if lane >= stride:
+                                acc += fwd_level[level] * other
+                        other = cuda.shfl_up_sync(FULL_MASK, acc, 1)
+                        if lane > 0:
+                            carry = other
+                    else:
+                        for level in range(SCAN_LEVELS):
+                            k = level % 2
+                            buf[k, lane] = acc
+                            cuda.syncthreads()
+                            stride = 1 << level
+                            if lane >= stride:
+                                acc += fwd_level[level] * buf[k, lane - stride]
+                        k = SCAN_LEVELS % 2
                         buf[k, lane] = acc
                         cuda.syncthreads()
-                        stride = 1 << level
-                        if lane + stride < LANES:
-                            acc += bwd_level[level] * buf[k, lane + stride]
-                    k = SCAN_LEVELS % 2
-                    buf[k, lane] = acc
-                    cuda.syncthreads()
-                    if lane < LANES - 1:
-                        carry = buf[k, lane + 1]
-                for j in range(P):
-                    x = work[j] + bwd_cum[j] * carry
-                    if is_american and first + j <= n:
-                        x = max(x, pay[j])
-                    v[j] = x
+                        if lane > 0:
+                            carry = buf[k, lane - 1]
+                    # backward sweep over this lane's rows (with the carried-in forward value)
+                    x = np.float32(0.0)
+                    for jj in range(P):
+                        j = P - 1 - jj
+                        yj = work[j] + fwd_cum[j] * carry
+                        x = yj * inv_u[j] + bwd[j] * x
+                        work[j] = x
+                    acc = x
+                    carry = np.float32(0.0)
+                    if SHUFFLE:
+                        for level in range(SCAN_LEVELS):
+                            stride = 1 << level
+                            other = cuda.shfl_down_sync(FULL_MASK, acc, stride)
+                            if lane + stride < LANES:
+                                acc += bwd_level[level] * other
+                        other = cuda.shfl_down_sync(FULL_MASK, acc, 1)
+                        if lane < LANES - 1:
+                            carry = other
+                    else:
+                        for level in range(SCAN_LEVELS):
+                            k = level % 2  # buffer 0: the carry above was read from buffer 1
+                            buf[k, lane] = acc
+                            cuda.syncthreads()
+                            stride = 1 << level
+                            if lane + stride < LANES:
+                                acc += bwd_level[level] * buf[k, lane + stride]
+                        k = SCAN_LEVELS % 2
+                        buf[k, lane] = acc
+                        cuda.syncthreads()
+                        if lane < LANES - 1:
+                            carry = buf[k, lane + 1]
+                    for j in range(P):
+                        x = work[j] + bwd_cum[j] * carry
+                        if is_american and first + j <= n:
+                            x = max(x, pay[j])
+                        v[j] = x
+        if passes == 2:
+            w = np.float32(_richardson_weight_gpu(m_grid))
+            for j in range(P):
+                v[j] = v[j] + w * (v[j] - v_coarse[j])
         for j in range(P):
             sh_v[first + j] = v[j]
         cuda.syncthreads()

@@ -1,6 +1,7 @@
 """`price`: reprice an option chain (or a generated group) and solve implied vols.
 
-    python run_engine.py price --chain CHAIN.csv [--iv] [--vol V] [--rate R] [--asof DATE]
+    python run_engine.py price --chain CHAIN.csv [--iv] [--vol V] [--rate R]
+        [--dividend-yield Q] [--asof DATE]
         [--grid seed|default|fine] [--price-steps N] [--time-steps M]
         [--style european|american] [--device auto|cpu|cuda] [--plot PATH] [--json PATH]
     python run_engine.py price --generate N [--spot S] [--vol V] ...
@@ -9,6 +10,8 @@ The volatility to price each contract at is `--vol` if given, else the chain's `
 column, else (with `--iv`) the implied vol solved from its bid/ask mid. With `--iv` the
 smile per expiry is plotted (PNG). Time to expiry is calendar days / 365 from `--asof`
 (default: the chain's snapshot date). `--rate` defaults to 0 (the chain ships no rate).
+`--dividend-yield` is the underlying's continuous dividend yield per year (0.02 for 2%):
+given, it applies to every row; else a chain's `dividend_yield` column where filled, else 0.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from engine.errors import UserError
 from engine.plots import plot_smile
 from feeds.option_chain import OptionChain, read_chain
 from gpu.device import DeviceUnavailable
+from gpu.instruments import check_dividend_yield
 from gpu.options import GRIDS, FdPricingEngine, make_grid
 
 DEFAULT_RATE = 0.0
@@ -49,6 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=DEFAULT_RATE,
         help="risk-free rate per year, continuously compounded (default 0)",
+    )
+    parser.add_argument(
+        "--dividend-yield",
+        type=float,
+        help="continuous dividend yield per year, e.g. 0.02 for 2%% (default: the chain's "
+             "dividend_yield column, else 0)",
     )
     parser.add_argument("--asof", help="valuation date YYYY-MM-DD (default: chain snapshot)")
     parser.add_argument("--spot", type=float, help="underlying price (default: from the chain)")
@@ -114,6 +124,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise UserError(f"--vol must be a positive number, got {args.vol}")
     if not math.isfinite(args.rate):
         raise UserError("--rate must be a finite number")
+    if args.dividend_yield is not None:
+        try:
+            check_dividend_yield(args.dividend_yield, "--dividend-yield")
+        except ValueError as e:
+            raise UserError(str(e)) from None
     if args.spot is not None and not (args.spot > 0 and math.isfinite(args.spot)):
         raise UserError(f"--spot must be a positive number, got {args.spot}")
 
@@ -127,14 +142,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     american = (
         np.full(n, args.style == "american") if args.style is not None else chain.is_american
     )
-    val = value_chain(chain, asof, spot, american, args.rate, engine, vol=args.vol,
-                      solve_iv=args.iv, generated=generated, progress=_progress)
+    q = (np.full(n, args.dividend_yield) if args.dividend_yield is not None
+         else chain.dividend_yields(0.0))
+    val = value_chain(chain, asof, spot, american, args.rate, engine, dividend_yield=q,
+                      vol=args.vol,
+                      solve_iv=args.iv, generated=generated,
+                      progress=(lambda _msg: None) if args.quiet else _progress)
     result = val.report(source, engine)
     if args.iv:
         plot = args.plot
         if plot is None:  # never a file the user did not ask for
             js = getattr(args, "json", None)
-            plot = Path(js).with_name(Path(js).stem + "_smile.png") if js else None
+            # beside a --json file (not stdout's "-"), and never over a file of another kind
+            plot = (Path(js).with_name(Path(js).stem + "_smile.png")
+                    if js and str(js) != "-" else None)
+            if plot is not None:
+                from engine.outputs import check_own_kind
+
+                check_own_kind(plot, "png", "--json's smile plot")
         if plot is not None:
             plot_smile(chain, val.iv, val.iv_ok, spot, plot, asof)
             result["plot"] = str(plot)
