@@ -136,6 +136,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.json and not to_stdout:  # refused before the work, not after it
             check_writable_file(args.json, "--json")
             check_own_kind(args.json, "json", "--json")
+        from engine.settings import check_numbers
+
+        # NaN, inf, huge or negative numbers: one line, exit 2, before any work
+        check_numbers(parser.command_parsers[args.command],  # type: ignore[attr-defined]
+                      args.command, args)
         exported = _export_gpu_settings(args)
         from engine.affinity import check_env, pin_engine
 

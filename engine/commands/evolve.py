@@ -18,6 +18,7 @@ import numpy as np
 from engine.errors import UserError
 from engine.extras import require
 from engine.plot_worker import PlotWorker
+from engine.progress import eta
 from feeds.datadir import data_dir
 from gpu import warm_start
 from gpu.device import DeviceUnavailable
@@ -117,10 +118,14 @@ def _config(args: argparse.Namespace) -> EvolutionConfig:
         raise UserError(str(e)) from None
 
 
-def progress_line(s: GenerationStats, total: int, device: str) -> str:
+def progress_line(s: GenerationStats, total: int, device: str, elapsed: float = 0.0) -> str:
+    """One generation's line; `elapsed` (seconds since the first generation started) adds
+    the estimated time left."""
+    left = eta(s.generation + 1, total, elapsed)
     return (f"gen {s.generation + 1:>3}/{total}  best {s.best:+.4f}  mean {s.mean:+.4f}  "
             f"size {s.mean_size:5.1f}  {s.evals_per_second:9.3g} evals/s  "
-            f"{s.gp_ops_per_second:9.3g} GP ops/s  {device}  {s.seconds:.2f} s")
+            f"{s.gp_ops_per_second:9.3g} GP ops/s  {device}  {s.seconds:.2f} s"
+            + (f"  {left}" if left else ""))
 
 
 def period_report(window: GPWindow, period: Period, cash: np.ndarray,
@@ -383,9 +388,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
               f"({train_desc['first_date']} .. {train_desc['last_date']}), device {device}",
               file=sys.stderr)
 
+        started = time.perf_counter()
+
         def progress(s: GenerationStats) -> None:
             if not args.quiet:
-                print(progress_line(s, config.generations, device), file=sys.stderr, flush=True)
+                print(progress_line(s, config.generations, device,
+                                    time.perf_counter() - started), file=sys.stderr, flush=True)
 
         islands = _on_islands(args, config, window, costs) if on_islands else None
         result = islands.evolution_result() if islands is not None else evolve(

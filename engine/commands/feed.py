@@ -138,7 +138,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
 
     def progress(n: int) -> None:
-        print(f"  ... {n:,} sent", file=sys.stderr, flush=True)
+        if not args.quiet:  # -q: no progress lines
+            print(f"  ... {n:,} sent", file=sys.stderr, flush=True)
 
     sent = publish_source(source, pub, rate=args.rate, progress=progress, session=session,
                           skip=args.skip, count=args.count, heartbeat_s=args.heartbeat)

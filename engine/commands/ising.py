@@ -27,6 +27,7 @@ import numpy as np
 
 from engine.errors import UserError
 from engine.plots import plot_ising
+from engine.progress import eta
 from gpu.device import DeviceUnavailable, resolve_device
 from gpu.ising import IsingEnsemble, run_ensemble
 from gpu.ising_stats import (
@@ -113,8 +114,10 @@ class Progress:
         width = 30
         filled = int(width * done / max(total, 1))
         bar = "#" * filled + "-" * (width - filled)
+        left = eta(done, total, now - self.start)
         print(
-            f"\r{self.label} [{bar}] {done}/{total} sweeps {now - self.start:6.1f}s",
+            f"\r{self.label} [{bar}] {done}/{total} sweeps {now - self.start:6.1f}s"
+            + (f" {left:<16}" if left else " " * 17),
             end="\n" if done >= total else "", file=sys.stderr, flush=True,
         )
 
@@ -290,7 +293,8 @@ def _simulate(args: argparse.Namespace, temps: list[float], therm: int, device: 
             field=args.field, seed=args.seed, streams=members, kernel=kernel, device=device,
         )
         m, e, secs = run_ensemble(
-            ens, args.sweeps, therm, progress=Progress(f"ising {kernel} {device}")
+            ens, args.sweeps, therm,
+            progress=None if args.quiet else Progress(f"ising {kernel} {device}"),
         )
         for col, n in enumerate(members):
             m_series[n], e_series[n] = m[:, col], e[:, col]

@@ -146,13 +146,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
          else chain.dividend_yields(0.0))
     val = value_chain(chain, asof, spot, american, args.rate, engine, dividend_yield=q,
                       vol=args.vol,
-                      solve_iv=args.iv, generated=generated, progress=_progress)
+                      solve_iv=args.iv, generated=generated,
+                      progress=(lambda _msg: None) if args.quiet else _progress)
     result = val.report(source, engine)
     if args.iv:
         plot = args.plot
         if plot is None:  # never a file the user did not ask for
             js = getattr(args, "json", None)
-            plot = Path(js).with_name(Path(js).stem + "_smile.png") if js else None
+            # beside a --json file (not stdout's "-"), and never over a file of another kind
+            plot = (Path(js).with_name(Path(js).stem + "_smile.png")
+                    if js and str(js) != "-" else None)
+            if plot is not None:
+                from engine.outputs import check_own_kind
+
+                check_own_kind(plot, "png", "--json's smile plot")
         if plot is not None:
             plot_smile(chain, val.iv, val.iv_ok, spot, plot, asof)
             result["plot"] = str(plot)

@@ -269,7 +269,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         option_book = OptionBook(list(cfg.options), device=cfg.device, timezone=cfg.timezone)
 
     def progress(n: int) -> None:
-        print(f"  ... {n:,} ticks", file=sys.stderr, flush=True)
+        if not args.quiet:  # -q: no progress lines
+            print(f"  ... {n:,} ticks", file=sys.stderr, flush=True)
 
     result = replay(factory, strategy, cfg, option_book=option_book, progress=progress,
                     trade_from=warm.trade_from if warm.data_from is not None else None)

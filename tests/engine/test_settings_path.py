@@ -290,3 +290,53 @@ def test_help_shows_the_config_default_and_zero() -> None:
     assert "(default: 1.0, or the config file's `broker.commission`)" in text
     feed = _help("feed")
     assert "(default: 0.0)" in feed and "(default: 0)" in feed  # --rate, --skip
+
+
+# --- examples/engine.toml documents every key ---------------------------------------------
+
+def _struct_fields(cls: type, prefix: str, out: dict[str, type]) -> dict[str, type]:
+    """Every config key (dotted, `options.strikes` for list tables) -> its struct."""
+    import msgspec
+
+    from engine.config_doc import _element
+
+    for f in msgspec.structs.fields(cls):
+        key = f"{prefix}{f.name}"
+        element = _element(cls, f.name)
+        if isinstance(f.default, msgspec.Struct):
+            _struct_fields(type(f.default), key + ".", out)
+        elif element is not None:
+            _struct_fields(element, key + ".", out)
+        else:
+            out[key] = cls
+    return out
+
+
+def test_example_toml_names_every_key_of_every_struct() -> None:
+    """The example cannot drift: a field added to any config struct without a line in
+    examples/engine.toml fails here (regenerate: python -m engine.config_doc)."""
+    import re
+
+    from engine.config import EngineConfig
+
+    text = (ROOT / "examples" / "engine.toml").read_text()
+    table = ""
+    named: set[str] = set()
+    for line in text.splitlines():
+        bare = line.lstrip("# ").strip()
+        head = re.fullmatch(r"\[\[?([\w.]+?)(?:\.SYMBOL)?\]\]?", bare)
+        if head:
+            table = head.group(1) + "."
+            continue
+        m = re.match(r"(\w+) = ", bare)
+        if m:
+            named.add(table + m.group(1))
+    keys = set(_struct_fields(EngineConfig, "", {}))
+    assert not keys - named, f"not in examples/engine.toml: {sorted(keys - named)}"
+    assert len(keys) > 80  # every table: broker, validation, risk, live, gpu, options ...
+
+
+def test_example_toml_loads_to_the_defaults() -> None:
+    from engine.config import EngineConfig, load_config
+
+    assert load_config(ROOT / "examples" / "engine.toml") == EngineConfig()
