@@ -603,7 +603,32 @@ def decide_word(
     s: Any, c0: Any, c1: Any, c2: Any, dim: int, w: int, stream: int, sweep: int,
     colour: int, key0: Any, key1: Any, thr_hi: Any, thr_lo: Any, tab: int,
 ) -> Any:
-    """The new word of 64 spins s whose up-neighbour counts are (c0, c1, c2), bit-sliced.
+    """The new word of 64 spins s whose up-neighbour counts are (c0, c1, c2): the decisions
+    of `decide_main`, then the ties settled one by one by their refining draws (rare:
+    2^-8 a spin whose acceptance is below 1)."""
+    z = 2 * dim
+    flips, ties = decide_main(
+        s, c0, c1, c2, dim, w, stream, sweep, colour, key0, key1, thr_hi, thr_lo, tab
+    )
+    while ties != ZERO:
+        low = ties & (~ties + ONE)
+        n = int(popcount64(low - ONE))
+        sn = U64(n)
+        n_up = int(((c0 >> sn) & ONE) | (((c1 >> sn) & ONE) << ONE) | (((c2 >> sn) & ONE) << TWO))
+        row = int((s >> sn) & ONE) * (z + 1) + n_up
+        if refine_draw(w, n, stream, sweep, colour, key0, key1) < thr_lo[tab, row]:
+            flips |= low
+        ties ^= low
+    return s ^ flips
+
+
+def decide_main(
+    s: Any, c0: Any, c1: Any, c2: Any, dim: int, w: int, stream: int, sweep: int,
+    colour: int, key0: Any, key1: Any, thr_hi: Any, thr_lo: Any, tab: int,
+) -> Any:
+    """(flips, ties) of 64 spins s whose up-neighbour counts are (c0, c1, c2), bit-sliced:
+    flips are decided on the top 8 bits of the uniforms, ties still need their refining
+    draws.
 
     thr_hi[tab, row] = thr >> 24 (256 for acceptance 1), thr_lo = thr & 0xFFFFFF, rows
     σ·(2·dim+1) + n_up as in the other kernels, followed by three bounds (see
@@ -652,16 +677,7 @@ def decide_word(
             f, t = class_decisions(m0, t0, p0, p1, p2, p3, p4, p5, p6, p7)
             flips |= f
             ties |= t
-    while ties != ZERO:  # rare (2^-8 a spin): one refining draw per tied spin
-        low = ties & (~ties + ONE)
-        n = int(popcount64(low - ONE))
-        sn = U64(n)
-        n_up = int(((c0 >> sn) & ONE) | (((c1 >> sn) & ONE) << ONE) | (((c2 >> sn) & ONE) << TWO))
-        row = int((s >> sn) & ONE) * (z + 1) + n_up
-        if refine_draw(w, n, stream, sweep, colour, key0, key1) < thr_lo[tab, row]:
-            flips |= low
-        ties ^= low
-    return s ^ flips
+    return flips, ties
 
 
 def bp_neighbours(other: Any, off: int, L: int, dim: int, colour: int, w: int) -> Any:
@@ -711,11 +727,8 @@ def bp_neighbours(other: Any, off: int, L: int, dim: int, colour: int, w: int) -
     return a, b, centre, side, e, f
 
 
-def update_word_bp(
-    own: Any, other: Any, off: int, L: int, dim: int, colour: int, w: int,
-    stream: int, sweep: int, key0: Any, key1: Any, thr_hi: Any, thr_lo: Any, tab: int,
-) -> None:
-    """Metropolis on the 64 spins of word w of colour `colour` (bit-plane kernel)."""
+def bp_counts(other: Any, off: int, L: int, dim: int, colour: int, w: int) -> Any:
+    """Bit-sliced up-neighbour counts (c0, c1, c2) of the 64 spins of word w."""
     a, b, centre, side, e, f = bp_neighbours(other, off, L, dim, colour, w)
     c0 = a
     c1 = ZERO
@@ -726,11 +739,59 @@ def update_word_bp(
     if dim == 3:
         c0, c1, c2 = count_add(c0, c1, c2, e)
         c0, c1, c2 = count_add(c0, c1, c2, f)
+    return c0, c1, c2
+
+
+def update_word_bp_main(
+    own: Any, other: Any, off: int, L: int, dim: int, colour: int, w: int,
+    stream: int, sweep: int, key0: Any, key1: Any, thr_hi: Any, thr_lo: Any, tab: int,
+) -> Any:
+    """Word w's decided flips written; returns its ties (spins still to settle, unchanged
+    in the word, by `resolve_tie`)."""
+    c0, c1, c2 = bp_counts(other, off, L, dim, colour, w)
     at = U64(off) + U64(w)
-    own[at] = decide_word(
-        own[at], c0, c1, c2, dim, w, stream, sweep, colour, key0, key1,
-        thr_hi, thr_lo, tab,
+    s = own[at]
+    flips, ties = decide_main(
+        s, c0, c1, c2, dim, w, stream, sweep, colour, key0, key1, thr_hi, thr_lo, tab
     )
+    own[at] = s ^ flips
+    return ties
+
+
+def resolve_tie(
+    own: Any, other: Any, off: int, L: int, dim: int, colour: int, w: int, low: Any,
+    stream: int, sweep: int, key0: Any, key1: Any, thr_lo: Any, tab: int,
+) -> None:
+    """Settle the tied spin `low` (a one-bit mask) of word w by its refining draw. Its bit
+    is unchanged by `update_word_bp_main` and the other colour is fixed during the
+    half-sweep, so its class is recomputed from memory: a thread may defer its ties (the
+    GPU kernel settles those of all its words in one loop, so a warp waits for the most
+    ties of one thread over all its words, not over each word)."""
+    z = 2 * dim
+    c0, c1, c2 = bp_counts(other, off, L, dim, colour, w)
+    at = U64(off) + U64(w)
+    s = own[at]
+    n = int(popcount64(low - ONE))
+    sn = U64(n)
+    n_up = int(((c0 >> sn) & ONE) | (((c1 >> sn) & ONE) << ONE) | (((c2 >> sn) & ONE) << TWO))
+    row = int((s >> sn) & ONE) * (z + 1) + n_up
+    if refine_draw(w, n, stream, sweep, colour, key0, key1) < thr_lo[tab, row]:
+        own[at] = s ^ low
+
+
+def update_word_bp(
+    own: Any, other: Any, off: int, L: int, dim: int, colour: int, w: int,
+    stream: int, sweep: int, key0: Any, key1: Any, thr_hi: Any, thr_lo: Any, tab: int,
+) -> None:
+    """Metropolis on the 64 spins of word w of colour `colour` (bit-plane kernel)."""
+    ties = update_word_bp_main(
+        own, other, off, L, dim, colour, w, stream, sweep, key0, key1, thr_hi, thr_lo, tab
+    )
+    while ties != ZERO:
+        low = ties & (~ties + ONE)
+        resolve_tie(own, other, off, L, dim, colour, w, low, stream, sweep, key0, key1,
+                    thr_lo, tab)
+        ties ^= low
 
 
 def measure_word_bp(black: Any, white: Any, off: int, L: int, dim: int, w: int) -> Any:
@@ -779,6 +840,10 @@ FUNCTIONS = (
     cmp_plane,
     class_decisions,
     decide_word,
+    decide_main,
+    bp_counts,
+    update_word_bp_main,
+    resolve_tie,
     bp_neighbours,
     update_word_bp,
     measure_word_bp,
