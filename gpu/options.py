@@ -200,6 +200,7 @@ def option_params(
 def check_params(params: FloatArray) -> None:
     if params.ndim != 2 or params.shape[1] != core.N_PARAMS:
         raise ValueError(f"params must have shape (n, {core.N_PARAMS}), got {params.shape}")
+    check_dividend_yield(params[:, core.DIVIDEND])  # first: its own message for a NaN
     if not np.isfinite(params).all():
         raise ValueError("option parameters contain NaN or infinity")
     for col, what in ((core.SPOT, "spot"), (core.STRIKE, "strike")):
@@ -208,7 +209,6 @@ def check_params(params: FloatArray) -> None:
             raise ValueError(f"{what} must be > 0 ({int(bad.sum())} rows are not)")
     if (params[:, core.VOL] < 0).any():
         raise ValueError("vol must be ≥ 0")
-    check_dividend_yield(params[:, core.DIVIDEND])
 
 
 def contract_rows(contracts: OptionContracts, market: MarketInputs) -> FloatArray:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -52,3 +53,42 @@ def test_no_vol_is_a_user_error() -> None:
     with pytest.raises(UserError, match="no volatility"):
         value_chain(chain, dt.date(2000, 1, 3), chain.spot, np.zeros(8, dtype=bool), 0.0,
                     ENGINE)
+
+
+def test_dividend_yield_from_the_flag_or_the_chain_column(tmp_path: Path) -> None:
+    import run_engine
+    from feeds.option_chain import read_chain
+
+    csv = tmp_path / "chain.csv"
+    csv.write_text("expiry,strike,right,style,spot,iv,dividend_yield,snapshot_time\n"
+                   "2016-01-15,100,C,american,100,0.3,0.03,2015-12-24T13:00\n"
+                   "2016-01-15,100,P,american,100,0.3,,2015-12-24T13:00\n"
+                   "2016-01-15,90,P,american,100,0.3,5%,2015-12-24T13:00\n")
+    chain = read_chain(csv)
+    assert chain.skipped == {"bad_dividend_yield": 1}
+    np.testing.assert_array_equal(chain.dividend_yields(0.01), [0.03, 0.01])
+    val = value_chain(chain, dt.date(2015, 12, 24), chain.spot, chain.is_american, 0.02,
+                      ENGINE, dividend_yield=chain.dividend_yields(0.0))
+    want = ENGINE.price(OptionContracts.of(chain.strike, 22 / 365, chain.is_call, True),
+                        MarketInputs(100.0, 0.3, 0.02, [0.03, 0.0])).price
+    np.testing.assert_array_equal(val.price, want)
+    out = tmp_path / "out.json"
+    assert run_engine.main(["price", "--chain", str(csv), "--device", "cpu", "--rate", "0.02",
+                            "--dividend-yield", "0.03", "--json", str(out)]) == 0
+    import json
+
+    report = json.loads(out.read_text())
+    assert report["dividend_yield"] == 0.03
+    assert [o["dividend_yield"] for o in report["options"]] == [0.03, 0.03]
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-1.5", "2"])
+def test_bad_dividend_yield_flag_is_a_one_line_error(
+        bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+    import run_engine
+
+    rc = run_engine.main(["price", "--generate", "4", "--device", "cpu",
+                          "--dividend-yield", bad])
+    err = capsys.readouterr().err.strip()
+    assert rc != 0
+    assert err.count("\n") == 0 and "--dividend-yield must be a finite number" in err

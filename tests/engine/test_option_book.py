@@ -257,3 +257,23 @@ async def test_engine_hands_every_underlying_tick_to_the_book_on_either_tick_pat
     assert book._ticks == 5  # every ABC tick, none of XYZ's
     await book.drain()
     book.close()
+
+
+def test_group_dividend_yield_reaches_its_pricer_and_bad_yields_are_refused() -> None:
+    cfg = small_group(style="american", dividend_yield=0.04)
+    g = build_group(cfg, "cpu", False, set())
+    from gpu import options_core as core
+
+    assert (g.pricer.params[:, core.DIVIDEND] == 0.04).all()
+    g.pricer.set_spot(100.0)
+    g.pricer.launch()
+    got = g.pricer.results().price
+    rows = [(k, r == "C") for k in cfg.strikes for r in cfg.rights]
+    want = price_options(100.0, [k for k, _ in rows], 30 / 365, cfg.vol, cfg.rate,
+                         [c for _, c in rows], True, dividend_yield=0.04,
+                         grid=make_grid("seed", price_steps=16, time_steps=3), device="cpu")
+    np.testing.assert_array_equal(got, want.price)
+    assert small_group().dividend_yield == 0.0  # by default none
+    for bad in (float("nan"), float("inf"), -2.0, 1.5):
+        with pytest.raises(msgspec.ValidationError, match="dividend_yield must be a finite"):
+            small_group(dividend_yield=bad)
