@@ -24,21 +24,21 @@ Units: prices in the underlying's currency, expiry in years (calendar days / 365
 date is involved), vol, rate and dividend yield per year (continuously compounded; the
 yield defaults to 0, which leaves every result bit for bit as without it).
 
-Accuracy of the grids (float64 CPU twin against the analytic European price, measured;
-tests/gpu/test_options_kernel.py checks the first two):
-- seed (K=100, σ=0.25, r=0.05, T=0.3, S in [50, 150], puts worth more than 0.01): worst
-  relative error 0.41% at integer S, 0.47% at half-integer S, 0.51% on a 0.05 scan (at
-  S=145.8, where the put is worth 0.0101); 0.02% at the money. The out-of-the-money tail is
-  limited by the time error of 15 Crank–Nicolson steps (+0.60% there; for a linear scheme
-  the product of CN steps does not depend on their order, so grading the steps does not
-  help), the space error is −0.09%. Plain central differences give 3.0% (0.29% at the
-  money). The float32 GPU adds ≈1e-7.
-- default: ≤ 0.07% for European calls and puts from 1 week to 2 years, σ in [0.15, 0.5],
-  r=3%, strikes within ±2 standard deviations of log-moneyness (|ln(K/S)| ≤ 2σ√T),
-  ≤ 0.003% within ±1 standard deviation; deeper out of the money the price is tiny and its
-  relative error grows (0.4% at ±2.5σ√T). The grid is capped at ×10 around the strike, so
-  it degrades for σ√T ≳ 0.8 (0.2% at σ=0.7, T=2; 3% at σ=1, T=2).
-- fine (512 × 200 on S_max = 3K): 0.022% worst at the seed setting.
+The grids, by design (their accuracy on the American reference portfolio, measured per
+grid by benchmarks/options.py, is in the README's "Option pricing accuracy" and in
+benchmarks/results/devbox-2026-11-25-options-accuracy/):
+- seed: the seed paper's grid, kept to reproduce it, not for quotes: S in [0, 3K] with
+  150 steps and Δt = 0.02 year, so a one-week option gets one time step and a few nodes
+  across its spread, and a long volatile one runs off the domain. Its time error is that
+  of a handful of Crank–Nicolson steps (for a linear scheme the product of CN steps does
+  not depend on their order, so grading the steps does not help a European option).
+- default: uniform in S over the strike and the spot ± 6σ√T in log price (capped at ×6):
+  the same nodes per standard deviation for every expiry; fixed 48 steps (T does not set
+  the resolution, σ√T does); Richardson extrapolation of American options (their time
+  error is first order).
+- fine: the same design with 512 nodes and 128 steps (cap ×10).
+A named grid is never less accurate than a coarser one on the reference
+(tests/gpu/test_options_dividends.py).
 """
 
 from __future__ import annotations
