@@ -399,7 +399,7 @@ class Engine:
         """A bar of a symbol with orders: working orders first (an exit attached at this
         open's fill works from the next bar), then pending ones at the open."""
         if self.orders.has_working[sym]:
-            self.orders.on_bar(sym, bar.open, bar.high, bar.low, bar.ts)
+            self.orders.on_bar(sym, bar.open, bar.high, bar.low, bar.close, bar.ts)
         if self.orders.has_pending[sym]:  # next-open: orders of the last bar fill at this open
             # stamped when the open traded, not at this bar's close (issue 25)
             self.orders.fill_pending(sym, bar.open, bar_open_ts(bar))

@@ -13,8 +13,9 @@ tests/integration/test_peer_backtester.py):
   opening at 97 fills at 97); a price reached inside the bar fills at the order's price.
 - When a stop and a target of one bracket both lie inside one bar, the stop is assumed
   first (the bar does not say which came first: assume the worse).
-- A trailing stop's price moves with the best price of the bars before the one checked
-  (high for a long, low for a short): inside one bar the high may come after the low.
+- A trailing stop's price follows the best close (highest for a long, lowest for a
+  short) of the bars before the one checked, as backtrader's StopTrail does: a bar's high
+  may have come after its low, and a close is where the bar settled.
 - A stop-limit triggers like a stop; triggered at a price within its limit it fills there,
   otherwise it rests as a limit from the next bar on (the bar does not say whether the
   price came back to the limit after the trigger).
@@ -157,18 +158,19 @@ def tick_fill_price(w: WorkingOrder, p: float) -> float | None:
     raise AssertionError(f"unknown order type {w.type}")  # pragma: no cover
 
 
-def trail(w: WorkingOrder, best_long: float, best_short: float) -> None:
-    """A trailing stop's price follows the best price seen: the high for a sell stop
-    (protecting a long), the low for a buy stop (protecting a short)."""
+def trail(w: WorkingOrder, close: float) -> None:
+    """A trailing stop's price follows the best close seen (a trade on ticks): the highest
+    for a sell stop (protecting a long), the lowest for a buy stop (protecting a short);
+    it never moves back."""
     if not w.trail:
         return
     if w.side < 0:
-        if not best_long <= w.best:  # NaN best: the first
-            w.best = best_long
-            w.stop = w.best * (1.0 - w.trail)
-    elif not best_short >= w.best:
-        w.best = best_short
-        w.stop = w.best * (1.0 + w.trail)
+        if not close <= w.best:  # NaN best: the first
+            w.best = close
+            w.stop = max(w.stop, close * (1.0 - w.trail))
+    elif not close >= w.best:
+        w.best = close
+        w.stop = min(w.stop, close * (1.0 + w.trail))
 
 
 def first_of_bracket(hits: list[tuple[WorkingOrder, float]], o: float

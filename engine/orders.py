@@ -235,9 +235,10 @@ class OrderDesk:
                 keep.append(w)
         self._set_working(sym, keep)
 
-    def on_bar(self, sym: int, o: float, h: float, lo: float, ts: int) -> None:
-        """A bar of the symbol (open, high, low; closing at `ts`): its working orders that
-        it fills fill (module rules of engine/order_types.py), trailing stops then move."""
+    def on_bar(self, sym: int, o: float, h: float, lo: float, c: float, ts: int) -> None:
+        """A bar of the symbol (open, high, low, close; closing at `ts`): its working orders
+        that it fills fill (module rules of engine/order_types.py), then trailing stops
+        follow its close."""
         live = self._unexpired(sym, ts)
         filled_groups: set[int] = set()
         hits: dict[int, list[tuple[WorkingOrder, float]]] = {}
@@ -252,7 +253,7 @@ class OrderDesk:
             done.add(w.order.order_id)
             if key > 0:
                 filled_groups.add(key)
-        self._after_prices(sym, live, done, filled_groups, ts, h, lo)
+        self._after_prices(sym, live, done, filled_groups, ts, c)
 
     def on_tick(self, sym: int, p: float, ts: int) -> None:
         """A trade of the symbol: the first that crosses a working order's price fills it."""
@@ -268,10 +269,10 @@ class OrderDesk:
                 done.add(w.order.order_id)
                 if w.group:
                     filled_groups.add(w.group)
-        self._after_prices(sym, live, done, filled_groups, ts, p, p)
+        self._after_prices(sym, live, done, filled_groups, ts, p)
 
     def _after_prices(self, sym: int, live: list[WorkingOrder], done: set[int],
-                      filled_groups: set[int], ts: int, high: float, low: float) -> None:
+                      filled_groups: set[int], ts: int, close: float) -> None:
         """Keep what still works: the filled leave, their groups' other legs cancel, IOC
         orders that met a price and did not fill cancel, trailing stops follow the price."""
         keep = []
@@ -281,7 +282,7 @@ class OrderDesk:
             if (w.group and w.group in filled_groups) or w.tif is TimeInForce.IOC:
                 self._state(w, OrderState.CANCELLED, ts)
             else:
-                trail(w, high, low)
+                trail(w, close)
                 keep.append(w)
         self._set_working(sym, keep)
 

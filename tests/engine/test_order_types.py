@@ -64,7 +64,7 @@ def test_bar_fill_rules(type_: OrderType, side: int, limit: float, stop: float,
     desk, states = _desk()
     desk.broker.mark(0, 100.0)
     assert desk.submit(0, side, 10.0, type_, 1, limit=limit, stop=stop) is not None
-    desk.on_bar(0, *bar, ts=2)
+    desk.on_bar(0, *bar, bar[0], ts=2)
     if want is None:
         assert desk.broker.fills == [] and desk.has_working[0]
     else:
@@ -76,8 +76,8 @@ def test_bar_fill_rules(type_: OrderType, side: int, limit: float, stop: float,
 def test_a_triggered_stop_limit_rests_as_a_limit() -> None:
     desk, _ = _desk()
     desk.submit(0, 1, 10.0, OrderType.STOP_LIMIT, 1, limit=101.0, stop=100.0)
-    desk.on_bar(0, 103.0, 104.0, 102.0, ts=2)  # gaps beyond the limit: triggered, waits
-    desk.on_bar(0, 102.0, 102.5, 100.8, ts=3)  # back to the limit
+    desk.on_bar(0, 103.0, 104.0, 102.0, 103.0, ts=2)  # gaps beyond the limit: triggered, waits
+    desk.on_bar(0, 102.0, 102.5, 100.8, 101.0, ts=3)  # back to the limit
     assert _fills(desk) == [(1, 10.0, 101.0)]
 
 
@@ -207,12 +207,12 @@ def test_exits_work_from_the_bar_after_the_entry() -> None:
     assert _exits(eng) == [("close", 100.0)]  # only the end of data's close
 
 
-def test_trailing_stop_follows_the_highs_of_earlier_bars() -> None:
-    """Entry 100; highs 110, 120 move the stop to 108 (10% under 120); bar 4 falls to
-    105 through it: filled at 108."""
+def test_trailing_stop_follows_the_closes_of_earlier_bars() -> None:
+    """Entry 100; closes 109, 118 move the stop to 106.2 (10% under 118; the high of 120
+    does not count); bar 4 falls to 105 through it: filled at 106.2."""
     eng = _replay([(100, 100, 100, 100), (100, 101, 99, 100), (104, 110, 103, 109),
                    (112, 120, 111, 118), (115, 116, 105, 106)], trailing_stop=0.10)
-    assert _exits(eng) == [("trailing-stop", pytest.approx(108.0))]
+    assert _exits(eng) == [("trailing-stop", pytest.approx(106.2))]
 
 
 def test_a_signal_close_cancels_the_bracket() -> None:
