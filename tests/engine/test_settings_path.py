@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -315,8 +316,6 @@ def _struct_fields(cls: type, prefix: str, out: dict[str, type]) -> dict[str, ty
 def test_example_toml_names_every_key_of_every_struct() -> None:
     """The example cannot drift: a field added to any config struct without a line in
     examples/engine.toml fails here (regenerate: python -m engine.config_doc)."""
-    import re
-
     from engine.config import EngineConfig
 
     text = (ROOT / "examples" / "engine.toml").read_text()
@@ -340,3 +339,15 @@ def test_example_toml_loads_to_the_defaults() -> None:
     from engine.config import EngineConfig, load_config
 
     assert load_config(ROOT / "examples" / "engine.toml") == EngineConfig()
+
+
+def test_readme_lists_every_gpu_key_with_its_environment_override() -> None:
+    from engine.gpu_settings import ENV
+
+    text = (ROOT / "README.md").read_text()
+    for key, name in ENV.items():
+        assert re_row(key, name).search(text), f"README's [gpu] table lacks {key} / {name}"
+
+
+def re_row(key: str, name: str) -> re.Pattern[str]:
+    return re.compile(rf"^\| `{key}` \| [^|]+ \| `{name}` \|$", re.M)
