@@ -768,12 +768,16 @@ def resolve_tie(
     GPU kernel settles those of all its words in one loop, so a warp waits for the most
     ties of one thread over all its words, not over each word)."""
     z = 2 * dim
-    c0, c1, c2 = bp_counts(other, off, L, dim, colour, w)
+    a, b, centre, side, e, f = bp_neighbours(other, off, L, dim, colour, w)
     at = U64(off) + U64(w)
     s = own[at]
     n = int(popcount64(low - ONE))
     sn = U64(n)
-    n_up = int(((c0 >> sn) & ONE) | (((c1 >> sn) & ONE) << ONE) | (((c2 >> sn) & ONE) << TWO))
+    # one spin's count: its bit of each neighbour word (e, f are zero in 2D)
+    n_up = int(
+        ((a >> sn) & ONE) + ((b >> sn) & ONE) + ((centre >> sn) & ONE) + ((side >> sn) & ONE)
+        + ((e >> sn) & ONE) + ((f >> sn) & ONE)
+    )
     row = int((s >> sn) & ONE) * (z + 1) + n_up
     if refine_draw(w, n, stream, sweep, colour, key0, key1) < thr_lo[tab, row]:
         own[at] = s ^ low
