@@ -100,6 +100,7 @@ def test_a_sequence_number_of_2_64_minus_1_does_not_stop_the_daemon(
 
 
 # ---------------------------------------------------------------- item 7
+@pytest.mark.slow
 def test_a_second_daemon_on_the_same_journal_by_any_path_is_refused(tmp_path: Path) -> None:
     real = tmp_path / "data" / "j.db"
     real.parent.mkdir()
@@ -200,6 +201,7 @@ def _limit_file_size() -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
 
 
+@pytest.mark.slow
 def test_an_io_error_is_one_line_naming_the_cause_and_exit_code_3(tmp_path: Path) -> None:
     """A real write error: files of this process may not grow beyond 256 KiB, so the
     journal's write-ahead log hits EFBIG (SQLITE_IOERR_WRITE) as the daemon trades."""
@@ -229,6 +231,7 @@ def test_an_io_error_is_one_line_naming_the_cause_and_exit_code_3(tmp_path: Path
 KILL_N = 8_000
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("snapshot_every_bars", "seed"), [(5, 3), (10**9, 4)])
 def test_kill_9_and_resume_make_exactly_the_fills_of_the_uninterrupted_run(
         tmp_path: Path, snapshot_every_bars: int, seed: int) -> None:
