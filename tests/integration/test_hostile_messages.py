@@ -11,16 +11,20 @@ from typing import Any
 
 import pytest
 import zmq
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
-from feeds.messages import Trade, encode
+from feeds.messages import Heartbeat, Message, Trade, encode
 from feeds.synthetic import SyntheticMarket
 from feeds.transport import Publisher
+from tests.feeds.test_validation_hypothesis import EXTREME, _frame
 from tests.helpers import trade_messages
 from tests.live_procs import endpoints, fills, start_daemon, stop_daemon
 
 NS = 1_000_000_000
 DAY = 86_400 * NS
 N_TICKS = 6_000
+T_MID = trade_messages(SyntheticMarket(n_symbols=3, n_ticks=N_TICKS, seed=5))[N_TICKS // 2].ts
 
 
 def _status(path: Path, want: Any, proc: Any, timeout: float = 60) -> dict[str, Any]:
@@ -97,3 +101,35 @@ def test_single_hostile_messages_cost_only_themselves(tmp_path: Path) -> None:
     assert got["ticks"] == control["ticks"] == N_TICKS
     assert [f[2:] for f in got_fills] == [f[2:] for f in control_fills]
     assert got["skipped"] == {"oversize": 3, "bad_framing": 300}
+
+
+HOSTILE_FRAMES = st.one_of(
+    EXTREME.map(lambda m: list(_frame(m))),
+    st.integers(4097, 40_000).map(lambda n: [b"T.BIG", b"\x95" + bytes(n)]),  # oversize
+    st.sampled_from([[b"T.SYN000"], [b"T."], [b"H."], [b"T.\x95"]]),  # lone frames
+    st.lists(st.binary(max_size=16), min_size=2, max_size=4).map(lambda f: [b"T.Z", *f]),
+)
+
+
+@pytest.mark.slow
+@settings(max_examples=1, deadline=None, phases=[Phase.generate],
+          suppress_health_check=list(HealthCheck))
+@given(st.lists(HOSTILE_FRAMES, min_size=40, max_size=60))
+def test_the_message_classes_through_the_daemon_and_its_journal(
+        tmp_path_factory: pytest.TempPathFactory, hostile: list[list[bytes]]) -> None:
+    """Once, small: extreme values of every kind, seq 2**64-1, sessions, oversize, lone
+    and multi-frame messages spread over the stream's middle third. The daemon keeps
+    running, journals, and the valid ticks after them still trade."""
+    tmp = tmp_path_factory.mktemp("classes")
+    last: list[Message] = [Trade(2**64 - 1, T_MID, "ZZQ", 10.0, 1.0),
+                           Heartbeat(2**64 - 1, T_MID, "", False, 2**64 - 1)]
+    frames = hostile + [list(_frame(m)) for m in last]
+    third = N_TICKS // 3
+    inserts: dict[int, list[list[bytes]]] = {}
+    for i, f in enumerate(frames):
+        inserts.setdefault(third + i * (third // len(frames)), []).append(f)
+    got, got_fills = run_daemon(tmp, inserts)
+    assert got["ticks"] >= N_TICKS  # every valid tick (hostile trades may add theirs)
+    trades = trade_messages(SyntheticMarket(n_symbols=3, n_ticks=N_TICKS, seed=5))
+    after = trades[2 * third].ts
+    assert any(f[2] > after and f[3].startswith("SYN") for f in got_fills)
