@@ -28,7 +28,7 @@ import zmq.asyncio
 
 from engine.errors import UserError
 from engine.gcpause import startup_objects_frozen
-from engine.journal import Journal, JournalError, JournalWriteError
+from engine.journal import Journal, JournalError, JournalState, JournalWriteError
 from engine.settings import config_option, deprecated_alias, settings
 from gpu.device import resolve_device
 
@@ -105,20 +105,8 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
         from engine.curve import load_keys
 
         curve = load_keys(args.curve)
-    try:
-        from strategies.registry import strategy_from_spec
-
-        strategy = strategy_from_spec(args.strategy, device=cfg.device)
-    except UserError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a missing, unreadable or broken strategy file
-        raise UserError(f"cannot load strategy {args.strategy!r}: "
-                        f"{type(exc).__name__}: {exc}") from None
-    try:
-        journal = Journal(args.journal)
-        state = journal.load()
-    except JournalError as exc:
-        raise UserError(str(exc)) from None
+    strategy = _load_strategy(args.strategy, cfg.device)
+    journal, state = _open_journal(args.journal)
     reevolution = None
     if cfg.reevolve.enabled:  # the GP rule re-evolved daily (engine/reevolution.py)
         strategy, reevolution = _reevolution(cfg, args, strategy, journal)
@@ -174,6 +162,30 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
           f"{status['fills']} fills, equity {status['equity']:,.2f}, "
           f"skipped {status['skipped']}", flush=True)
     return status
+
+
+def _load_strategy(spec: str, device: str) -> Any:
+    try:
+        from strategies.registry import strategy_from_spec
+
+        return strategy_from_spec(spec, device=device)
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a missing, unreadable or broken strategy file
+        raise UserError(f"cannot load strategy {spec!r}: {type(exc).__name__}: {exc}") from None
+
+
+def _open_journal(path: str) -> tuple[Journal, JournalState]:
+    """The journal, locked, and what it holds (a foreign or unreadable file: one line)."""
+    try:
+        journal = Journal(path)
+    except JournalError as exc:
+        raise UserError(str(exc)) from None
+    try:
+        return journal, journal.load()
+    except JournalError as exc:
+        journal.close()  # the lock goes with the refusal
+        raise UserError(str(exc)) from None
 
 
 def _reevolution(cfg: Any, args: argparse.Namespace, strategy: Any, journal: Journal
