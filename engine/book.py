@@ -66,6 +66,10 @@ class BarHistory:
         order = (np.arange(end - k, end) % self.length)
         return self._ring[sym, order].copy()
 
+    def seen(self, sym: int) -> int:
+        """Bars pushed for the symbol so far (more than are kept, once the ring is full)."""
+        return int(self._count[sym]) if sym < len(self._count) else 0
+
     def closes(self, sym: int, n: int) -> np.ndarray:
         """The symbol's last `n` closes, oldest first (fewer while fewer are known)."""
         return self.window(sym, n)[:, CLOSE]
@@ -93,6 +97,10 @@ class EngineBook:
     def positions(self) -> np.ndarray:
         """Units held per symbol (negative: short), in the engine's symbol order."""
         return np.asarray([a.position for a in self._broker.accounts], np.float64)
+
+    def bars_seen(self, sym: int) -> int:
+        """Closed bars of the symbol so far (0 without `history_bars`)."""
+        return 0 if self._history is None else self._history.seen(sym)
 
     def bars(self, sym: int, n: int | None = None) -> np.ndarray:
         """The symbol's last `n` closed bars (open, high, low, close, volume), oldest

@@ -315,6 +315,8 @@ class PaperBroker:
             qty = self.sizer.entry_units(self, sym, side, fill_price)
             if self.position_cap:
                 qty = min(qty, math.floor(self.position_cap))
+        elif order.reason == "rebalance" and side * acct.position < 0:
+            qty = min(qty, abs(acct.position))  # a rebalance never flips the position
         if self.gross_notional_cap and entry:
             qty = self._within_gross_notional(sym, side, qty, fill_price)
             if qty <= 0.0:

@@ -32,12 +32,12 @@ from engine.config import EngineConfig
 from engine.decisions import Decisions
 from engine.orders import Bracket, OrderDesk, RiskCheck, sign
 from engine.phases import Phase, SessionSchedule
-from engine.sizing import make_sizing
+from engine.sizing import TargetWeight, make_sizing
 from engine.stats import EngineStats, EquityPoint, equity_point
 from feeds.messages import Bar, Fill, Heartbeat, Message, Order, Quote, Trade
 from feeds.validation import Validator
 from gpu.indicators import IndicatorBank
-from strategies.base import OverlappedStrategy, Strategy
+from strategies.base import BookAware, OverlappedStrategy, Strategy, WeightStrategy
 
 __all__ = ["Engine", "EngineStats", "EquityPoint"]
 
@@ -110,6 +110,9 @@ class Engine:
         self.book = EngineBook(self.broker, self.history)
         self.decisions = Decisions(SessionSchedule.parse(cfg.session, cfg.timezone), n,
                                    self.broker)
+        if isinstance(self.strategy, WeightStrategy):  # entries take |weight| x equity
+            self.decisions.weighted = True
+            self.broker.sizer = TargetWeight(lambda: self.decisions.weights)
         self.stats = EngineStats()
         self.orders = OrderDesk(
             self.broker, n, b.fill, self.stats,
@@ -148,6 +151,8 @@ class Engine:
         # the live daemon publishes and clears them after every batch
         self.option_values: deque[Message] = deque(maxlen=OPTION_VALUES_KEPT)
         self.strategy.reset(list(self.symbols))
+        if isinstance(self.strategy, BookAware):
+            self.strategy.see_book(self.book)
         #: the bar close whose signals are still being evaluated (overlapped decisions)
         self.overlapped: OverlappedClose | None = None
         # the orders' reference prices while an overlapped close places its orders
@@ -487,11 +492,13 @@ class Engine:
             self._flagged[:] = [FLAGGED] * len(self._flagged)
             return
         if phase is not Phase.STOP:
-            signals = await decisions.target_signals(strategy, features, closed,
-                                                     self._bar_time(bar_ts))
+            signals = await decisions.signals_of(strategy, features, closed,
+                                                 self._bar_time(bar_ts))
         else:
             signals = decisions.signal
         decisions.decide(strategy, idx, signals, phase, bar_ts, self._place)
+        if decisions.weights is not None and phase is Phase.TRADE:
+            self._rebalance(idx, bar_ts)
         bars.reopen(idx)
         self.equity_curve.append(equity_point(self.broker, bars.c, bars.first_price, bar_ts))
 
@@ -502,6 +509,8 @@ class Engine:
         if idx:
             bars.push(idx, self.bank)
             self.stats.warmup_bars += len(idx)
+            if self.history is not None:  # a strategy's own averages warm up too
+                self.history.push(idx, bars.o, bars.h, bars.l, bars.c, bars.v)
         self.stats.warmup_bar_events += 1
         bars.reopen(idx)
         first = bars.first_price
@@ -523,7 +532,7 @@ class Engine:
         mode = self.config.overlap_decisions
         # attached exits fill on the bars after the close, which an overlapped close holds
         # back: a bracket waits for the signals instead
-        overlap = (mode != "never" and not self.orders.bracket
+        overlap = (mode != "never" and not self.orders.bracket and not self.decisions.weighted
                    and isinstance(strategy, OverlappedStrategy)
                    and (mode == "always" or bool(strategy.asynchronous)))
         self._overlap_known = (strategy, overlap)
@@ -563,6 +572,28 @@ class Engine:
         if (self.orders.place(sym, side, reason, prices[sym], ts)
                 or self.orders.has_working[sym]):
             self._flagged[sym] = FLAGGED  # the next tick fills it (or an attached exit)
+
+    def _rebalance(self, idx: list[int], ts: int) -> None:
+        """Trade each held position of a weight strategy towards weight x equity at this
+        close's price, where the difference is at least `min_trade` x equity (the phase
+        table decided entries and exits before; strategies.base says how they combine)."""
+        weights, intended = self.decisions.weights, self.decisions.intended
+        assert weights is not None
+        b, c, orders = self.broker, self.bars.c, self.orders
+        equity = b.equity()
+        least = max(self.config.broker.min_trade * equity, 1e-9)
+        for i in idx:
+            side, a = intended[i], b.accounts[i]
+            unit = c[i] * a.multiplier
+            if (side == 0 or side * weights[i] <= 0 or a.position * side <= 0
+                    or orders.has_pending[i] or not unit > 0):
+                continue
+            target = side * math.floor(abs(weights[i]) * equity / unit)
+            delta = target - a.position
+            if target == 0 or abs(delta) * unit < least:
+                continue  # no churn on tiny drifts; a weight near 0 is left to the table
+            if orders.rebalance(i, 1 if delta > 0 else -1, abs(delta), c[i], ts):
+                self._flagged[i] = FLAGGED
 
     def _entry_void(self, sym: int) -> None:
         """An entry came to nothing: intend what is held, so intent and position agree."""

@@ -40,6 +40,7 @@ import zmq.asyncio
 from engine.config import EngineConfig
 from engine.core import Engine
 from engine.journal import Journal, JournalState
+from engine.orders import StateChange
 from engine.reevolution import LiveReevolution
 from engine.risk import RiskGate
 from engine.snapshot import WarmupGuard, capture, restore
@@ -178,6 +179,7 @@ class Daemon:
                              on_order=self._on_order, on_fill=self._on_fill,
                              session_hook=self.reevolution)
         self.risk.attach(self.engine)
+        self.engine.orders.on_state = self._on_order_state
         v = self.validator
         if replay:  # `recover` re-applies the log; the journal's truth comes after it
             self._pending_log = list(state.input_log)
@@ -214,6 +216,9 @@ class Daemon:
                 self.engine.strategy = WarmupGuard(strategy, held)
             how = "cold" if state.fills else "new"
         self._journal_truth(state)
+        # limit, stop and bracket orders still working when the daemon stopped
+        self.engine.orders.restore_working(
+            [StateChange.from_row(r) for r in self.journal.order_states()])
         return how
 
     def _journal_truth(self, state: JournalState) -> None:
@@ -287,6 +292,11 @@ class Daemon:
             return
         self.journal.record_order(o)  # in the batch's transaction; published after commit
         self._outbox.append(o)
+
+    def _on_order_state(self, c: StateChange) -> None:
+        """An order's state change, journaled in the batch's transaction (issue 29)."""
+        if self._replay_sink is None:  # re-applied input: journaled when it first happened
+            self.journal.record_order_state(c)
 
     def _on_fill(self, f: Fill) -> None:
         if self._replay_sink is not None:

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 
 from engine.errors import StrategyError
 from engine.phases import Action, Phase, SessionSchedule, phase_action, transition
-from strategies.base import Features, OverlappedStrategy, Strategy
+from strategies.base import Features, OverlappedStrategy, Strategy, WeightStrategy
 
 #: places an order: (symbol index, side, reason "close" or "enter", ts)
 PlaceOrder = Callable[[int, int, str, int], None]
@@ -44,6 +44,16 @@ def checked_signals(signals: np.ndarray, n: int) -> np.ndarray:
     return signals
 
 
+def checked_weights(weights: np.ndarray, n: int) -> np.ndarray:
+    """`weights` if one finite weight in [-1, 1] per symbol; else a ValueError."""
+    if weights.shape != (n,):
+        raise ValueError(f"returned weights of shape {weights.shape}, expected ({n},)")
+    bad = ~(np.abs(weights) <= 1.0)  # NaN too
+    if bad.any():
+        raise ValueError(f"returned weight {weights[bad][0].item()!r}; weights are in [-1, 1]")
+    return weights
+
+
 def _failed(strategy: Strategy, when: Callable[[], datetime], exc: Exception) -> StrategyError:
     return StrategyError(f"strategy {strategy.name!r} failed at the bar closing "
                          f"{when().isoformat()}: {type(exc).__name__}: {exc}")
@@ -61,12 +71,17 @@ class Decisions:
         #: told how many symbols' signals are active after each decision (equal-weight
         #: sizing divides the equity by it)
         self.account = account
+        #: a weight strategy's (strategies.base.WeightStrategy) last weights, else None
+        self.weighted = False
+        self.weights: np.ndarray | None = None
         self.signal = np.zeros(n, np.int8)
         #: sign of the position once pending orders fill
         self.intended: list[int] = [0] * n
 
     def add_symbol(self) -> None:
         self.signal = np.concatenate([self.signal, np.zeros(1, np.int8)])
+        if self.weights is not None:
+            self.weights = np.concatenate([self.weights, np.zeros(1)])
         self.intended.append(0)
 
     def phase_at(self, local_seconds: Callable[[int], int], ts: int) -> Phase:
@@ -75,6 +90,21 @@ class Decisions:
         if self.schedule.always_trade:
             return Phase.TRADE
         return self.schedule.phase_at(local_seconds(ts))
+
+    async def signals_of(self, strategy: Strategy, features: Features, closed: np.ndarray,
+                         when: Callable[[], datetime]) -> np.ndarray:
+        """`target_signals`, or for a weight strategy its weights' signs (the weights are
+        kept in `weights`), checked the same way."""
+        if not self.weighted:
+            return await self.target_signals(strategy, features, closed, when)
+        try:
+            w = checked_weights(np.asarray(
+                await cast(WeightStrategy, strategy).target_weights(features, closed),
+                np.float64), len(closed))
+        except Exception as exc:
+            raise _failed(strategy, when, exc) from exc
+        self.weights = w
+        return np.sign(w).astype(np.int8)
 
     @staticmethod
     async def target_signals(strategy: Strategy, features: Features, closed: np.ndarray,

@@ -68,9 +68,19 @@ CREATE TABLE IF NOT EXISTS input_log (
     step INTEGER PRIMARY KEY, flags INTEGER NOT NULL, frames BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS rule_versions (
     version INTEGER PRIMARY KEY, adopted_ts INTEGER NOT NULL, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS order_states (
+    state_id INTEGER PRIMARY KEY AUTOINCREMENT, order_id INTEGER NOT NULL,
+    ts INTEGER NOT NULL, symbol TEXT NOT NULL, state TEXT NOT NULL, type TEXT NOT NULL,
+    side INTEGER NOT NULL, quantity REAL NOT NULL, limit_price REAL, stop_price REAL,
+    reason TEXT NOT NULL, tif TEXT NOT NULL, group_id INTEGER NOT NULL, trail REAL NOT NULL,
+    best REAL, expires_ns INTEGER NOT NULL);
 """
 TABLES = {"orders", "fills", "stream_seq", "symbols", "risk_events", "snapshot", "meta",
-          "rule_versions", "input_log", "sqlite_sequence"}
+          "rule_versions", "input_log", "order_states", "sqlite_sequence"}
+#: the columns of an order state row (engine.orders.StateChange), as exported
+ORDER_STATE_COLUMNS = ("state_id", "order_id", "ts", "symbol", "state", "type", "side",
+                       "quantity", "limit_price", "stop_price", "reason", "tif", "group_id",
+                       "trail", "best", "expires_ns")
 #: meta key: what the input log starts from ("snapshot": the snapshot; "start": an empty
 #: journal; "cold": a restart without a usable snapshot, so the log cannot rebuild state)
 INPUT_LOG_FROM = "input_log_from"
@@ -328,6 +338,7 @@ class Journal:
             "streams": streams,
             "meta": self.meta(),
             "rule_versions": self.rule_versions(),
+            "order_states": self.order_states(),
             "snapshot": (None if snap is None else
                          {"last_fill_id": snap[0], "last_order_id": snap[1],
                           "bar_events": snap[2]}),
@@ -372,6 +383,27 @@ class Journal:
             (cell(f.order_id), cell(f.ts), f.symbol, cell(f.side), cell(f.quantity),
              cell(f.price), cell(f.commission)))
         return int(cur.lastrowid or 0)
+
+    def record_order_state(self, c: Any) -> None:
+        """One order's state change (engine.orders.StateChange): accepted, filled,
+        cancelled, expired or rejected, with what restores a working order."""
+        def price(x: float) -> float | None:
+            return None if x != x else cell(x)  # NaN: the type has no such price
+
+        self.db.execute(
+            "INSERT INTO order_states(order_id, ts, symbol, state, type, side, quantity, "
+            "limit_price, stop_price, reason, tif, group_id, trail, best, expires_ns) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (cell(c.order_id), cell(c.ts), c.symbol, c.state.value, c.type.value,
+             cell(c.side), cell(c.quantity), price(c.limit), price(c.stop), c.reason,
+             c.tif.value, cell(c.group), cell(c.trail), price(c.best), cell(c.expires_ns)))
+
+    def order_states(self) -> list[dict[str, Any]]:
+        """The order state changes in the order they happened (plain data)."""
+        return [dict(zip(ORDER_STATE_COLUMNS, map(_number, r), strict=True))
+                for r in self.db.execute(
+                    f"SELECT {', '.join(ORDER_STATE_COLUMNS)} FROM order_states "
+                    "ORDER BY state_id")]
 
     def record_rejection(self, r: RiskRejection) -> int:
         cur = self.db.execute(

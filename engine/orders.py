@@ -73,6 +73,24 @@ class StateChange:
     limit: float
     stop: float
     reason: str
+    tif: TimeInForce = TimeInForce.GTC
+    group: int = 0
+    trail: float = 0.0
+    best: float = math.nan
+    expires_ns: int = 0
+
+    @classmethod
+    def from_row(cls, r: dict[str, object]) -> StateChange:
+        """A journaled row (engine.journal.Journal.order_states) back to a change."""
+        def num(k: str) -> float:
+            v = r.get(k)
+            return math.nan if v is None else float(v)  # type: ignore[arg-type]
+
+        return cls(int(num("ts")), int(num("order_id")), str(r["symbol"]),
+                   OrderState(r["state"]), OrderType(r["type"]), int(num("side")),
+                   num("quantity"), num("limit_price"), num("stop_price"), str(r["reason"]),
+                   TimeInForce(r["tif"]), int(num("group_id")), num("trail"), num("best"),
+                   int(num("expires_ns")))
 
 
 def _never(ts: int) -> int:
@@ -148,6 +166,23 @@ class OrderDesk:
         self.has_pending[sym] = True
         return True
 
+    def rebalance(self, sym: int, side: int, qty: float, price: float, ts: int) -> bool:
+        """Trade `qty` of a held position towards a target weight (never across zero);
+        True when the order waits for the symbol's next price, as `place`."""
+        if qty <= 0 or (self.risk_check is not None
+                        and not self.risk_check(sym, side, qty, "rebalance", price, ts)):
+            return False
+        order = self.broker.new_order(ts, sym, side, qty, "rebalance")
+        self.stats.orders += 1
+        if self.on_order is not None:
+            self.on_order(order)
+        if self.fill_on_close:
+            self.execute(order, sym, price, ts)
+            return False
+        self.pending[sym].append(order)
+        self.has_pending[sym] = True
+        return True
+
     def fill_pending(self, sym: int, price: float, ts: int) -> None:
         """The symbol's next price arrived: its pending orders fill at it, in order."""
         pending = self.pending[sym]
@@ -175,7 +210,8 @@ class OrderDesk:
         """The position once the pending orders fill (a pending close closes everything
         held, so only the pending entries behind it remain)."""
         pending = self.pending[sym]
-        entries = sum(o.side * o.quantity for o in pending if o.reason == "enter")
+        entries = sum(o.side * o.quantity for o in pending
+                      if o.reason == "enter" or o.reason == "rebalance")
         if any(o.reason == "close" for o in pending):
             return entries
         return self.broker.accounts[sym].position + entries
@@ -318,4 +354,27 @@ class OrderDesk:
         if self.on_state is not None:
             o = w.order
             self.on_state(StateChange(ts, o.order_id, o.symbol, state, w.type, o.side,
-                                      o.quantity, w.limit, w.stop, o.reason))
+                                      o.quantity, w.limit, w.stop, o.reason, w.tif, w.group,
+                                      w.trail, w.best, w.expires_ns))
+
+    def restore_working(self, changes: list[StateChange]) -> int:
+        """After a restart: the orders whose last journaled state is ACCEPTED work again
+        (a trailing stop from the price it was accepted at, the best since not being
+        journaled). Returns how many."""
+        last: dict[int, StateChange] = {}
+        for c in changes:
+            last[c.order_id] = c
+        by_id = {o.order_id: o for o in self.broker.orders}
+        n = 0
+        for c in last.values():
+            order = by_id.get(c.order_id)
+            if c.state is not OrderState.ACCEPTED or order is None:
+                continue
+            sym = self.broker.symbols.index(order.symbol)
+            w = WorkingOrder(order, sym, c.type, c.limit, c.stop, c.tif, c.expires_ns,
+                             c.group, c.trail, c.best)
+            self.working[sym].append(w)
+            self.has_working[sym] = True
+            self._group = max(self._group, c.group)
+            n += 1
+        return n

@@ -185,3 +185,21 @@ def make_sizing(name: str, *, quantity: float = 100.0, fraction: float = 0.1,
     if closes is None:
         raise ValueError("volatility-target sizing needs the engine's bar history")
     return VolatilityTarget(volatility_target, volatility_lookback, bars_per_year, closes)
+
+
+@dataclass(frozen=True)
+class TargetWeight:
+    """A weight strategy's entries: |weight| x equity (strategies.base.WeightStrategy);
+    `weights()` gives the strategy's last weights (None before the first)."""
+
+    weights: Callable[[], np.ndarray | None]
+    name: str = "target-weight"
+    exact: bool = False
+
+    def entry_units(self, account: SizingAccount, sym: int, side: int,
+                    fill_price: float) -> float:
+        w = self.weights()
+        if w is None or sym >= len(w):
+            return 0.0
+        return units_for(abs(float(w[sym])) * account.equity(), account, sym, side,
+                         fill_price)

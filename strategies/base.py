@@ -7,6 +7,19 @@ transitions into orders through the exhaustive trading-phase table (engine/phase
 
 `target_signals` is a coroutine so that a strategy whose evaluation runs on the GPU can
 launch one batched kernel for all symbols and await it without blocking the event loop.
+
+What else a strategy may see and say (issue 29):
+- its book, read-only (`BookView`): positions, cash, equity and, when it sets
+  `history_bars = N`, each symbol's last N closed bars (open, high, low, close, volume).
+  The engine hands it over once, before the first bar, through `see_book` (`BookAware`);
+  every read is a copy, so writing into it moves nothing.
+- target weights (`WeightStrategy.target_weights`): a fraction of equity in [-1, 1] per
+  symbol instead of a signal. The engine takes the weight's sign as the signal, so the
+  trading-phase table still decides every entry and exit (and when: WAIT never enters,
+  LIQUIDATE and STOP only close); an entry takes |weight| x equity, and while a position
+  is held on the weight's side in the TRADE phase the engine trades it towards
+  weight x equity whenever the difference is at least `[broker] min_trade` x equity
+  (no churn on tiny drifts). A weight of the other sign is a switch, 0 a close.
 """
 
 from __future__ import annotations
@@ -18,6 +31,41 @@ import numpy.typing as npt
 
 Features = npt.NDArray[np.float32]   # (n_symbols, N_TERMINALS)
 Signals = npt.NDArray[np.int8]       # (n_symbols,) in {-1, 0, +1}
+Weights = npt.NDArray[np.float64]    # (n_symbols,) in [-1, 1], fractions of equity
+
+
+@runtime_checkable
+class BookView(Protocol):
+    """The strategy's book, read-only (engine/book.py builds it over the account)."""
+
+    @property
+    def symbols(self) -> list[str]: ...
+
+    @property
+    def cash(self) -> float: ...
+
+    @property
+    def equity(self) -> float: ...
+
+    def positions(self) -> npt.NDArray[np.float64]:
+        """Units held per symbol (negative: short), in the engine's symbol order."""
+        ...
+
+    def bars_seen(self, sym: int) -> int:
+        """Closed bars of the symbol so far (warm-up bars included)."""
+        ...
+
+    def bars(self, sym: int, n: int | None = None) -> npt.NDArray[np.float64]:
+        """The symbol's last `n` closed bars, oldest first, columns open, high, low, close,
+        volume (fewer rows while fewer are known; none without `history_bars`)."""
+        ...
+
+
+@runtime_checkable
+class BookAware(Protocol):
+    """A strategy that reads its book: the engine calls `see_book` once, after `reset`."""
+
+    def see_book(self, book: BookView) -> None: ...
 
 
 @runtime_checkable
@@ -63,4 +111,15 @@ class OverlappedStrategy(Strategy, Protocol):
 
     async def end_signals(self) -> Signals:
         """The signals of the evaluation `begin_signals` started."""
+        ...
+
+
+@runtime_checkable
+class WeightStrategy(Strategy, Protocol):
+    """A strategy that says target weights (see the module docstring); `target_signals`
+    is not called for it (the engine derives the signals from the weights' signs)."""
+
+    async def target_weights(self, features: Features,
+                             closed: npt.NDArray[np.bool_]) -> Weights:
+        """A weight in [-1, 1] per symbol; symbols whose bar did not close keep theirs."""
         ...

@@ -63,6 +63,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"  rule version {v['version']} ({v.get('origin', '')}): trained "
               f"{v['train_start']}..{v['train_end']}, seed {v['seed']}, fitness "
               f"{v['fitness']:+.4f}", file=table)
+    states: dict[str, int] = {}
+    for st in data.get("order_states", []):  # limit, stop and bracket orders' lives
+        states[st["state"]] = states.get(st["state"], 0) + 1
+    if states:
+        print("  order states: " + ", ".join(f"{k} {v}" for k, v in sorted(states.items())),
+              file=table)
     if args.reset_kill_switch:
         print("  kill switch reset", file=sys.stderr)
     return data

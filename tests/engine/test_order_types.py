@@ -11,6 +11,7 @@ import asyncio
 import math
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -267,3 +268,48 @@ def test_futures_contracts_carry_their_multiplier_through_a_stop() -> None:
 
     asyncio.run(go())
     assert eng.broker.equity() - 1e6 == pytest.approx((3960.0 - 4000.0) * 50.0)
+
+
+# ---------------------------------------------------------------------- journaling
+def test_order_states_are_journaled_restored_and_exported(tmp_path: Path) -> None:
+    """A run stopped while its bracket works: a fresh engine rebuilt from the journal
+    (fills, orders, order states) fills the stop where an unbroken run does; `journal`'s
+    export lists every state change."""
+    from engine.journal import Journal
+
+    ohlc = [(100, 101, 99, 100), (100, 102, 99, 100), (101, 103, 100, 102),
+            (100, 101, 90, 95), (95, 96, 94, 95)]
+    cfg = EngineConfig(broker=BrokerConfig(fill="next-open", sizing="fixed", quantity=10.0,
+                                           commission=0.0, stop_loss=0.05, take_profit=0.2))
+    unbroken = _replay(ohlc, stop_loss=0.05, take_profit=0.2)
+
+    journal = Journal(tmp_path / "j.sqlite")
+    first = Engine(["A"], Long(), cfg, on_order=journal.record_order,
+                   on_fill=lambda f: None if journal.record_fill(f) else None)
+    first.orders.on_state = journal.record_order_state
+    bars = _bars(ohlc)
+    asyncio.run(first.process(bars[:3]))  # stopped before the stop's bar
+    journal.close()
+
+    journal = Journal(tmp_path / "j.sqlite")
+    state = journal.load()
+    second = Engine(["A"], Long(), cfg,
+                    on_fill=lambda f: None if journal.record_fill(f) else None)
+    second.orders.on_state = journal.record_order_state
+    second.restore(state.orders, state.fills)
+    assert second.orders.restore_working(
+        [StateChange.from_row(r) for r in journal.order_states()]) == 2
+
+    async def go() -> None:
+        await second.process(bars[3:])
+        await second.finish()
+
+    asyncio.run(go())
+    assert _exits(second) == _exits(unbroken) == [("stop-loss", 95.0)]
+    exported = journal.export()["order_states"]
+    journal.close()
+    assert [(s["reason"], s["state"]) for s in exported] == [
+        ("stop-loss", "accepted"), ("take-profit", "accepted"),
+        ("stop-loss", "filled"), ("take-profit", "cancelled")]
+    assert exported[0]["stop_price"] == pytest.approx(95.0) and exported[1]["limit_price"] \
+        == pytest.approx(120.0)

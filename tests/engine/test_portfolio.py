@@ -22,6 +22,8 @@ from engine.config import BrokerConfig, EngineConfig, InstrumentConfig
 from engine.core import Engine
 from engine.phases import Phase
 from feeds.messages import Bar, Fill, Trade
+from strategies.base import BookView
+from strategies.sma_cross import SmaCross, parse_sma_cross
 
 NS = 1_000_000_000
 DAY_NS = 86_400 * NS
@@ -262,3 +264,146 @@ def _check_entry(eng: Engine, fill: Fill) -> None:
         assert cash >= -1e-6 or shorts > 0  # short proceeds may pay for a long
     else:
         assert equity >= b.short_margin * shorts - 1e-6
+
+
+# ---------------------------------------------------------------------- the strategy's view
+class _Logged:
+    """Wraps a strategy and keeps each bar event's signals."""
+
+    def __init__(self, inner: SmaCross) -> None:
+        self.inner = inner
+        self.name, self.long_only = inner.name, inner.long_only
+        self.enter_on_from_zero = inner.enter_on_from_zero
+        self.history_bars = inner.history_bars
+        self.log: list[int] = []
+
+    def reset(self, symbols: list[str]) -> None:
+        self.inner.reset(symbols)
+
+    def see_book(self, book: BookView) -> None:
+        self.inner.see_book(book)
+
+    async def target_signals(self, features: np.ndarray, closed: np.ndarray) -> np.ndarray:
+        out = await self.inner.target_signals(features, closed)
+        self.log.append(int(out[0]))
+        return out
+
+
+def _expected_signals(fast: pd.Series, slow: pd.Series) -> list[int]:
+    out, prev = [], 0
+    for f, s in zip(fast, slow, strict=True):
+        prev = 0 if (np.isnan(f) or np.isnan(s)) else (1 if f > s else -1 if f < s else prev)
+        out.append(prev)
+    return out
+
+
+@pytest.mark.parametrize("spec", ["sma-cross:7,30", "sma-cross:20,100", "sma-cross:12,26,ema"])
+def test_any_window_a_user_names_is_computed(spec: str) -> None:
+    """Signals of windows the indicator bank has no column for, against pandas' rolling
+    mean and ewm(span, adjust=False) (warm from the slow window's bar)."""
+    rng = np.random.default_rng(3)
+    prices = 50.0 * np.exp(np.cumsum(rng.normal(0, 0.02, 160)))
+    strat = _Logged(parse_sma_cross(spec))
+    eng = Engine(["A"], strat, _cfg())
+    _run(eng, _daily_bars({"A": list(prices)}))
+    s = pd.Series(prices)
+    f, w = strat.inner.fast, strat.inner.slow
+    if strat.inner.kind == "ema":
+        seen = np.arange(1, len(s) + 1)
+        fast = s.ewm(span=f, adjust=False).mean().where(seen >= w)
+        slow = s.ewm(span=w, adjust=False).mean().where(seen >= w)
+    else:
+        fast, slow = s.rolling(f).mean(), s.rolling(w).mean()
+    assert not strat.inner.from_bank and eng.history is not None
+    assert strat.log == _expected_signals(fast, slow)[:len(strat.log)]
+    assert len(strat.log) >= len(prices) - 1 and eng.stats.fills > 0
+
+
+def test_bank_windows_still_come_from_the_bank() -> None:
+    strat = parse_sma_cross("sma-cross:10,50")
+    eng = Engine(["A"], strat, _cfg())
+    assert strat.from_bank and eng.history is None  # the GP paper's path keeps no bars
+
+
+class _Peeker:
+    """Reads its book every bar; tries to write into what it was shown."""
+
+    name = "peeker"
+    long_only = True
+    enter_on_from_zero = True
+    history_bars = 3
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[float, float, float, int]] = []
+        self.book: BookView | None = None
+
+    def reset(self, symbols: list[str]) -> None:
+        pass
+
+    def see_book(self, book: BookView) -> None:
+        self.book = book
+
+    async def target_signals(self, features: np.ndarray, closed: np.ndarray) -> np.ndarray:
+        assert self.book is not None
+        pos = self.book.positions()
+        bars = self.book.bars(0)
+        self.seen.append((float(pos[0]), self.book.cash, self.book.equity, bars.shape[0]))
+        pos[0] = 1e9  # a copy: the book does not move
+        bars[:] = 0.0
+        return np.ones(closed.size, np.int8)
+
+
+def test_a_strategy_sees_its_positions_cash_equity_and_last_bars() -> None:
+    strat = _Peeker()
+    eng = Engine(["A"], strat, _cfg(sizing="fixed", quantity=10.0))
+    _run(eng, _daily_bars({"A": [10.0, 11.0, 12.0, 13.0, 14.0]}))
+    assert strat.seen[0] == (0.0, 10_000.0, 10_000.0, 1)
+    assert strat.seen[1] == (10.0, 10_000.0 - 100.0 - 1.0, 10_000.0 - 1.0 + 10.0, 2)
+    assert strat.seen[4][3] == 3  # the window keeps the last history_bars
+    assert eng.broker.accounts[0].position == 0.0  # sold at the end, not 1e9
+    assert eng.book.bars(0)[-1, 3] == 14.0
+
+
+class _Weights:
+    """Target weights from a table, one row per bar event."""
+
+    name = "weights"
+    long_only = False
+    enter_on_from_zero = True
+
+    def __init__(self, rows: Sequence[Sequence[float]]) -> None:
+        self.rows, self.k = rows, 0
+
+    def reset(self, symbols: list[str]) -> None:
+        pass
+
+    async def target_signals(self, features: np.ndarray, closed: np.ndarray) -> np.ndarray:
+        raise AssertionError("a weight strategy is asked for weights")
+
+    async def target_weights(self, features: np.ndarray, closed: np.ndarray) -> np.ndarray:
+        row = self.rows[min(self.k, len(self.rows) - 1)]
+        self.k += 1
+        return np.asarray(row, np.float64)
+
+
+def test_target_weights_enter_rebalance_and_ignore_tiny_drifts() -> None:
+    """Weight 0.5 at $10: 499 units (half of 10,000 less the fee); 0.5 -> 0.8 buys up to
+    0.8 x equity; 0.8 -> 0.805 is 5 units ($50), below min_trade (1% of equity): nothing;
+    -0.3 closes and enters short with 0.3 x equity."""
+    eng = Engine(["A"], _Weights([[0.5], [0.8], [0.805], [-0.3]]), _cfg(min_trade=0.01))
+    _run(eng, _daily_bars({"A": [10.0] * 5}))
+    reasons = {o.order_id: o.reason for o in eng.broker.orders}
+    f = [(reasons[x.order_id], x.side * x.quantity) for x in eng.broker.fills]
+    assert f[0] == ("enter", math.floor((5_000.0 - 1.0) / 10.0))
+    assert f[1] == ("rebalance", math.floor(0.8 * (10_000.0 - 1.0) / 10.0) - f[0][1])
+    assert f[2] == ("close", -(f[0][1] + f[1][1]))  # no trade on the tiny drift
+    assert f[3] == ("enter", -math.floor((0.3 * (10_000.0 - 3.0) - 1.0) / 10.0))
+    assert len(f) == 5  # and the end of data's close
+
+
+def test_weights_out_of_range_are_a_strategy_error() -> None:
+    from engine.errors import StrategyError
+
+    eng = Engine(["A"], _Weights([[1.5]]), _cfg())
+    with pytest.raises(StrategyError, match="weights are in"):
+        _run(eng, _daily_bars({"A": [10.0, 10.0]}))
