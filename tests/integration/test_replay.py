@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 import run_engine
-from engine.config import EngineConfig
+from engine.config import BrokerConfig, EngineConfig
 from engine.core import Engine
 from engine.replay import replay
 from engine.report import TIMING_KEYS, build_report
@@ -128,7 +128,8 @@ def test_cli_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture
     assert run_engine.main(["replay", "--data", str(tmp_path / "missing.csv")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and "missing.csv" in err[0]
-    assert run_engine.main(["replay", "--strategy", "sma-cross:7,50"]) == 2
+    # any window is computed now (issue 29); a fast window not below the slow is refused
+    assert run_engine.main(["replay", "--strategy", "sma-cross:50,7"]) == 2
     bad = tmp_path / "bad.toml"
     bad.write_text("bar_seconds = 60\nno_such_key = 1\n")
     assert run_engine.main(["replay", "--config", str(bad)]) == 2
@@ -149,19 +150,23 @@ def test_replay_real_daily_bars(shared_data: Path, tmp_path: Path) -> None:
 
 def test_symbols_first_seen_live_trade_like_known_ones() -> None:
     """An engine that meets 40 symbols in the stream (growing its indicator bank twice)
-    ends exactly like one that knew them up front."""
+    ends exactly like one that knew them up front, given the same capital (one account:
+    a symbol that appears adds no money, issue 29)."""
     src = SyntheticMarket(n_symbols=40, n_ticks=30_000, seed=8)
     msgs: list = list(trade_messages(src))
     msgs.append(Heartbeat(1, msgs[-1].ts, "", True))
-    known = Engine(list(src.symbols), SmaCross(), EngineConfig(bar_seconds=30))
-    live = Engine([], SmaCross(), EngineConfig(bar_seconds=30))
+    cfg = EngineConfig(bar_seconds=30, broker=BrokerConfig(cash=400_000.0))
+    known = Engine(list(src.symbols), SmaCross(), cfg)
+    live = Engine([], SmaCross(), cfg)
     asyncio.run(known.process(msgs))
     asyncio.run(live.process(msgs))
     assert live.bank.n_symbols >= 40 and live.stats.fills == known.stats.fills > 0
+    assert live.broker.initial_capital() == known.broker.initial_capital() == 400_000.0
+    assert live.broker.equity() == pytest.approx(known.broker.equity(), rel=1e-12)
     for s in src.symbols:
         a = known.broker.accounts[known.sym_index[s]]
         b = live.broker.accounts[live.sym_index[s]]
-        assert (a.cash, a.position, a.trades) == (b.cash, b.position, b.trades), s
+        assert (a.position, a.trades) == (b.position, b.trades), s
         np.testing.assert_array_equal(known.feature_row(s), live.feature_row(s))
 
 
