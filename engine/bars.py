@@ -87,7 +87,12 @@ class OpenBars:
 
 
 class BarClock:
-    """Bar and day boundaries in data time (ns since the epoch), on the exchange's clock."""
+    """Bar and day boundaries in data time (ns since the epoch), on the exchange's clock.
+
+    It advances only with the messages the engine is given, which have passed validation:
+    none is ahead of the stream's agreed clock by more than `max_time_lead_seconds` (a
+    message further ahead is held until the stream agrees, `feeds.validation.Validator`),
+    so one symbol's timestamp cannot move the boundaries of the others."""
 
     def __init__(self, bar_seconds: float, timezone: str) -> None:
         self.bar_ns = int(bar_seconds * NS)
