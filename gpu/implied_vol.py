@@ -10,7 +10,9 @@ converges however poor the slope. The start is the analytic European implied vol
 
 Quotes that cannot give an implied vol are reported with a reason, never raised on:
 missing or zero bid, missing ask, crossed market, expired option, a price outside the
-no-arbitrage bounds, or a price that needs σ outside [vol_min, vol_max].
+no-arbitrage bounds, a price that needs σ outside [vol_min, vol_max], or an American price
+at its exercise value (deep in the money, immediate exercise is optimal for every σ up to
+some bound, so no single σ gives that price; with a dividend yield this includes calls).
 
 `implied_vols` works on the engine's parameter rows; `solve_implied_vols` takes contracts,
 market inputs and an `FdPricingEngine`.
@@ -57,6 +59,7 @@ class IVStatus(IntEnum):
     VOL_ABOVE_MAX = 10
     NOT_CONVERGED = 11
     NO_PRICE = 12
+    AT_EXERCISE_VALUE = 13
 
     @property
     def reason(self) -> str:
@@ -249,7 +252,20 @@ def _screen(params: FloatArray, target: FloatArray,
     slack = 1e-9 * np.maximum(np.abs(lower), 1.0)
     st[pending & (target < lower - slack)] = IVStatus.BELOW_LOWER_BOUND
     st[pending & (target >= upper)] = IVStatus.ABOVE_UPPER_BOUND
+    pending = st == IVStatus.PENDING
+    st[pending & _at_exercise_value(params, target)] = IVStatus.AT_EXERCISE_VALUE
     return st
+
+
+def _at_exercise_value(params: FloatArray, target: FloatArray) -> npt.NDArray[np.bool_]:
+    """American rows that can be exercised early, in the money, quoted at their exercise
+    value (to 1e-9 relative): the model price equals it for a whole range of σ."""
+    s, k = params[:, core.SPOT], params[:, core.STRIKE]
+    call = params[:, core.IS_CALL] > 0.5
+    never = call & (params[:, core.RATE] >= 0.0) & (params[:, core.DIVIDEND] <= 0.0)
+    early = (params[:, core.IS_AMERICAN] > 0.5) & ~never
+    payoff = np.where(call, s - k, k - s)
+    return early & (payoff > 0.0) & (target <= payoff * (1.0 + 1e-9))
 
 
 class _BracketSearch:

@@ -261,3 +261,17 @@ def test_bad_dividend_yield_is_a_one_line_error(bad: float) -> None:
                                              r"\[-1, 1\]") as info:
             make()
         assert "\n" not in str(info.value)
+
+
+def test_a_price_at_the_exercise_value_has_no_single_implied_vol() -> None:
+    """Deep in the money with a yield, the American call is worth its exercise value for
+    every σ up to some bound: reported as such, not solved to an arbitrary σ in that range
+    (an in-the-money American call without dividends is still solved)."""
+    contracts = OptionContracts.of([60.0, 60.0, 95.0], 1.0, True, True)
+    market = MarketInputs(100.0, 0.25, 0.02, [0.05, 0.0, 0.05])
+    engine = FdPricingEngine("default", "cpu")
+    prices = engine.price(contracts, market).price
+    assert prices[0] == pytest.approx(40.0, abs=1e-9)  # exercised at once
+    res = solve_implied_vols(engine, contracts, market.with_vol(np.nan), prices)
+    assert [IVStatus(int(s)).reason for s in res.status] == ["at_exercise_value", "ok", "ok"]
+    np.testing.assert_allclose(res.iv[1:], 0.25, atol=1e-6)
