@@ -30,6 +30,8 @@ from engine.book import BarHistory, EngineBook
 from engine.broker import PaperBroker
 from engine.config import EngineConfig
 from engine.decisions import Decisions
+from engine.errors import StrategyError
+from engine.order_types import OrderType, TimeInForce
 from engine.orders import Bracket, OrderDesk, RiskCheck, sign
 from engine.phases import Phase, SessionSchedule
 from engine.sizing import TargetWeight, make_sizing
@@ -37,7 +39,14 @@ from engine.stats import EngineStats, EquityPoint, equity_point
 from feeds.messages import Bar, Fill, Heartbeat, Message, Order, Quote, Trade
 from feeds.validation import Validator
 from gpu.indicators import IndicatorBank
-from strategies.base import BookAware, OverlappedStrategy, Strategy, WeightStrategy
+from strategies.base import (
+    BookAware,
+    OrderingStrategy,
+    OrderRequest,
+    OverlappedStrategy,
+    Strategy,
+    WeightStrategy,
+)
 
 __all__ = ["Engine", "EngineStats", "EquityPoint"]
 
@@ -153,6 +162,7 @@ class Engine:
         self.strategy.reset(list(self.symbols))
         if isinstance(self.strategy, BookAware):
             self.strategy.see_book(self.book)
+        self._places_orders = isinstance(self.strategy, OrderingStrategy)
         #: the bar close whose signals are still being evaluated (overlapped decisions)
         self.overlapped: OverlappedClose | None = None
         # the orders' reference prices while an overlapped close places its orders
@@ -499,6 +509,8 @@ class Engine:
         decisions.decide(strategy, idx, signals, phase, bar_ts, self._place)
         if decisions.weights is not None and phase is Phase.TRADE:
             self._rebalance(idx, bar_ts)
+        if self._places_orders:
+            self._strategy_orders(bar_ts)
         bars.reopen(idx)
         self.equity_curve.append(equity_point(self.broker, bars.c, bars.first_price, bar_ts))
 
@@ -594,6 +606,24 @@ class Engine:
                 continue  # no churn on tiny drifts; a weight near 0 is left to the table
             if orders.rebalance(i, 1 if delta > 0 else -1, abs(delta), c[i], ts):
                 self._flagged[i] = FLAGGED
+
+    def _strategy_orders(self, ts: int) -> None:
+        """The orders the strategy places itself (strategies.base.OrderingStrategy), working
+        at the desk from the next price on."""
+        try:
+            requests = cast(OrderingStrategy, self.strategy).orders()
+        except Exception as exc:
+            raise StrategyError(f"strategy {self.strategy.name!r} failed placing orders: "
+                                f"{type(exc).__name__}: {exc}") from exc
+        n = len(self.symbols)
+        for r in requests:
+            if not (isinstance(r, OrderRequest) and 0 <= r.sym < n):
+                raise StrategyError(f"strategy {self.strategy.name!r} placed {r!r}: expected "
+                                    f"an OrderRequest of a symbol 0..{n - 1}")
+            if self.orders.submit(r.sym, r.side, r.quantity, OrderType(r.type), ts,
+                                  limit=r.limit, stop=r.stop,
+                                  tif=TimeInForce(r.tif)) is not None:
+                self._flagged[r.sym] = FLAGGED
 
     def _entry_void(self, sym: int) -> None:
         """An entry came to nothing: intend what is held, so intent and position agree."""

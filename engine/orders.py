@@ -118,8 +118,8 @@ class OrderDesk:
         self._group = 0
         #: called with every order state change (the live daemon journals them)
         self.on_state: Callable[[StateChange], None] | None = None
-        #: called with the symbol of a position an exit closed: the intended position
-        #: falls back to what is held
+        #: called with the symbol of a working order's fill (an exit closed the position,
+        #: a strategy's own order moved it): the intended position becomes what is held
         self.on_exit: Callable[[int], None] = lambda sym: None
         #: called with every order and fill (the live daemon journals and publishes them)
         self.on_order: Callable[[Order], None] | None = None
@@ -343,8 +343,8 @@ class OrderDesk:
         self.stats.fills += 1
         if self.on_fill is not None:
             self.on_fill(fill)
-        if w.order.reason in EXIT_REASONS:
-            self.on_exit(w.sym)
+        # an exit closed the position, a strategy's own order moved it: intent follows
+        self.on_exit(w.sym)
 
     def _set_working(self, sym: int, keep: list[WorkingOrder]) -> None:
         self.working[sym] = keep

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import datetime as dt
 import logging
 from typing import Any
 
@@ -73,12 +74,26 @@ def capture(engine: Engine, validator: Validator, extra: dict[str, Any]) -> dict
                      for a in b.accounts],
         "order_id": b._order_id,
         "refused": dict(b.refused),
+        # the account's cash no symbol holds (interest and fees accrued there)
+        "pool": b.pool, "interest_paid": b.interest_paid, "borrow_fees": b.borrow_fees,
+        "accrued_to": None if b._accrued_to is None else b._accrued_to.isoformat(),
         "broker": broker_state(b),
         "strategy_name": strategy.name,
         "strategy": strategy_state(strategy),
         "validator": copy.deepcopy({f: getattr(validator, f) for f in VALIDATOR_FIELDS}),
         **extra,
     }
+
+
+def _restore_pool(engine: Engine, snap: dict[str, Any]) -> None:
+    """The account's pool and accruals (snapshots before issue 29 have none: kept)."""
+    b = engine.broker
+    if "pool" in snap:
+        b.pool = float(snap["pool"])
+        b.interest_paid = float(snap.get("interest_paid", 0.0))
+        b.borrow_fees = float(snap.get("borrow_fees", 0.0))
+        when = snap.get("accrued_to")
+        b._accrued_to = None if when is None else dt.date.fromisoformat(when)
 
 
 def restore(engine: Engine, validator: Validator, snap: dict[str, Any],
@@ -105,6 +120,7 @@ def restore(engine: Engine, validator: Validator, snap: dict[str, Any],
             a.cash, a.position, a.last_price, a.commission_paid, a.trades = acct
     engine.broker._order_id = snap["order_id"]
     engine.broker.refused = dict(snap["refused"])
+    _restore_pool(engine, snap)
     if isinstance(snap["strategy"], dict) and snap["strategy_name"] == engine.strategy.name:
         engine.strategy.__dict__.update(snap["strategy"])
     elif snap["strategy_name"] != engine.strategy.name:

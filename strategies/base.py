@@ -24,7 +24,8 @@ What else a strategy may see and say (issue 29):
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -123,3 +124,30 @@ class WeightStrategy(Strategy, Protocol):
                              closed: npt.NDArray[np.bool_]) -> Weights:
         """A weight in [-1, 1] per symbol; symbols whose bar did not close keep theirs."""
         ...
+
+
+@dataclass(frozen=True)
+class OrderRequest:
+    """An order a strategy places itself (`OrderingStrategy`): `sym` in the engine's symbol
+    order, `side` +1 buy / -1 sell, `quantity` units; `limit`/`stop` prices where the type
+    needs them; time in force DAY (until the exchange day ends), GTC or IOC (its first
+    price or never). Fill rules: engine/order_types.py."""
+
+    sym: int
+    side: int
+    quantity: float
+    type: Literal["market", "limit", "stop", "stop-limit"] = "market"
+    limit: float = float("nan")
+    stop: float = float("nan")
+    tif: Literal["day", "gtc", "ioc"] = "gtc"
+
+
+@runtime_checkable
+class OrderingStrategy(Protocol):
+    """A strategy that also places its own orders: after each bar close's decisions the
+    engine asks `orders()` and works what it returns from the next price on. A fill of such
+    an order makes the held position the intended one (so the phase table closes it at
+    STOP and at the end of data); a strategy that places its own orders should answer
+    signal 0 where it does not want the table to trade for it."""
+
+    def orders(self) -> list[OrderRequest]: ...

@@ -23,6 +23,7 @@ from engine.order_types import OrderState, OrderType, TimeInForce
 from engine.orders import OrderDesk, StateChange
 from engine.stats import EngineStats
 from feeds.messages import Bar, Trade
+from strategies.base import OrderRequest
 
 NS = 1_000_000_000
 DAY_NS = 86_400 * NS
@@ -313,3 +314,51 @@ def test_order_states_are_journaled_restored_and_exported(tmp_path: Path) -> Non
         ("stop-loss", "filled"), ("take-profit", "cancelled")]
     assert exported[0]["stop_price"] == pytest.approx(95.0) and exported[1]["limit_price"] \
         == pytest.approx(120.0)
+
+
+# ---------------------------------------------------------------------- a strategy's orders
+class _Orders:
+    """Signals 0; on the first bar close places a GTC buy limit at 95, a DAY buy stop at
+    200 and an IOC sell limit at 500."""
+
+    name = "orders"
+    long_only = False
+    enter_on_from_zero = True
+
+    def __init__(self) -> None:
+        self.placed = False
+
+    def reset(self, symbols: list[str]) -> None:
+        pass
+
+    async def target_signals(self, features: np.ndarray, closed: np.ndarray) -> np.ndarray:
+        return np.zeros(closed.size, np.int8)
+
+    def orders(self) -> list[OrderRequest]:
+        if self.placed:
+            return []
+        self.placed = True
+        return [OrderRequest(0, 1, 5.0, "limit", limit=95.0),
+                OrderRequest(0, 1, 5.0, "stop", stop=200.0, tif="day"),
+                OrderRequest(0, -1, 5.0, "limit", limit=500.0, tif="ioc")]
+
+
+def test_a_strategy_places_limit_stop_and_ioc_orders() -> None:
+    cfg = EngineConfig(broker=BrokerConfig(fill="next-open", sizing="fixed", quantity=1.0,
+                                           commission=0.0))
+    eng = Engine(["A"], _Orders(), cfg)
+    states: list[StateChange] = []
+    eng.orders.on_state = states.append
+
+    async def go() -> None:
+        await eng.process(_bars([(100, 101, 99, 100), (99, 100, 96, 97), (97, 98, 94, 96),
+                                 (96, 99, 95, 98)]))
+        await eng.finish()
+
+    asyncio.run(go())
+    reasons = {o.order_id: o.reason for o in eng.broker.orders}
+    fills = [(reasons[f.order_id], f.side * f.quantity, f.price) for f in eng.broker.fills]
+    assert fills == [("order", 5.0, 95.0), ("close", -5.0, 98.0)]  # held until the end
+    final = {s.order_id: s.state for s in states}
+    assert sorted(v.value for v in final.values()) == ["cancelled", "expired", "filled"]
+    assert eng.intent_mismatches() == []
