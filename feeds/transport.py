@@ -192,9 +192,10 @@ class Subscriber:
         RCVMORE and finds the boundary. A frame with no more after it (a one-frame message)
         never takes the next message along: every valid message after it is delivered.
         Extra frames after a message that looks whole are counted as bad framing on their
-        own. A message above `max_message_bytes` is counted (`oversize`) and skipped.
-        `counted`: the validator whose `received` counts the messages drained (where the
-        consumer cannot take a length).
+        own (a malformed message counts at most once per frame). A message above
+        `max_message_bytes` is counted (`oversize`) and skipped. `counted`: the validator
+        whose `received` counts the messages drained (where the consumer cannot take a
+        length).
         """
         n = 0
         sock = self._sync
@@ -207,10 +208,8 @@ class Subscriber:
             else:
                 n += 1
                 yield first
-            topic = None  # a topic already received (found by `_realign`)
             for _ in range(self.max_batch - 1):
-                if topic is None:
-                    topic = recv(noblock)
+                topic = recv(noblock)
                 try:
                     payload = recv(noblock)
                 except zmq.Again:
@@ -225,10 +224,8 @@ class Subscriber:
                 if aligned:
                     n += 1
                     yield (topic, payload)
-                    topic = None
                     continue
-                frames, topic = self._realign(topic, payload)
-                if frames is not None:
+                for frames in self._realign(topic, payload):
                     n += 1
                     yield frames
         except zmq.Again:
@@ -237,27 +234,36 @@ class Subscriber:
             if counted is not None:
                 counted.received += n
 
-    def _realign(self, first: bytes, second: bytes) -> tuple[list[bytes] | None, bytes | None]:
+    def _realign(self, first: bytes, second: bytes) -> list[Any]:
         """Two frames that are not [topic, MessagePack array] (or too large): find where
-        the message they belong to ends. Returns (its frames, or None when it was counted
-        here; the next message's topic when `second` turned out to be one).
+        the messages they belong to end (RCVMORE). Returns the messages to judge (an
+        oversize one is counted here instead).
 
-        `second` looks like a topic and has more frames after it: `first` was a message of
-        its own (a lone frame), `second` starts the next message. Otherwise the message is
-        read to its last frame (RCVMORE) and judged whole: two frames by their content,
-        any other count as bad framing."""
+        When `second` looks like a topic (a kind tag A-Z, a dot), has one frame after it
+        that looks like a payload and no more, `first` was a message of its own (a lone
+        frame) and [second, third] the next message. Otherwise the frames up to the
+        message's last are one message: two frames are judged by their content, any other
+        count as bad framing."""
         sock = self._sync
         more = sock.getsockopt(zmq.RCVMORE)
-        if more and len(second) >= 2 and second[1] == 46 and second[0] < 0x80:
-            return [first], second
         frames = [first, second]
+        if more and len(second) >= 2 and second[1] == 46 and 65 <= second[0] <= 90:
+            third = sock.recv(0)
+            more = sock.getsockopt(zmq.RCVMORE)
+            if not more and third[:1] and third[0] >> 4 == 9:
+                return [[first], *self._sized([second, third])]
+            frames.append(third)
         while more:
             frames.append(sock.recv(0))
             more = sock.getsockopt(zmq.RCVMORE)
+        return self._sized(frames)
+
+    def _sized(self, frames: list[bytes]) -> list[Any]:
+        """`frames` as a message to judge, or none when above `max_message_bytes`."""
         if sum(len(f) for f in frames) > self.max_message_bytes:
             self._oversize(frames)
-            return None, None
-        return frames, None
+            return []
+        return [frames]
 
     def _oversize(self, frames: list[bytes]) -> None:
         """A message above `max_message_bytes`: counted and skipped, the stream goes on."""
