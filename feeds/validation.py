@@ -307,7 +307,9 @@ class Validator:
         return out
 
     def validate(self, frames: list[bytes] | tuple[bytes, ...]) -> Message | None:
-        """The message of one frame pair if it passes every check, else None (counted)."""
+        """The message of one frame pair if it passes every check, else None (counted or
+        held). A frame that lets held messages go returns the first of them only: where
+        that matters, call `validate_many((frames,))`."""
         out = self.validate_many((frames,))
         return out[0] if out else None
 
