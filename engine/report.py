@@ -232,6 +232,12 @@ def build_report(result: ReplayResult, strategy_name: str, trials: int = 1) -> d
         "quotes": eng.stats.quotes,
         # quantity x half the spread over fills that crossed a quote (engine/broker.py)
         "spread_paid": broker.spread_paid,
+        # the one account (engine/broker.py): capital set once, its sizing model, and what
+        # accrued on its cash and its shorts
+        "capital": broker.initial_capital(),
+        "sizing": broker.sizing,
+        "interest_paid": broker.interest_paid,
+        "borrow_fees": broker.borrow_fees,
         "bars": eng.stats.bars,
         "bar_events": eng.stats.bar_events,
         "overlapped_bar_events": eng.stats.overlapped_bar_events,

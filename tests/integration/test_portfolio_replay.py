@@ -43,6 +43,7 @@ def test_cash_is_the_capital_and_sizing_divides_it(sp_csv: Path, tmp_path: Path)
     rep = _replay(sp_csv, tmp_path / "ew", "--strategy", "sma-cross:10,50,long-only",
                   "--cash", "100000", "--sizing", "equal-weight")
     eq = pd.read_csv(tmp_path / "ew" / "equity.csv")
+    assert rep["capital"] == 100_000.0 and rep["sizing"] == "equal-weight"
     assert rep["final_equity"] == pytest.approx(100_000.0 * (1 + rep["roi"]))
     assert abs(eq.equity.iloc[0] - 100_000.0) < 100_000.0 * 0.05
     assert abs(eq.buy_hold_equity.iloc[0] - 100_000.0) < 100_000.0 * 0.05
