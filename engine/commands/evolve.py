@@ -62,7 +62,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="best distinct rules kept (the ensemble)")
     p.add_argument("--out", type=Path, required=True,
                    help="strategy file to write (required: an earlier run's file is never "
-                        "overwritten unasked)")
+                        "overwritten unasked); an existing file that is not a strategy "
+                        "file is never overwritten")
     p.add_argument("--png", type=Path, help="fitness plot (default: OUT with _fitness.png)")
     p.add_argument("--returns-out", type=Path, metavar="CSV",
                    help="daily training returns of the hall of fame (columns hof0..), for select")
