@@ -500,8 +500,8 @@ class Validator:
         self._clock_at_hold = self.clock
         self._held.append((msg, st))
         self.held_ahead += 1
-        if self.held_ahead == 1:
-            log.warning("held a message ahead of the stream's clock (%s) by more than "
+        if self.held_ahead == 1:  # info: a new day of daily bars is held too, at once agreed
+            log.info("held a message ahead of the stream's clock (%s) by more than "
                         "max_time_lead_seconds until the stream agrees, e.g. %.200r",
                         self.clock, msg)
         if len(self._held) > self.limits.max_held_messages:
