@@ -134,13 +134,23 @@ def settings(args: argparse.Namespace, over_file: Mapping[str, Any] | None = Non
     return merge(cfg, flags_given(args), getattr(args, FLAG_NAMES, None))
 
 
-def resolve_device(choice: str, what: str = "engine") -> str:
+def resolve_device(choice: str, what: str = "engine",
+                   args: argparse.Namespace | None = None) -> str:
     """Check the device setting once, where the command starts: `cuda` without a GPU is
-    a one-line error now, not deep in a kernel. Returns the choice itself ("auto" stays
-    "auto": a GP strategy times both backends under it)."""
+    a one-line error now, not deep in a kernel, naming where the choice came from (the
+    flag, or the config file when `args` shows no --device). Returns the choice itself
+    ("auto" stays "auto": a GP strategy times both backends under it)."""
+    from gpu.device import DeviceUnavailable
     from gpu.device import resolve_device as backend_of
 
-    backend_of(choice, what)  # raises DeviceUnavailable (one line) for cuda without a GPU
+    try:
+        backend_of(choice, what)
+    except DeviceUnavailable as exc:
+        if args is not None and getattr(args, "device", None) is None:
+            why = str(exc).split(" but ", 1)[-1]  # gpu.device names the flag; this is the file
+            raise UserError(f"device = {choice!r} in the config file "
+                            f"{getattr(args, 'config', None)}: {why}") from None
+        raise
     return choice
 
 

@@ -30,6 +30,7 @@ from engine.errors import UserError
 from engine.gcpause import startup_objects_frozen
 from engine.journal import Journal, JournalError, JournalState, JournalWriteError
 from engine.settings import config_option, deprecated_alias, settings
+from engine.settings import resolve_device as check_device
 from gpu.device import resolve_device
 
 log = logging.getLogger("live")
@@ -96,7 +97,8 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
     if args.ticks is None:
         raise UserError("live needs --market-data ENDPOINT (the tick feed to connect to)")
     cfg = settings(args)  # default < --config file < flags given (engine/settings.py)
-    device = resolve_device(cfg.device, "engine")  # --device cuda without a GPU: clear error
+    check_device(cfg.device, "engine", args)  # cuda without a GPU: one line, naming whence
+    device = resolve_device(cfg.device, "engine")
     if not args.curve and not args.allow_remote:
         _check_loopback("--market-data", args.ticks)
         _check_loopback("--orders", args.orders)

@@ -328,7 +328,7 @@ def _config(args: argparse.Namespace, gp_file: Any) -> Any:
     if gp_file is not None:
         recorded.update(_gp_money_model(args))
     cfg = settings(args, over_file=recorded)
-    resolve_device(cfg.device)  # --device cuda without a GPU: a clear error now
+    resolve_device(cfg.device, "engine", args)  # cuda without a GPU: one line, now
     fill = resolve_fill(cfg.broker.fill, data_kind(args.data),
                         "--fill" if args.fill else "broker.fill")
     return msgspec.structs.replace(cfg, broker=msgspec.structs.replace(cfg.broker, fill=fill))

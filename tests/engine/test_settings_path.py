@@ -91,6 +91,7 @@ def test_live_reads_the_device_of_its_config(tmp_path: Path) -> None:
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
     assert r.returncode == 2, r.stderr
     assert len(errors) == 1 and "CUDA" in errors[0] and "Traceback" not in r.stderr
+    assert "config file" in errors[0]  # the choice came from the file, not a flag
 
 
 def test_fill_next_tick_on_daily_bars_is_an_error(
