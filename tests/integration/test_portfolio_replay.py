@@ -82,3 +82,57 @@ def test_any_sma_window_a_user_names(sp_csv: Path, tmp_path: Path) -> None:
     for s in SYMBOLS:
         per = rep["per_symbol"][s]
         assert math.isclose(per["final_equity"] / (1 + per["roi"]), 10_000.0, rel_tol=1e-9)
+
+
+# ---------------------------------------------------------------------- the live daemon
+def test_the_daemon_journals_order_states_and_restores_working_exits(tmp_path: Path) -> None:
+    """A daemon with a stop-loss on every entry: each exit's state changes are in the
+    journal, and a daemon restarted on it works the exits that were working at the stop."""
+    import asyncio
+    import time
+
+    import zmq
+    import zmq.asyncio
+
+    from engine.config import BrokerConfig, EngineConfig
+    from engine.daemon import Daemon, open_sockets
+    from engine.journal import Journal
+    from feeds.messages import encode, topic_for
+    from feeds.synthetic import SyntheticMarket
+    from strategies.sma_cross import SmaCross
+    from tests.helpers import trade_messages
+    from tests.live_procs import endpoints
+
+    cfg = EngineConfig(bar_seconds=60.0, broker=BrokerConfig(stop_loss=0.002, fill="next-tick"))
+    trades = trade_messages(SyntheticMarket(n_symbols=3, n_ticks=6_000, seed=21))
+
+    def daemon(ctx: zmq.asyncio.Context, journal: Journal) -> Daemon:
+        ticks, out_ep = endpoints()
+        sub, out = open_sockets(ctx, ticks, out_ep, cfg, [b""], None)
+        return Daemon(cfg=cfg, strategy=SmaCross(5, 10), journal=journal,
+                      state=journal.load(), sub=sub, out=out, device="cpu",
+                      status_file=None, max_seconds=0.0, ticks=ticks)
+
+    def close(d: Daemon, journal: Journal, ctx: zmq.asyncio.Context) -> None:
+        d.close()
+        d.sub.socket.close(0)
+        d.out.socket.close(0)
+        journal.close()
+        ctx.term()
+
+    ctx, journal = zmq.asyncio.Context(), Journal(tmp_path / "j.db")
+    d = daemon(ctx, journal)
+    asyncio.run(d._step([[topic_for(m), encode(m)] for m in trades], time.perf_counter(),
+                        False))
+    working = [list(w) for w in d.engine.orders.working]
+    close(d, journal, ctx)
+    journal = Journal(tmp_path / "j.db")
+    states = journal.export()["order_states"]
+    assert {s["state"] for s in states} >= {"accepted", "filled", "cancelled"}
+    assert all(s["reason"] == "stop-loss" for s in states)
+    ctx = zmq.asyncio.Context()
+    d2 = daemon(ctx, journal)
+    restored = [[(w.order.order_id, w.stop) for w in ws] for ws in d2.engine.orders.working]
+    assert restored == [[(w.order.order_id, w.stop) for w in ws] for ws in working]
+    assert any(restored)  # a stop was working when the daemon stopped
+    close(d2, journal, ctx)
