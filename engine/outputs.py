@@ -40,7 +40,8 @@ def check_own_kind(path: Path, kind: str, option: str) -> None:
     """Refuse to overwrite an existing file that is not an output of `kind`: an output
     option never destroys another file (`evolve --out data.csv` replaced a data file).
 
-    An empty file, or none, is fine. Kinds: "json" (any JSON document), "strategy" (a GP
+    An empty file, or none, is fine. Kinds: "json" (a JSON document other than a strategy
+    file), "strategy" (a GP
     strategy file of `evolve`), "png", "returns-csv" (daily returns of a hall of fame:
     a header of `date` and `hof<k>` columns), "gzip" (a feed recording, appended to)."""
     if kind not in OUTPUT_KINDS:
@@ -53,7 +54,7 @@ def check_own_kind(path: Path, kind: str, option: str) -> None:
     except OSError:
         return  # unreadable: check_writable_file says why, if it matters
     if not _is_kind(path, head, kind):
-        what = {"json": "a JSON file", "strategy": "a strategy file written by evolve",
+        what = {"json": "a JSON results file", "strategy": "a strategy file written by evolve",
                 "png": "a PNG image", "returns-csv": "a returns CSV written by evolve",
                 "gzip": "a gzip feed recording"}[kind]
         raise UserError(f"{option} {path}: exists and is not {what}; it is never "
@@ -77,6 +78,6 @@ def _is_kind(path: Path, head: bytes, kind: str) -> bool:
         doc = json.loads(path.read_text())
     except (ValueError, OSError, UnicodeDecodeError):
         return False
-    if kind == "strategy":
-        return isinstance(doc, dict) and doc.get("format") == "gp-trading-strategy"
-    return True
+    strategy = isinstance(doc, dict) and doc.get("format") == "gp-trading-strategy"
+    # a results JSON never replaces a strategy file (`--json best.json`), nor the reverse
+    return strategy if kind == "strategy" else not strategy

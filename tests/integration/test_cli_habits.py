@@ -139,8 +139,13 @@ def test_json_never_overwrites_a_file_that_is_not_json(
     data = daily_csv(tmp_path / "d.csv", 30, seed=1)
     before = data.read_bytes()
     assert _main(["replay", *SMALL, "--json", str(data)]) == 2
-    assert "not a JSON file" in _error_line(capsys.readouterr().err)
+    assert "not a JSON results file" in _error_line(capsys.readouterr().err)
     assert data.read_bytes() == before
+    strategy = tmp_path / "best.json"  # JSON, but evolve's strategy file: not results
+    strategy.write_text('{"format": "gp-trading-strategy", "version": 1}')
+    assert _main(["replay", *SMALL, "--json", str(strategy)]) == 2
+    assert "not a JSON results file" in _error_line(capsys.readouterr().err)
+    assert json.loads(strategy.read_text())["format"] == "gp-trading-strategy"
     old = tmp_path / "old.json"
     old.write_text('{"a": 1}')  # its own kind: replaced
     assert _main(["replay", *SMALL, "--json", str(old)]) == 0
