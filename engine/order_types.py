@@ -53,6 +53,8 @@ class OrderState(enum.Enum):
     """Every state an order passes through; each change is journaled by the daemon."""
 
     ACCEPTED = "accepted"
+    #: still working, its price changed (a trailing stop that moved): a restart resumes it
+    AMENDED = "amended"
     FILLED = "filled"
     CANCELLED = "cancelled"
     EXPIRED = "expired"
@@ -158,12 +160,13 @@ def tick_fill_price(w: WorkingOrder, p: float) -> float | None:
     raise AssertionError(f"unknown order type {w.type}")  # pragma: no cover
 
 
-def trail(w: WorkingOrder, close: float) -> None:
+def trail(w: WorkingOrder, close: float) -> bool:
     """A trailing stop's price follows the best close seen (a trade on ticks): the highest
     for a sell stop (protecting a long), the lowest for a buy stop (protecting a short);
-    it never moves back."""
+    it never moves back. True when the stop price moved."""
     if not w.trail:
-        return
+        return False
+    before = w.stop
     if w.side < 0:
         if not close <= w.best:  # NaN best: the first
             w.best = close
@@ -171,6 +174,7 @@ def trail(w: WorkingOrder, close: float) -> None:
     elif not close >= w.best:
         w.best = close
         w.stop = min(w.stop, close * (1.0 + w.trail))
+    return w.stop != before
 
 
 def first_of_bracket(hits: list[tuple[WorkingOrder, float]], o: float

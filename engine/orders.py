@@ -318,7 +318,8 @@ class OrderDesk:
             if (w.group and w.group in filled_groups) or w.tif is TimeInForce.IOC:
                 self._state(w, OrderState.CANCELLED, ts)
             else:
-                trail(w, close)
+                if trail(w, close):  # journaled, so a restart trails from here
+                    self._state(w, OrderState.AMENDED, ts)
                 keep.append(w)
         self._set_working(sym, keep)
 
@@ -358,9 +359,8 @@ class OrderDesk:
                                       w.trail, w.best, w.expires_ns))
 
     def restore_working(self, changes: list[StateChange]) -> int:
-        """After a restart: the orders whose last journaled state is ACCEPTED work again
-        (a trailing stop from the price it was accepted at, the best since not being
-        journaled). Returns how many."""
+        """After a restart: the orders whose last journaled state is ACCEPTED or AMENDED
+        work again (a trailing stop from its last journaled price). Returns how many."""
         last: dict[int, StateChange] = {}
         for c in changes:
             last[c.order_id] = c
@@ -368,7 +368,7 @@ class OrderDesk:
         n = 0
         for c in last.values():
             order = by_id.get(c.order_id)
-            if c.state is not OrderState.ACCEPTED or order is None:
+            if c.state not in (OrderState.ACCEPTED, OrderState.AMENDED) or order is None:
                 continue
             sym = self.broker.symbols.index(order.symbol)
             w = WorkingOrder(order, sym, c.type, c.limit, c.stop, c.tif, c.expires_ns,

@@ -362,3 +362,36 @@ def test_a_strategy_places_limit_stop_and_ioc_orders() -> None:
     final = {s.order_id: s.state for s in states}
     assert sorted(v.value for v in final.values()) == ["cancelled", "expired", "filled"]
     assert eng.intent_mismatches() == []
+
+
+def test_a_trailing_stop_resumes_from_its_journaled_price(tmp_path: Path) -> None:
+    """Closes 109 and 118 move the stop (journaled as amended); a restart before the fall
+    trails from 106.2, as the unbroken run does, not from the entry's 90."""
+    from engine.journal import Journal
+
+    ohlc = [(100, 100, 100, 100), (100, 101, 99, 100), (104, 110, 103, 109),
+            (112, 120, 111, 118), (115, 116, 105, 106)]
+    cfg = EngineConfig(broker=BrokerConfig(fill="next-open", sizing="fixed", quantity=10.0,
+                                           commission=0.0, trailing_stop=0.10))
+    unbroken = _replay(ohlc, trailing_stop=0.10)
+    journal = Journal(tmp_path / "j.sqlite")
+    first = Engine(["A"], Long(), cfg, on_order=journal.record_order,
+                   on_fill=lambda f: None if journal.record_fill(f) else None)
+    first.orders.on_state = journal.record_order_state
+    bars = _bars(ohlc)
+    asyncio.run(first.process(bars[:4]))
+    state = journal.load()
+    second = Engine(["A"], Long(), cfg)
+    second.restore(state.orders, state.fills)
+    changes = [StateChange.from_row(r) for r in journal.order_states()]
+    assert [c.state for c in changes] == [OrderState.ACCEPTED] + [OrderState.AMENDED] * 2
+    assert changes[-1].stop == pytest.approx(106.2)
+    assert second.orders.restore_working(changes) == 1
+
+    async def go() -> None:
+        await second.process(bars[4:])
+        await second.finish()
+
+    asyncio.run(go())
+    journal.close()
+    assert _exits(second) == _exits(unbroken) == [("trailing-stop", pytest.approx(106.2))]
