@@ -45,7 +45,7 @@ from engine.reevolution import LiveReevolution
 from engine.risk import RiskGate
 from engine.snapshot import WarmupGuard, capture, restore
 from feeds.messages import Fill, Heartbeat, Message, Order, Quote, Trade
-from feeds.transport import Publisher, Subscriber
+from feeds.transport import Publisher, Subscriber, transport_cap
 from strategies.base import Strategy
 
 log = logging.getLogger("live")
@@ -132,10 +132,15 @@ class Daemon:
         self._after_build()
         self.ticks = ticks
         self.disconnects = 0
+        # the status can be asked for before `run` (which restarts both): a daemon driven
+        # step by step, a status written before the first message
+        self.t0 = time.monotonic()
+        self._ticks_at_status = (self.t0, self.engine.stats.market_data)
         # connection events of the tick socket: ZeroMQ retries a dropped connection by
-        # itself but gives up after a protocol error (a message above max_message_bytes,
-        # a failed handshake such as an impostor without the CURVE keys); the daemon then
-        # reconnects (see _watch_connection)
+        # itself but gives up after a protocol error (a frame above the transport's hard
+        # cap, `feeds.transport.transport_cap`, far above max_message_bytes, whose larger
+        # messages are only counted; a failed handshake such as an impostor without the
+        # CURVE keys); the daemon then reconnects (see _watch_connection)
         assert sub.monitor is not None, "the daemon's subscriber is opened with monitor=True"
         self._monitor = sub.monitor
         self._gave_up_at: float | None = None
@@ -379,9 +384,11 @@ class Daemon:
         self._gave_up_at = None
         self.disconnects += 1
         if self.disconnects <= 10 or self.disconnects % 1000 == 0:  # not a log flood
-            log.warning("feed connection dropped by a protocol error (a message above "
-                        "max_message_bytes, or a failed handshake: no CURVE keys?); "
-                        "reconnecting to %s (%d so far)", self.ticks, self.disconnects)
+            log.warning("feed connection dropped by a protocol error (a frame above the "
+                        "transport's hard cap of %d bytes, or a failed handshake: no CURVE "
+                        "keys?); reconnecting to %s (%d so far)",
+                        transport_cap(self.opts.max_message_bytes), self.ticks,
+                        self.disconnects)
         sock = self.sub.socket
         with contextlib.suppress(zmq.ZMQError):
             sock.disconnect(self.ticks)
@@ -574,6 +581,9 @@ class Daemon:
             "max_batch": self.max_batch,
             "conflated": self.conflated,
             "skipped": dict(v.skipped.counts),
+            # messages held ahead of the stream's clock so far, and held now (waiting for
+            # the stream to agree: a daily stream's new day until a second symbol has it)
+            "validator": {"held_ahead": v.held_ahead, "held": v.held},
             "rejected": dict(self.risk.rejected),
             "kill_switch": self.risk.killed,
             "stale": self.stale,
@@ -607,6 +617,7 @@ class Daemon:
                 f"p50_us={lat['p50_us']} p99_us={lat['p99_us']}" + _rule_words(s))
 
     def close(self) -> None:
+        self.validator.skipped.log_totals()  # the true counts (the first was logged alone)
         self.sub.close_monitor()  # through its owner: see Subscriber.close_monitor
 
     def write_status(self, status: dict[str, Any] | None = None) -> None:

@@ -16,7 +16,9 @@ class LiveOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     heartbeat_timeout_seconds: float = 5.0
     #: seconds between status lines on stderr (0 = none)
     status_every_seconds: float = 10.0
-    #: ZeroMQ drops larger incoming messages (MAXMSGSIZE) before they reach Python
+    #: a larger incoming message is counted (`oversize`) and skipped after receive, costing
+    #: only itself; ZeroMQ's MAXMSGSIZE, which drops the whole connection, is set far above
+    #: it (`feeds.transport.transport_cap`: 64 times this, at least 4 MiB)
     max_message_bytes: int = 65_536
     #: messages queued in ZeroMQ before the tick socket drops (memory bound under overload)
     receive_hwm: int = 100_000

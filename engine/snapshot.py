@@ -3,7 +3,8 @@
 A snapshot holds everything that decides future orders: the open bar of every symbol, the
 indicator bank's rolling state, the strategy's state, the signals and intended positions,
 pending orders, the bar clock, the broker's accounts and the validator's stream state
-(sequence numbers, session, last prices and times that the sanity checks compare with).
+(sequence numbers, session, last prices and times that the sanity checks compare with,
+and the messages it holds ahead of the stream's clock until the stream agrees).
 Restored from a snapshot taken at shutdown and fed the rest of the same stream, the engine
 makes exactly the orders and fills of one that never stopped.
 
@@ -80,7 +81,8 @@ def capture(engine: Engine, validator: Validator, extra: dict[str, Any]) -> dict
         "broker": broker_state(b),
         "strategy_name": strategy.name,
         "strategy": strategy_state(strategy),
-        "validator": copy.deepcopy({f: getattr(validator, f) for f in VALIDATOR_FIELDS}),
+        "validator": copy.deepcopy({**{f: getattr(validator, f) for f in VALIDATOR_FIELDS},
+                                    "held": validator.held_state()}),
         **extra,
     }
 
@@ -249,8 +251,11 @@ def _restore_validator(validator: Validator, state: dict[str, Any]) -> None:
     if "_band" in state:
         validator.load_symbols(state.pop("_band"), state.pop("last_price", {}),
                                state.pop("last_ts", {}))
+    held = state.pop("held", None)  # snapshots before held messages were kept have none
     for name, value in state.items():
         setattr(validator, name, value)
+    if held is not None:
+        validator.load_held(held)
 
 
 def _part(engine: Engine, part: str) -> Any:

@@ -127,6 +127,31 @@ BAND, LAST_PRICE, HIGH, LAST_TS = 0, 1, 2, 3
 _NO_SYMBOL = _symbol_state(0.0, _NO_TS)
 
 
+class StreamSkips(SkipCounter):
+    """The validator's skip counter: a stream has no end to wait for, so the first
+    message of each kind is logged at once with a sample, in words that claim no count
+    (the first batch's count was read as the total); the running totals are the daemon's
+    status (`skipped`), and `log_totals` logs each kind's true count when the stream's
+    reader stops."""
+
+    def __init__(self) -> None:
+        super().__init__(what="skipped", log_at_end=True)
+
+    def add(self, kind: str, n: int = 1, sample: object = None) -> None:
+        first = kind not in self.counts
+        super().add(kind, n, sample)
+        if first and n > 0:
+            log.warning("skipping %s messages (first one here; running totals in the "
+                        "status's `skipped`, the total at the end), e.g. %s",
+                        kind, self.samples[kind])
+
+    def log_totals(self) -> None:
+        """Each kind's count so far, one warning each; later skips keep counting quietly
+        (the first of a new kind is still logged at once)."""
+        super().log_totals()
+        self.log_at_end = True
+
+
 class Validator:
     """Decodes and checks frames; returns good messages, counts and skips the rest.
 
@@ -162,7 +187,7 @@ class Validator:
     def __init__(self, limits: ValidationLimits | None = None) -> None:
         self.limits = limits = limits or ValidationLimits()
         self.decoder = make_decoder()
-        self.skipped = SkipCounter(what="skipped")
+        self.skipped: SkipCounter = StreamSkips()
         #: each stream (topic) seen: [its last sequence number, the symbol of its last
         #: message, that symbol's state, that symbol's tap record (`tap_trades`) or None
         #: when the symbol is not tapped]; the symbol saves the per-symbol lookup while a
@@ -229,6 +254,24 @@ class Validator:
     def held(self) -> int:
         """Messages held ahead of the clock now, waiting for the stream to agree."""
         return len(self._held)
+
+    def held_state(self) -> dict[str, Any]:
+        """The messages held now and what decides their release, as plain data: a
+        snapshot taken while a daily stream's new day waits for its second symbol must
+        keep them, or a restart from it loses that bar (kill -9 would then differ from
+        SIGTERM). Their symbols' states are the snapshot's `_sym`."""
+        return {"messages": [m for m, _ in self._held], "run": self._run,
+                "clock_at_hold": self._clock_at_hold, "held_ahead": self.held_ahead}
+
+    def load_held(self, state: dict[str, Any]) -> None:
+        """Held messages restored (`held_state`, after the symbol table): each is bound
+        to its symbol's state again, as it was when it was held."""
+        self._held = [(m, self._sym[m.symbol]) for m in state["messages"]
+                      if m.symbol in self._sym]
+        self._run = int(state["run"])
+        at = state["clock_at_hold"]
+        self._clock_at_hold = None if at is None else int(at)
+        self.held_ahead = int(state["held_ahead"])
 
     @property
     def known(self) -> set[str]:

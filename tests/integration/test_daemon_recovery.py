@@ -319,3 +319,114 @@ def test_a_replay_that_differs_from_the_journal_falls_back_to_the_journaled_fill
                                           d.daemon.engine.broker.accounts, strict=True)}
     assert {s: p for s, p in held.items() if p} == {s: p for s, p in pos.items() if p}
     d.close()
+
+
+# ------------------------------------------- held messages across a snapshot (item 12)
+DAY_NS = 86_400 * 10**9
+
+
+def _daily_bar_chunks(days: int, symbols: tuple[str, ...]) -> list[list[list[bytes]]]:
+    """Daily bars of `symbols` (a random walk each), in steps that each end with the first
+    bar of a new day: the validator holds that bar (ahead of the clock by a day) until the
+    second symbol's bar agrees, which comes only in the next step."""
+    from feeds.messages import Bar
+
+    rng = random.Random(12)
+    price = {s: 50.0 + 10 * i for i, s in enumerate(symbols)}
+    t0 = 1_700_000_000 * 10**9
+    by_day = []
+    for d in range(days):
+        day = []
+        for s in symbols:
+            p = price[s]
+            c = p * (1 + rng.gauss(0.0, 0.03))
+            price[s] = c
+            day.append(Bar(d + 1, t0 + d * DAY_NS, s, p, max(p, c) * 1.01,
+                           min(p, c) * 0.99, c, 1e5, DAY_NS))
+        by_day.append(day)
+    chunks = [_frames(by_day[0] + by_day[1][:1])]
+    for d in range(1, days):
+        chunks.append(_frames(by_day[d][1:] + by_day[d + 1][:1] if d + 1 < days
+                              else by_day[d][1:]))
+    return chunks
+
+
+def test_messages_held_at_a_snapshot_survive_a_kill(tmp_path: Path) -> None:
+    """A daily-bar stream, each day's first bar held until a second symbol agrees, killed
+    right after a snapshot taken while a bar was held: the restart holds it again and makes
+    exactly the uninterrupted run's fills (the snapshot lost it before: the input log is
+    emptied at a snapshot)."""
+    cfg = EngineConfig(bar_seconds=86_400.0, live=LiveOptions(snapshot_every_bars=1))
+    chunks = _daily_bar_chunks(160, ("AAA", "BBB", "CCC", "DDD"))
+
+    def run(path: Path, steps: list[list[list[bytes]]]) -> InProcessDaemon:
+        d = InProcessDaemon(path, cfg)
+        asyncio.run(d.daemon.recover())
+        for frames in steps:
+            d.step(frames)
+        return d
+
+    ref = run(tmp_path / "ref.db", chunks)
+    ref_bars = ref.daemon.engine.stats.bars
+    ref.close()
+    assert len(fills(tmp_path / "ref.db")) > 10
+    cut = 97
+    killed = run(tmp_path / "j.db", chunks[:cut])  # dropped: no shutdown snapshot
+    assert killed.daemon.validator.held == 1
+    with sqlite3.connect(tmp_path / "j.db") as db:  # killed right after a snapshot
+        assert db.execute("SELECT count(*) FROM input_log").fetchone()[0] == 0
+    killed.close()
+    again = run(tmp_path / "j.db", [])
+    assert again.daemon.restored == "snapshot"
+    assert again.daemon.validator.held == 1
+    for frames in chunks[cut:]:
+        again.step(frames)
+    assert again.daemon.engine.stats.bars == ref_bars
+    again.close()
+    assert fills(tmp_path / "j.db") == fills(tmp_path / "ref.db")
+    assert orders(tmp_path / "j.db") == orders(tmp_path / "ref.db")
+
+
+# ---------------------------------------------------------------- status and skip logs
+def test_the_status_shows_messages_held_ahead_of_the_clock(tmp_path: Path) -> None:
+    import json
+
+    d = InProcessDaemon(tmp_path / "j.db", EngineConfig(bar_seconds=86_400.0))
+    try:
+        chunks = _daily_bar_chunks(3, ("AAA", "BBB", "CCC"))
+        d.step(chunks[0])  # day 0, and day 1's first bar: held
+        d.daemon.status_file = tmp_path / "status.json"
+        d.daemon.write_status()
+        first = json.loads((tmp_path / "status.json").read_text())
+        # day 1's second bar is held too, and agrees: both released; day 2's first held
+        d.step(chunks[1])
+        second = d.daemon.status()
+    finally:
+        d.close()
+    assert first["validator"] == {"held_ahead": 1, "held": 1}
+    assert second["validator"] == {"held_ahead": 3, "held": 1}
+    assert list(first).index("validator") == list(first).index("skipped") + 1
+
+
+def test_every_skip_log_states_its_true_count(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Undecodable frames in three steps: the first is logged at once without a count
+    that reads as the total, the status counts all of them as they come, and the daemon's
+    close logs the true total (it said "skipped 1 record(s)" for thousands)."""
+    d = InProcessDaemon(tmp_path / "j.db", EngineConfig(bar_seconds=60.0))
+    frames = _frames(TRADES[:300])
+    try:
+        with caplog.at_level("WARNING"):
+            for k in range(3):  # 1, 2, 3 undecodable frames: 6 in all
+                d.step(frames[100 * k:100 * k + 100] + [[b"T.X", b"\xc1"]] * (k + 1))
+                if k == 0:
+                    assert d.daemon.status()["skipped"] == {"undecodable": 1}
+            assert d.daemon.status()["skipped"] == {"undecodable": 6}
+            during = [r.getMessage() for r in caplog.records
+                      if "undecodable" in r.getMessage()]
+    finally:
+        with caplog.at_level("WARNING"):
+            d.close()
+    assert len(during) == 1 and "record(s)" not in during[0], during
+    totals = [r.getMessage() for r in caplog.records if "undecodable" in r.getMessage()]
+    assert totals[-1].startswith("skipped 6 record(s): undecodable"), totals
