@@ -22,23 +22,29 @@ in-flight work by polling with `asyncio.sleep(0)`.
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
-import itertools
 import logging
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
 import numpy as np
 
 from engine.errors import UserError
+
+# the group's pieces live in engine.option_group (the worker builds groups by the same
+# recipe without importing the book); they stay importable from here, hence the noqa
+from engine.option_group import (  # noqa: F401
+    OptionGroupConfig,
+    PricedGroup,
+    _tick_date,
+    build_group,
+    contract_symbols,
+    group_contracts,
+    group_engine,
+    prepare_launch,
+)
 from feeds.messages import OptionGroupValues, OptionValue
-from feeds.option_chain import DAYS_PER_YEAR, option_symbol
 from gpu.device import resolve_device
-from gpu.instruments import MarketInputs, OptionContracts, check_dividend_yield
-from gpu.options import GRIDS, FdPricingEngine, OptionGroupPricer, make_grid
 
 NS_PER_DAY = 86_400 * 1_000_000_000
 
@@ -48,85 +54,6 @@ OptionMessage = OptionValue | OptionGroupValues
 log = logging.getLogger(__name__)
 
 
-class OptionGroupConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """One option group: every (strike, expiry, right) combination on `underlying`.
-
-    expiries: days to expiry (int, fixed whatever the date) or expiry dates (the time to
-      expiry then shrinks with the ticks' date at the exchange: calendar days / 365).
-    style: "american" or "european"; vol, rate and dividend_yield per year (continuously
-      compounded; dividend_yield in [-1, 1], default 0);
-    grid: "seed" (fastest), "default" or "fine"; price_steps/time_steps > 0 override it.
-    """
-
-    underlying: str
-    strikes: tuple[float, ...]
-    expiries: tuple[int | dt.date, ...]
-    rights: tuple[str, ...] = ("C", "P")
-    style: str = "american"
-    vol: float = 0.25
-    rate: float = 0.0
-    dividend_yield: float = 0.0
-    grid: str = "seed"
-    price_steps: int = 0
-    time_steps: int = 0
-    #: "group": one OptionGroupValues message per repricing (arrays; the default);
-    #: "option": one OptionValue message per contract and repricing (as before)
-    messages: str = "group"
-
-    def __post_init__(self) -> None:
-        if not self.underlying:
-            raise ValueError("option group: underlying must not be empty")
-        if not self.strikes or any(not (k > 0 and np.isfinite(k)) for k in self.strikes):
-            raise ValueError(f"option group {self.underlying}: strikes must be positive")
-        if not self.expiries:
-            raise ValueError(f"option group {self.underlying}: no expiries")
-        for e in self.expiries:
-            if isinstance(e, int) and e < 0:
-                raise ValueError(f"option group {self.underlying}: negative days to expiry {e}")
-        if not self.rights or any(r not in ("C", "P") for r in self.rights):
-            raise ValueError(f"option group {self.underlying}: rights must be 'C' or 'P'")
-        if self.style not in ("american", "european"):
-            raise ValueError(f"option group {self.underlying}: style must be american/european")
-        if not (self.vol > 0 and np.isfinite(self.vol)):
-            raise ValueError(f"option group {self.underlying}: vol must be > 0")
-        if not np.isfinite(self.rate):
-            raise ValueError(f"option group {self.underlying}: rate must be finite")
-        check_dividend_yield(self.dividend_yield, f"option group {self.underlying}: "
-                                                  f"dividend_yield")
-        if self.grid not in GRIDS:
-            raise ValueError(f"option group {self.underlying}: grid must be one of {list(GRIDS)}")
-        if self.price_steps < 0 or self.time_steps < 0:
-            raise ValueError(f"option group {self.underlying}: step counts must be ≥ 0")
-        if self.messages not in ("group", "option"):
-            raise ValueError(f"option group {self.underlying}: messages must be group/option")
-
-
-@dataclass
-class _Group:
-    """One group at run time: its contracts, its pricing engine and the pricer the engine
-    made for them (the group never asks which device prices it)."""
-
-    config: OptionGroupConfig
-    contracts: OptionContracts
-    engine: FdPricingEngine
-    pricer: OptionGroupPricer
-    symbols: tuple[str, ...]
-    expiry_days: list[int | None]  # fixed days, or None for a dated expiry
-    expiry_dates: list[dt.date | None]
-    pending: tuple[float, int] | None = None  # newest (spot, ts) not yet launched
-    launched: tuple[float, int, int] | None = None  # (spot, ts, perf_counter_ns at launch)
-    last_date: dt.date | None = None
-    latencies_ns: list[int] = field(default_factory=list)
-    repricings: int = 0
-    coalesced: int = 0
-    since_check: int = 0  # coalesced ticks since the event was last queried
-    #: any expiry given as a date (times to expiry then change with the tick's date)
-    dated: bool = False
-    #: (spot, prices, deltas, gammas) of the newest repricing
-    last_values: tuple[float, list[float], list[float], list[float]] | None = None
-    expired_warned: int = 0  # expired contracts already reported in the log
-
-
 #: while a group is busy, query its event on every this many underlying ticks
 CHECK_EVERY_TICKS = 8
 
@@ -134,87 +61,6 @@ CHECK_EVERY_TICKS = 8
 EXCHANGE_TZ = "America/New_York"
 
 DISPATCHES = ("auto", "inline", "process")
-
-
-def _tick_date(ts: int, tz: dt.tzinfo) -> dt.date:
-    """The exchange's date of a tick (an expiry date ends at the exchange's midnight)."""
-    return dt.datetime.fromtimestamp(ts // 1_000_000_000, tz=tz).date()
-
-
-def contract_symbols(cfg: OptionGroupConfig) -> tuple[str, ...]:
-    """The group's contracts in pricing order: expiry, then strike, then right."""
-    return tuple(
-        option_symbol(cfg.underlying, e, r, k)
-        if isinstance(e, dt.date)
-        else f"{cfg.underlying}+{e}D{r}{int(round(k * 1000)):08d}"
-        for e, k, r in itertools.product(cfg.expiries, cfg.strikes, cfg.rights)
-    )
-
-
-def group_contracts(cfg: OptionGroupConfig) -> OptionContracts:
-    """The group's contracts in pricing order (as `contract_symbols`); a dated expiry's
-    time to expiry is 0 until the first tick's date sets it (`prepare_launch`)."""
-    combos = list(itertools.product(cfg.expiries, cfg.strikes, cfg.rights))
-    return OptionContracts.of(
-        [k for _, k, _ in combos],
-        [e / DAYS_PER_YEAR if isinstance(e, int) else 0.0 for e, _, _ in combos],
-        [r == "C" for _, _, r in combos],
-        cfg.style == "american",
-    )
-
-
-def group_engine(cfg: OptionGroupConfig, device: str) -> FdPricingEngine:
-    """The engine that prices the group: its grid (with overrides) on `device`."""
-    grid = make_grid(
-        cfg.grid,
-        price_steps=cfg.price_steps or None,
-        time_steps=cfg.time_steps or None,
-    )
-    return FdPricingEngine(grid, device)
-
-
-def build_group(cfg: OptionGroupConfig, device: str, background: bool,
-                warmed: set[tuple[object, ...]]) -> _Group:
-    """A group's contracts, engine, symbols and pricer (the engine's and the worker's one
-    recipe): the device is chosen here, once, by the engine."""
-    engine = group_engine(cfg, device)
-    contracts = group_contracts(cfg)
-    combos = list(itertools.product(cfg.expiries, cfg.strikes, cfg.rights))
-    days = [e if isinstance(e, int) else None for e, _, _ in combos]
-    dates = [e if isinstance(e, dt.date) else None for e, _, _ in combos]
-    key = (engine.grid, engine.device)
-    if key not in warmed:  # JIT before the first tick, not on it
-        engine.warm_up()
-        warmed.add(key)
-    # spot 1.0 until the first tick writes the real one
-    pricer = engine.group_pricer(contracts, MarketInputs(1.0, cfg.vol, cfg.rate,
-                                                         cfg.dividend_yield),
-                                 background=background)
-    return _Group(cfg, contracts, engine, pricer, contract_symbols(cfg), days, dates,
-                  dated=any(d is not None for d in dates))
-
-
-def prepare_launch(g: _Group, spot: float, ts: int, tz: dt.tzinfo) -> None:
-    """Write a tick's spot (and, when the date rolled, the times to expiry) into the group."""
-    if g.dated:  # only dated expiries depend on the tick's date (a few microseconds)
-        day = _tick_date(ts, tz)
-        if day != g.last_date:
-            expiry = [
-                ((e - day).days if e is not None else (d or 0)) / DAYS_PER_YEAR
-                for e, d in zip(g.expiry_dates, g.expiry_days, strict=True)
-            ]
-            g.contracts = g.contracts.with_expiry(expiry)
-            g.pricer.set_expiry(g.contracts.expiry)
-            gone = [sym for sym, e, t in zip(g.symbols, g.expiry_dates, expiry, strict=True)
-                    if e is not None and t < 0]
-            if len(gone) > g.expired_warned:
-                # an expired contract's published value is its intrinsic value: say so once
-                # each time more contracts expire, not silently on every tick
-                g.expired_warned = len(gone)
-                log.warning("%s: %d contract(s) expired before %s (e.g. %s); their values "
-                             "are intrinsic", g.config.underlying, len(gone), day, gone[0])
-        g.last_date = day
-    g.pricer.set_spot(spot)
 
 
 def group_message(seq: int, ts: int, underlying: str, spot: float, symbols: tuple[str, ...],
@@ -256,7 +102,7 @@ class OptionBook:
             dispatch = "process" if self.device == "cuda" else "inline"
         self.dispatch = dispatch
         self.tz = ZoneInfo(timezone)
-        self._groups: dict[str, list[_Group]] = {}
+        self._groups: dict[str, list[PricedGroup]] = {}
         self._ready: list[OptionMessage] = []
         self._seq = 0
         self._ticks = 0
@@ -333,12 +179,12 @@ class OptionBook:
                 continue
             self._launch(g, spot, ts)
 
-    def _launch(self, g: _Group, spot: float, ts: int) -> None:
+    def _launch(self, g: PricedGroup, spot: float, ts: int) -> None:
         prepare_launch(g, spot, ts, self.tz)
         g.launched = (spot, ts, time.perf_counter_ns())
         g.pricer.launch()
 
-    def _collect(self, g: _Group) -> None:
+    def _collect(self, g: PricedGroup) -> None:
         assert g.launched is not None
         spot, ts, t0 = g.launched
         values = g.pricer.results()

@@ -67,7 +67,7 @@ rewritten for request n + 2). Shared-memory layout (int64 unless noted):
     per group g, float64[3, n_g]: price, delta, gamma of the newest finished repricing
 
 Values are the same pricer's (`OptionGroupPricer`), built by the same recipe
-(`engine.option_book.build_group`), so they equal the in-process ones for the same spot;
+(`engine.option_group.build_group`), so they equal the in-process ones for the same spot;
 which spots get priced depends on timing.
 """
 
@@ -165,7 +165,7 @@ class WorkerClient:
         returns once the worker is started; `wait_ready` then waits for it (several
         workers compile and warm up side by side)."""
         from engine.affinity import WORKER_ENV, cpus_from_env
-        from engine.option_book import contract_symbols
+        from engine.option_group import contract_symbols
 
         worker_settings()  # a bad OPTION_WORKER_* value: the user's error, before any start
         cpus_from_env(WORKER_ENV)
@@ -735,7 +735,7 @@ class _Server:
 
     def __init__(self, shm: shared_memory.SharedMemory, q: Any, configs: list[Any],
                  device: str, tz: Any) -> None:
-        from engine.option_book import build_group, prepare_launch
+        from engine.option_group import build_group, prepare_launch
 
         self.prepare_launch = prepare_launch
         self.q = q
@@ -947,7 +947,7 @@ def per_option(msgs: list[OptionValue | OptionGroupValues]) -> list[OptionValue]
 
 def main(argv: list[str]) -> None:
     """`python -m engine.option_worker SHM DEVICE TIMEZONE PARENT_PID` (groups on stdin)."""
-    from engine.option_book import OptionGroupConfig
+    from engine.option_group import OptionGroupConfig
 
     shm_name, device, timezone, parent = argv
     configs = msgspec.json.decode(sys.stdin.buffer.read(), type=list[OptionGroupConfig])

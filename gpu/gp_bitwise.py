@@ -30,7 +30,7 @@ Operation counts (`BitwiseCounts`): *credited* GP ops = linear instructions x st
 (one bit of a word operation is one node evaluated for one fitness case; a comparison is
 credited once per individual as its mask load, its arithmetic is shared and counted once
 per window in `mask_ops`); *executed* = 64-bit word operations actually run; and the
-*node-equivalent* count `gp_eval.gp_ops` of the stack interpreter, for comparison.
+*node-equivalent* count `gp_window.gp_ops` of the stack interpreter, for comparison.
 """
 
 from __future__ import annotations
@@ -47,10 +47,10 @@ import numpy as np
 import numpy.typing as npt
 from numba import cuda, prange
 
-from gpu import gp_core, gp_eval
+from gpu import gp_core, gp_window
 from gpu.device import resolve_device
 from gpu.gp_core import CASH0, CODE_BUY, CODE_SELL, OP_AND, OP_GT, OP_NOT, STACK_SIZE
-from gpu.gp_eval import WindowEvaluator, _check_programs, fitness_from_cash, gp_ops
+from gpu.gp_window import WindowEvaluator, _check_programs, fitness_from_cash, gp_ops
 from gpu.terminals import N_FLOAT, N_TERMINALS
 from gpu.twin import compile_twin, cuda_kernel_cache, flush_stale_caches
 
@@ -197,9 +197,9 @@ _twin = compile_twin(
     cpu_constants={"STEP_MONEY": gp_core.CPU.step_money, "LIQUIDATE": gp_core.CPU.liquidate},
     cuda_constants={"STEP_MONEY": _cuda_money.step_money, "LIQUIDATE": _cuda_money.liquidate},
 )
-# The drivers inline gp_core's money rules and gp_eval's thread mapping: flush their cache
+# The drivers inline gp_core's money rules and gp_window's thread mapping: flush their cache
 # entries when either changes.
-flush_stale_caches(__file__, [gp_core.__file__, gp_eval.__file__])
+flush_stale_caches(__file__, [gp_core.__file__, gp_window.__file__])
 _mask_word_cpu = _twin.cpu.mask_word
 _simulate_cpu = _twin.cpu.simulate_bits
 
@@ -353,7 +353,7 @@ def _masks_kernel(panel: Any, day0: int, day1: int, out: Any) -> None:
 @cuda.jit(cache=cuda_kernel_cache())
 def _final_cash_kernel(code: Any, lengths: Any, masks: Any, close: Any, day0: int, day1: int,
                        costs: Any, out: Any) -> None:
-    i, s = gp_eval.program_and_stock(code.shape[0], close.shape[1])
+    i, s = gp_window.program_and_stock(code.shape[0], close.shape[1])
     if i >= 0:
         stack = cuda.local.array(STACK_WORDS, numba.uint64)
         out[i, s] = _simulate_dev(code[i], lengths[i], masks, close, s, day0, day1, stack,
@@ -379,6 +379,19 @@ def build_masks(panel: np.ndarray, day0: int, day1: int, device: str = "cpu") ->
     d_out = cuda.device_array(shape, np.uint64)
     _masks_kernel[_blocks(d_out.size), THREADS_PER_BLOCK](cuda.to_device(panel), day0, day1, d_out)
     return np.asarray(d_out.copy_to_host())
+
+
+def host_behaviours(window: WindowEvaluator, programs: np.ndarray, lengths: np.ndarray
+                    ) -> U64:
+    """Behaviour fingerprints (n,) of programs over an evaluator's window (`behaviours`:
+    equal fingerprints, equal daily returns), on the host whatever the device: a hall of
+    fame asks for a few per generation. The window's host masks are built once and kept
+    on it."""
+    masks = getattr(window, "_host_masks", None)
+    if masks is None:
+        masks = build_masks(window.panel, window.day0, window.day1, "cpu")
+        window._host_masks = masks  # type: ignore[attr-defined]
+    return behaviours(programs, lengths, masks, window.n_days)
 
 
 @dataclass
@@ -439,6 +452,9 @@ class BitwiseEvaluator(WindowEvaluator):
         # compile (or load) the evaluation kernel now, so timings of real work exclude the JIT
         warm = np.array([[N_TERMINALS - 1, N_TERMINALS - 1]], np.int16)
         self.final_cash(warm, np.full(1, 2, np.int32))
+
+    def behaviours(self, programs: np.ndarray, lengths: np.ndarray) -> U64:
+        return host_behaviours(self, programs, lengths)
 
     def population_fitness(self, programs: np.ndarray, lengths: np.ndarray) -> F64:
         """Fitness straight from the cash where the evaluation left it (the pinned host
