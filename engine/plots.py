@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from gpu.timeseries import LagStatistics
     from strategies.gp.evolution import GenerationStats
     from strategies.gp.islands import IslandsResult
+    from strategies.gp.walk_forward import WalkForward
     from strategies.selection import ReturnsTable
 
 
@@ -248,4 +249,23 @@ def plot_islands(path: Path, run: IslandsResult, title: str) -> None:
     ax.set_title(title, fontsize=9)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.legend(fontsize=7)
+    save(fig, path, dpi=110)
+
+
+def plot_walk_forward(path: Path, wf: WalkForward, title: str) -> None:
+    """The three stitched out-of-sample equity curves of a walk-forward evolution."""
+    plt = pyplot()
+    dates = np.array(wf.test_dates(), dtype="datetime64[D]")
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    labels = {"strategy": "walk-forward (re-evolved each fold)", "buy_hold": "buy-and-hold",
+              "static_first_fold": "first fold's rule, held"}
+    for name, curve in wf.curves().items():
+        ax.plot(dates, curve, label=labels[name], lw=1.2)
+    for o in wf.outcomes[1:]:
+        ax.axvline(np.datetime64(wf.dates[o.fold.test0], "D"), color="grey", lw=0.5, ls=":")
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_ylabel("equity (out of sample, start 1.0)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.autofmt_xdate()
     save(fig, path, dpi=110)

@@ -497,6 +497,7 @@ def run_walk_forward(args: argparse.Namespace, config: EvolutionConfig,
                      symbols: list[str] | None, costs: Costs) -> dict[str, Any]:
     """`evolve --walk-forward`: folds evolved and traded out of sample, stitched
     (strategies.gp.walk_forward); the report under `walk_forward`."""
+    from engine.plots import plot_walk_forward
     from feeds.sources import resolve_data_file
     from gpu.device import resolve_device
     from strategies.gp import walk_forward as wfm
@@ -535,10 +536,10 @@ def run_walk_forward(args: argparse.Namespace, config: EvolutionConfig,
                     args.slippage_bps)
     stats = wf.stats()
     png = args.png or args.out.with_name(args.out.stem + "_walk_forward.png")
-    wfm.plot(png, wf, f"{len(m.symbols)} stocks, {len(folds)} folds "
-                      f"{plan.train_days}/{plan.test_days}/{plan.step}"
-                      f"{' anchored' if plan.anchored else ''}, out of sample: "
-                      f"{wf.oos_roi:+.2%} vs buy-and-hold {wf.oos_roi_buy_hold:+.2%}")
+    plot_walk_forward(png, wf, f"{len(m.symbols)} stocks, {len(folds)} folds "
+                               f"{plan.train_days}/{plan.test_days}/{plan.step}"
+                               f"{' anchored' if plan.anchored else ''}, out of sample: "
+                               f"{wf.oos_roi:+.2%} vs buy-and-hold {wf.oos_roi_buy_hold:+.2%}")
     _walk_forward_file(args, m, source, wf)
     _print_walk_forward(wf, stats, png, args.out)
     return {"walk_forward": wf.report(stats), "device": device, "data": source,

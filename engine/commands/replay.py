@@ -306,7 +306,8 @@ def _run_walk_forward(args: argparse.Namespace) -> dict[str, Any]:
     # the GP evaluator's money model, as for a GP strategy file (no costs recorded: the
     # command line's or the config's, else the paper broker's)
     gp_model = argparse.Namespace(commission=None, slippage_bps=None)
-    report, result = replay_walk_forward.run(args, lambda a: _config(a, gp_model))
+    report, result = replay_walk_forward.run(args, lambda a: _config(a, gp_model),
+                                             source_factory)
     if args.out:
         try:
             report["files"] = write_outputs(report, result, args.out)

@@ -96,11 +96,13 @@ def _history(args: argparse.Namespace, plan: Any) -> tuple[Any, Any, str]:
     return m, folds, source
 
 
-def run(args: argparse.Namespace, config_of: Any) -> tuple[dict[str, Any], Any]:
+def run(args: argparse.Namespace, config_of: Any, source_factory: Any
+        ) -> tuple[dict[str, Any], Any]:
     """The walk-forward replay's report (and its ReplayResult): the engine's (its equity
     stitched over the folds), `walk_forward` (evolve's keys) and `rule_versions[]`.
-    `config_of(args)`: the replay command's EngineConfig for these options."""
-    from engine.commands.replay import source_factory
+    `config_of(args)`: the replay command's EngineConfig for these options;
+    `source_factory(args)`: its feed's factory (both passed in by the replay command,
+    which imports this module, so this one does not import it back)."""
     from engine.reevolution import WalkForwardSessions
     from engine.replay import replay
     from engine.report import build_report

@@ -44,7 +44,6 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -383,24 +382,3 @@ def fold_table(wf: WalkForward) -> list[str]:
             f"{r['test_excess']:>+8.2%}  {r['turnover']:>6.2f}  "
             f"{short(rule['buy'])} | {short(rule['sell'])}{more}")
     return lines
-
-
-def plot(path: Path, wf: WalkForward, title: str) -> None:
-    """The three stitched out-of-sample equity curves."""
-    from engine.plots import pyplot, save
-
-    plt = pyplot()
-    dates = np.array(wf.test_dates(), dtype="datetime64[D]")
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    labels = {"strategy": "walk-forward (re-evolved each fold)", "buy_hold": "buy-and-hold",
-              "static_first_fold": "first fold's rule, held"}
-    for name, curve in wf.curves().items():
-        ax.plot(dates, curve, label=labels[name], lw=1.2)
-    for o in wf.outcomes[1:]:
-        ax.axvline(np.datetime64(wf.dates[o.fold.test0], "D"), color="grey", lw=0.5, ls=":")
-    ax.axhline(1.0, color="grey", lw=0.8)
-    ax.set_ylabel("equity (out of sample, start 1.0)")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=8)
-    fig.autofmt_xdate()
-    save(fig, path, dpi=110)
