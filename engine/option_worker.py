@@ -155,6 +155,20 @@ def _sizes(configs: list[Any]) -> list[int]:
     return [len(c.strikes) * len(c.expiries) * len(c.rights) for c in configs]
 
 
+def _words_by_symbol(configs: list[Any]) -> dict[str, tuple[list[_GroupWords], list[int]]]:
+    """Per underlying: its groups, each with the offsets of its REQ, WANT and RES words and
+    of its two request slots' (spot, ts, t0) words (the tick path computes no offset), and
+    a one-cell tick counter (cheaper than a dict count)."""
+    by_symbol: dict[str, tuple[list[_GroupWords], list[int]]] = {}
+    for g, c in enumerate(configs):
+        b = HEADER + SLOT * g
+        slot0, slot1 = ((s + REQ_SPOT, s + REQ_TS, s + REQ_T0)
+                        for s in (b, b + REQ_SLOT))
+        by_symbol.setdefault(c.underlying, ([], [0]))[0].append(
+            (g, b + REQ, b + WANT, b + RES, slot0, slot1))
+    return by_symbol
+
+
 class WorkerClient:
     """The engine's side: request repricings and collect results through shared memory."""
 
@@ -192,16 +206,7 @@ class WorkerClient:
             (HEADER + SLOT * g, c.underlying, syms, c.messages == "group",
              *(row.view(np.uint8) for row in r))
             for g, (c, syms, r) in enumerate(zip(configs, self.symbols, self._res, strict=True))]
-        # per underlying: its groups, each with the offsets of its REQ, WANT and RES words
-        # and of its two request slots' (spot, ts, t0) words (the tick path computes no
-        # offset), and a one-cell tick counter (cheaper than a dict count)
-        self._by_symbol: dict[str, tuple[list[_GroupWords], list[int]]] = {}
-        for g, c in enumerate(configs):
-            b = HEADER + SLOT * g
-            slot0, slot1 = ((s + REQ_SPOT, s + REQ_TS, s + REQ_T0)
-                            for s in (b, b + REQ_SLOT))
-            self._by_symbol.setdefault(c.underlying, ([], [0]))[0].append(
-                (g, b + REQ, b + WANT, b + RES, slot0, slot1))
+        self._by_symbol = _words_by_symbol(configs)
         self.underlyings = set(self._by_symbol)
         self._seen = [0] * len(configs)  # result counter last read per group
         self._requests = [0] * len(configs)  # requests made per group
@@ -220,6 +225,13 @@ class WorkerClient:
         self.latencies_ns: list[int] = []
         self.repricings = 0
         self._last: list[OptionGroupValues | None] = [None] * len(configs)
+        self._start(payload, device, timezone, visible_devices)
+        if wait:
+            self.wait_ready()
+
+    def _start(self, payload: bytes, device: str, timezone: str,
+               visible_devices: str | None) -> None:
+        """Start the worker process on the shared memory and hand it its groups."""
         # a fresh interpreter (CUDA does not survive fork, and multiprocessing's spawn would
         # re-import the caller's __main__); the groups travel as JSON on stdin
         root = str(Path(__file__).resolve().parent.parent)
@@ -244,8 +256,6 @@ class WorkerClient:
             self._finalizer()
             raise RuntimeError("option worker process exited before it read its groups"
                                ) from None
-        if wait:
-            self.wait_ready()
 
     def wait_ready(self) -> None:
         """Until the worker has built and warmed its pricers (an error if it died or took

@@ -493,6 +493,28 @@ def _k_measure_bp(black, white, meta, blocks, dim, obs, row):
 
 
 # ---- the ensemble --------------------------------------------------------------------------
+def _check_ensemble(dim: int, sizes: Sequence[int], temperatures: Sequence[float],
+                    field: float, kernel: str) -> None:
+    """The ensemble's shape and kernel choice, or a ValueError naming what is wrong."""
+    if dim not in (2, 3):
+        raise ValueError(f"dimension must be 2 or 3, got {dim}")
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    if len(sizes) != len(temperatures) or not sizes:
+        raise ValueError("need one temperature per lattice and at least one lattice")
+    for L in sizes:
+        if L < 2 or L % 2:
+            raise ValueError(f"lattice size must be even and ≥ 2, got {L}")
+        if kernel == "multispin" and (dim != 2 or L % 32):
+            raise ValueError(f"the multispin kernel needs 2D and L a multiple of 32, got {L}")
+        if kernel == "bitplane" and L % 128:
+            raise ValueError(f"the bitplane kernel needs L a multiple of 128, got {L}")
+        if kernel == "bitplane" and L**dim // 128 >= 2**32:  # 32-bit word arithmetic
+            raise ValueError(f"lattice too large for the bitplane kernel: L = {L}")
+    if not math.isfinite(field):
+        raise ValueError("field must be finite")
+
+
 class IsingEnsemble:
     """A batch of lattices (sizes[n], temperatures[n]) of one dimension, advanced together.
 
@@ -512,23 +534,7 @@ class IsingEnsemble:
         kernel: str = "int8",
         device: str = "auto",
     ) -> None:
-        if dim not in (2, 3):
-            raise ValueError(f"dimension must be 2 or 3, got {dim}")
-        if kernel not in KERNELS:
-            raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
-        if len(sizes) != len(temperatures) or not sizes:
-            raise ValueError("need one temperature per lattice and at least one lattice")
-        for L in sizes:
-            if L < 2 or L % 2:
-                raise ValueError(f"lattice size must be even and ≥ 2, got {L}")
-            if kernel == "multispin" and (dim != 2 or L % 32):
-                raise ValueError(f"the multispin kernel needs 2D and L a multiple of 32, got {L}")
-            if kernel == "bitplane" and L % 128:
-                raise ValueError(f"the bitplane kernel needs L a multiple of 128, got {L}")
-            if kernel == "bitplane" and L**dim // 128 >= 2**32:  # 32-bit word arithmetic
-                raise ValueError(f"lattice too large for the bitplane kernel: L = {L}")
-        if not math.isfinite(field):
-            raise ValueError("field must be finite")
+        _check_ensemble(dim, sizes, temperatures, field, kernel)
         self.dim = dim
         self.kernel = kernel
         self.device = resolve_device(device, "Ising Metropolis")
@@ -586,21 +592,25 @@ class IsingEnsemble:
         self._dev: tuple[Any, ...] | None = None
         if self.device == "cuda":
             self._to_device()
-            # configure the launches once: a fresh kernel[grid, block] per call costs
-            # host time that dominates the sweep of lattices below L ≈ 8,192
-            grid = int(self._blk_lat.shape[0])
-            if kernel == "int8":
-                self._launch_update = _k_update_int8[grid, THREADS]
-                self._launch_measure = _k_measure_int8[grid, THREADS]
-            elif kernel == "bitplane-int8":
-                self._launch_update = _k_update_bp_int8[grid, THREADS]
-                self._launch_measure = _k_measure_int8[grid, THREADS]
-            elif kernel == "bitplane":
-                self._launch_update = _k_update_bp[grid, THREADS]
-                self._launch_measure = _k_measure_bp[grid, THREADS]
-            else:
-                self._launch_update = _k_update_word[grid, THREADS]
-                self._launch_measure = _k_measure_word[grid, THREADS]
+            self._configure_launches()
+
+    def _configure_launches(self) -> None:
+        """Configure the kernel launches once: a fresh kernel[grid, block] per call costs
+        host time that dominates the sweep of lattices below L ≈ 8,192."""
+        grid = int(self._blk_lat.shape[0])
+        kernel = self.kernel
+        if kernel == "int8":
+            self._launch_update = _k_update_int8[grid, THREADS]
+            self._launch_measure = _k_measure_int8[grid, THREADS]
+        elif kernel == "bitplane-int8":
+            self._launch_update = _k_update_bp_int8[grid, THREADS]
+            self._launch_measure = _k_measure_int8[grid, THREADS]
+        elif kernel == "bitplane":
+            self._launch_update = _k_update_bp[grid, THREADS]
+            self._launch_measure = _k_measure_bp[grid, THREADS]
+        else:
+            self._launch_update = _k_update_word[grid, THREADS]
+            self._launch_measure = _k_measure_word[grid, THREADS]
 
     # -- state access (tests, plots); not for the hot loop --------------------------------
     def _to_device(self) -> None:
