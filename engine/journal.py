@@ -17,9 +17,15 @@ anything is written to it.
 
 Input log: each batch's raw frames (with the daemon's flags at that batch) are appended
 in the batch's own transaction, and the log is emptied in the transaction that writes a
-snapshot. After `kill -9` a restart restores the last snapshot and re-applies the logged
-input, which rebuilds indicator, strategy and signal state exactly as a SIGTERM restart
-would have it (the daemon, engine.daemon.Daemon.recover).
+snapshot. Its rows are reused, never deleted (`input_steps`: a slot per step since the
+snapshot, tagged with the log's generation, which a snapshot advances): a step rewrites
+its slot's page in place, where an insert after a delete also rewrote the freelist, the
+B-tree's interior page and the database header in every commit's WAL frames. The table
+keeps as many slots as the longest stretch between two snapshots needed; the `input_log`
+table is the layout before, read (and emptied) once. After `kill -9` a restart restores
+the last snapshot and re-applies the logged input, which rebuilds indicator, strategy and
+signal state exactly as a SIGTERM restart would have it (the daemon,
+engine.daemon.Daemon.recover).
 
 Data only: the snapshot is MessagePack (engine.snapshot_format), never pickle; a snapshot
 of the old pickle format is refused (never unpickled) with the command that drops it.
@@ -66,6 +72,9 @@ CREATE TABLE IF NOT EXISTS snapshot (
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS input_log (
     step INTEGER PRIMARY KEY, flags INTEGER NOT NULL, frames BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS input_steps (
+    slot INTEGER PRIMARY KEY, gen INTEGER NOT NULL, flags INTEGER NOT NULL,
+    frames BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS rule_versions (
     version INTEGER PRIMARY KEY, adopted_ts INTEGER NOT NULL, body TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS order_states (
@@ -76,7 +85,7 @@ CREATE TABLE IF NOT EXISTS order_states (
     best REAL, expires_ns INTEGER NOT NULL);
 """
 TABLES = {"orders", "fills", "stream_seq", "symbols", "risk_events", "snapshot", "meta",
-          "rule_versions", "input_log", "order_states", "sqlite_sequence"}
+          "rule_versions", "input_log", "input_steps", "order_states", "sqlite_sequence"}
 #: the columns of an order state row (engine.orders.StateChange), as exported
 ORDER_STATE_COLUMNS = ("state_id", "order_id", "ts", "symbol", "state", "type", "side",
                        "quantity", "limit_price", "stop_price", "reason", "tif", "group_id",
@@ -84,6 +93,8 @@ ORDER_STATE_COLUMNS = ("state_id", "order_id", "ts", "symbol", "state", "type", 
 #: meta key: what the input log starts from ("snapshot": the snapshot; "start": an empty
 #: journal; "cold": a restart without a usable snapshot, so the log cannot rebuild state)
 INPUT_LOG_FROM = "input_log_from"
+#: meta key: the input log's generation; its live steps are the `input_steps` rows of it
+INPUT_LOG_GEN = "input_log_gen"
 #: SQLite's INTEGER range; other integers are stored as the text of the number in a BLOB
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -205,6 +216,11 @@ class Journal:
         #: the stream positions as the database holds them: a batch writes only the streams
         #: whose position moved (a daemon on hundreds of symbols moves a few per batch)
         self._seqs_written: dict[bytes, int] = {}
+        #: the input log: its generation, its next slot (None: read from the database
+        #: first) and how many slots the table holds
+        self._log_gen = 0
+        self._log_next: int | None = None
+        self._log_slots = 0
 
     def _refuse_foreign(self, db: sqlite3.Connection) -> None:
         """Raise unless the file is empty, an engine journal (our application id) or a
@@ -361,6 +377,7 @@ class Journal:
         if self._in_batch:
             self._in_batch = False
             self._seqs_written.clear()  # unknown again: the next batch writes every stream
+            self._log_next = None  # the log's counters too: read again before the next step
             if self.db.in_transaction:
                 # the cause is already propagating; nothing of the batch was committed
                 with contextlib.suppress(sqlite3.Error):
@@ -453,7 +470,7 @@ class Journal:
             "last_fill_id = excluded.last_fill_id, last_order_id = excluded.last_order_id, "
             "bar_events = excluded.bar_events, state = excluded.state",
             (last_fill, last_order, bar_events, snapshot_format.encode(state)))
-        self.db.execute("DELETE FROM input_log")  # the snapshot holds what it rebuilt
+        self._empty_input_log()  # the snapshot holds what it rebuilt
         self.set_meta(INPUT_LOG_FROM, "snapshot")
 
     def record_rule_version(self, version: int, adopted_ts: int, body: dict[str, Any]) -> None:
@@ -479,26 +496,67 @@ class Journal:
     def drop_snapshot(self) -> bool:
         """Delete the snapshot (the way past one this version cannot read); True if any.
         The input log after it is void with it."""
-        self.db.execute("DELETE FROM input_log")
+        self._empty_input_log()
         self.set_meta(INPUT_LOG_FROM, "cold")
         return self.db.execute("DELETE FROM snapshot").rowcount > 0
 
     # ------------------------------------------------------------------ input log
     def log_input(self, flags: int, frames: bytes) -> None:
-        """One batch's input (inside the batch's transaction)."""
-        self.db.execute("INSERT INTO input_log(flags, frames) VALUES (?, ?)", (flags, frames))
+        """One batch's input (inside the batch's transaction): the next slot's row
+        rewritten in place, or a new row once every slot is in use."""
+        if self._log_next is None:
+            self._load_log_position()
+        assert self._log_next is not None
+        slot = self._log_next
+        if slot < self._log_slots:
+            self.db.execute("UPDATE input_steps SET gen = ?, flags = ?, frames = ? "
+                            "WHERE slot = ?", (self._log_gen, flags, frames, slot))
+        else:
+            self.db.execute("INSERT INTO input_steps(slot, gen, flags, frames) "
+                            "VALUES (?, ?, ?, ?)", (slot, self._log_gen, flags, frames))
+            self._log_slots = slot + 1
+        self._log_next = slot + 1
 
     def input_log(self) -> list[tuple[int, bytes]]:
         """The logged batches since the last snapshot, oldest first."""
-        return [(int(f), bytes(b)) for f, b in self.db.execute(
+        legacy = [(int(f), bytes(b)) for f, b in self.db.execute(
             "SELECT flags, frames FROM input_log ORDER BY step")]
+        try:
+            self._load_log_position()
+        except sqlite3.OperationalError:  # a journal from before the table, read-only
+            return legacy
+        return legacy + [(int(f), bytes(b)) for f, b in self.db.execute(
+            "SELECT flags, frames FROM input_steps WHERE gen = ? ORDER BY slot",
+            (self._log_gen,))]
 
     def restart_input_log(self, origin: str) -> None:
         """Empty the log and say what it starts from (INPUT_LOG_FROM)."""
         self.db.execute("BEGIN")
-        self.db.execute("DELETE FROM input_log")
+        self._empty_input_log()
         self.set_meta(INPUT_LOG_FROM, origin)
         self.db.execute("COMMIT")
+
+    def _empty_input_log(self) -> None:
+        """A new generation of the log (in the caller's transaction): every row is stale,
+        its slot free for reuse."""
+        if self._log_next is None:
+            self._load_log_position()
+        self._log_gen += 1
+        self._log_next = 0
+        self.set_meta(INPUT_LOG_GEN, str(self._log_gen))
+        self.db.execute("DELETE FROM input_log")  # the layout before (empty but once)
+
+    def _load_log_position(self) -> None:
+        """The log's generation, its next slot and the slots in the table, as committed
+        (at open, and after a rollback left the counters unknown)."""
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?",
+                              (INPUT_LOG_GEN,)).fetchone()
+        self._log_gen = 0 if row is None else int(row[0])
+        self._log_next = self.db.execute(
+            "SELECT COALESCE(MAX(slot) + 1, 0) FROM input_steps WHERE gen = ?",
+            (self._log_gen,)).fetchone()[0]
+        self._log_slots = self.db.execute(
+            "SELECT COALESCE(MAX(slot) + 1, 0) FROM input_steps").fetchone()[0]
 
     def close(self) -> None:
         self.rollback()

@@ -374,7 +374,9 @@ def test_messages_held_at_a_snapshot_survive_a_kill(tmp_path: Path) -> None:
     killed = run(tmp_path / "j.db", chunks[:cut])  # dropped: no shutdown snapshot
     assert killed.daemon.validator.held == 1
     with sqlite3.connect(tmp_path / "j.db") as db:  # killed right after a snapshot
-        assert db.execute("SELECT count(*) FROM input_log").fetchone()[0] == 0
+        gen = db.execute("SELECT value FROM meta WHERE key = 'input_log_gen'").fetchone()[0]
+        assert db.execute("SELECT count(*) FROM input_steps WHERE gen = ?",
+                          (int(gen),)).fetchone()[0] == 0
     killed.close()
     again = run(tmp_path / "j.db", [])
     assert again.daemon.restored == "snapshot"
