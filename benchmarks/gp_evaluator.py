@@ -53,11 +53,13 @@ def time_cpu(programs: np.ndarray, lengths: np.ndarray, panel: np.ndarray, close
     try:
         out = np.empty((programs.shape[0], close.shape[1]))
         n_days = close.shape[0]
-        gp_eval._final_cash_cpu(programs[:2], lengths[:2], panel, close, 0, n_days, out[:2])
+        gp_eval._final_cash_cpu(programs[:2], lengths[:2], panel, close, 0, n_days,
+                                gp_eval.DEFAULT_COSTS, out[:2])
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            gp_eval._final_cash_cpu(programs, lengths, panel, close, 0, n_days, out)
+            gp_eval._final_cash_cpu(programs, lengths, panel, close, 0, n_days,
+                                    gp_eval.DEFAULT_COSTS, out)
             times.append(time.perf_counter() - t0)
         return statistics.median(times)
     finally:
@@ -160,7 +162,8 @@ def main() -> None:
         # the first CPU individuals evaluated on the CPU must match the GPU's money exactly
         m = min(200, args.population)
         out = np.empty((m, args.stocks))
-        gp_eval._final_cash_cpu(prog[:m], lens[:m], panel, close, 0, args.days, out)
+        gp_eval._final_cash_cpu(prog[:m], lens[:m], panel, close, 0, args.days,
+                                gp_eval.DEFAULT_COSTS, out)
         if not np.array_equal(out, cash[:m]):
             print("WARNING: CUDA and CPU final cash differ", file=sys.stderr)
 
