@@ -61,7 +61,7 @@ def test_nothing_filled_when_cash_buys_no_share() -> None:
 
 def test_bad_configuration_is_refused() -> None:
     with pytest.raises(ValueError):
-        PaperBroker(["A"], sizing="half")  # type: ignore[arg-type]
+        PaperBroker(["A"], sizing="half")
     with pytest.raises(ValueError):
         PaperBroker(["A"], commission=-1)
 
