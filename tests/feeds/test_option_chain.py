@@ -84,6 +84,7 @@ def _args(**kw: object) -> argparse.Namespace:
     price_cmd.add_arguments(parser)
     ns = parser.parse_args([])
     ns.json = None
+    ns.quiet = False  # -v/-q belong to run_engine's top-level parser, shared by every command
     for k, v in kw.items():
         setattr(ns, k, v)
     return ns
