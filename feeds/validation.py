@@ -141,8 +141,8 @@ class StreamSkips(SkipCounter):
         first = kind not in self.counts
         super().add(kind, n, sample)
         if first and n > 0:
-            log.warning("skipping %s messages (first one here; running totals in the "
-                        "status's `skipped`, the total at the end), e.g. %s",
+            log.warning("skipping %s messages, counted from here on (this is the first; "
+                        "the daemon's status has the running count), e.g. %s",
                         kind, self.samples[kind])
 
     def log_totals(self) -> None:
