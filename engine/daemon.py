@@ -43,7 +43,7 @@ from engine.journal import Journal, JournalState
 from engine.orders import StateChange
 from engine.reevolution import LiveReevolution
 from engine.risk import RiskGate
-from engine.snapshot import WarmupGuard, capture, restore
+from engine.snapshot import capture, restore, warmup_guard
 from feeds.messages import Fill, Heartbeat, Message, Order, Quote, Trade
 from feeds.transport import Publisher, Subscriber, transport_cap
 from strategies.base import Strategy
@@ -218,7 +218,7 @@ class Daemon:
             _warn_unfilled(state)
             held = self.engine.decisions.signal.copy()
             if held.any():  # cold: keep positions through the indicators' warm-up
-                self.engine.strategy = WarmupGuard(strategy, held)
+                self.engine.strategy = warmup_guard(self.engine, held)
             how = "cold" if state.fills else "new"
         self._journal_truth(state)
         # limit, stop and bracket orders still working when the daemon stopped

@@ -87,6 +87,13 @@ def cagr(initial: float, final: float, first_ts: int, last_ts: int) -> float | N
     return _finite((final / initial) ** (365.25 / days) - 1.0)
 
 
+def traded_notional(fills: list[Any], multipliers: dict[str, float]) -> float:
+    """Sum of quantity x price x multiplier over the fills (both sides): a contract's
+    notional counts its multiplier ([instruments.SYM] multiplier; 1 for shares), so 2 gold
+    futures of 100 oz at 2,000 trade 400,000, not 4,000."""
+    return float(sum(f.quantity * f.price * multipliers.get(f.symbol, 1.0) for f in fills))
+
+
 def round_trips(fills: list[Any]) -> list[dict[str, Any]]:
     """Round trips per symbol from the fills: a position opened from flat until flat again.
 
@@ -217,7 +224,7 @@ def build_report(result: ReplayResult, strategy_name: str, trials: int = 1) -> d
     mdd = max_drawdown(curve)
     growth = cagr(initial, final, int(ts[0]), int(ts[-1])) if ts.size else None
     trips = round_trips(broker.fills)
-    notional = float(sum(f.quantity * f.price for f in broker.fills))
+    notional = traded_notional(broker.fills, broker.multipliers)
     ticks = eng.stats.market_data + (eng.stats.bars if bar_data else 0)
     report: dict[str, Any] = {
         "strategy": strategy_name,

@@ -12,7 +12,7 @@ After `kill -9` the journal can be ahead of the last snapshot (fills and orders 
 batches): those are applied on top, so positions equal the sum of the journaled fills and
 orders journaled without a fill are pending again. Without any snapshot the engine starts
 cold, and `WarmupGuard` keeps a restored position from being read as a signal to flatten
-while the indicators warm up.
+while the indicators warm up (`WeightWarmupGuard` for a weight strategy: `warmup_guard`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import copy
 import dataclasses
 import datetime as dt
 import logging
+import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -33,7 +35,7 @@ from engine.stats import EngineStats
 from feeds.messages import Fill, Order
 from feeds.validation import Validator
 from gpu.indicators import IndicatorBank
-from strategies.base import Features, Signals, Strategy
+from strategies.base import Features, Signals, Strategy, Weights, WeightStrategy
 
 log = logging.getLogger(__name__)
 
@@ -308,3 +310,65 @@ class WarmupGuard:
             out = out.copy()
             out[:n][keep] = held[keep]
         return out
+
+
+class WeightWarmupGuard(WarmupGuard):
+    """`WarmupGuard` for a weight strategy (strategies.base.WeightStrategy), so the wrapped
+    strategy stays one (the engine asks it for weights, and sizes by them). A held symbol,
+    warming and weighted 0, gets the weight its position has now (`held_weights`, read at
+    the bar close): its sign keeps the signal, and the rebalance (engine.core.Engine.
+    _rebalance) targets the position it holds, so warm-up neither flattens nor resizes it.
+    Released per symbol exactly as the signal guard: at the first nonzero weight or warm."""
+
+    def __init__(self, inner: WeightStrategy, held: npt.NDArray[np.int8],
+                 held_weights: Callable[[], npt.NDArray[np.float64]]) -> None:
+        super().__init__(inner, held)
+        self.weighted = inner
+        self.held_weights = held_weights
+
+    async def target_weights(self, features: Features,
+                             closed: npt.NDArray[np.bool_]) -> Weights:
+        out = np.asarray(await self.weighted.target_weights(features, closed), np.float64)
+        n = min(len(self.held), len(out))
+        if n == 0 or not self.held[:n].any():
+            return out
+        held = self.held[:n]
+        warming = np.isnan(features[:n]).any(axis=1)
+        keep = (held != 0) & (out[:n] == 0) & warming
+        self.held[:n] = np.where(keep, held, 0)  # released for good, as the signal guard
+        if keep.any():
+            self.held_bars += int(keep.sum())
+            now = self.held_weights()[:n]
+            out = out.copy()
+            # a weight of 0 (no price yet) would close: the smallest one of the held sign
+            out[:n][keep] = np.where(now[keep] != 0, now[keep],
+                                     held[keep] * np.finfo(np.float64).tiny)
+        return out
+
+
+def position_weights(engine: Engine) -> npt.NDArray[np.float64]:
+    """Each position's weight for the engine's rebalance: the one whose target
+    (floor(|w| x equity / (close x multiplier)), engine.core.Engine._rebalance) is the
+    position itself. Half a unit over it, so the floor lands on the held units although
+    equity moves by the fees of other symbols' fills before the rebalance reads it; at
+    most 1 (a weight strategy's bound)."""
+    equity = engine.broker.equity()
+    closes = engine.bars.c
+    out = np.zeros(len(engine.broker.accounts))
+    if not equity > 0:
+        return out
+    for i, a in enumerate(engine.broker.accounts):
+        unit = closes[i] * a.multiplier
+        if a.position != 0 and unit > 0:
+            w = (abs(a.position) + 0.5) * unit / equity
+            out[i] = math.copysign(min(1.0, w), a.position)
+    return out
+
+
+def warmup_guard(engine: Engine, held: npt.NDArray[np.int8]) -> WarmupGuard:
+    """The guard of the engine's strategy after a cold restart: a weight strategy's keeps
+    it a weight strategy (`WeightWarmupGuard`), holding each position at its weight."""
+    strategy = engine.strategy
+    if isinstance(strategy, WeightStrategy):
+        return WeightWarmupGuard(strategy, held, lambda: position_weights(engine))
+    return WarmupGuard(strategy, held)

@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -136,3 +137,26 @@ def test_the_daemon_journals_order_states_and_restores_working_exits(tmp_path: P
     assert restored == [[(w.order.order_id, w.stop) for w in ws] for ws in working]
     assert any(restored)  # a stop was working when the daemon stopped
     close(d2, journal, ctx)
+
+
+def test_turnover_counts_the_contract_multiplier(sp_csv: Path, tmp_path: Path) -> None:
+    """XOM traded as a contract of 100 (`[instruments.XOM] multiplier = 100`): its fills'
+    notional is quantity x price x 100 in the turnover (issue 29: the multiplier was left
+    out, so a futures book's turnover was 100 times too small), checked against a hand
+    computation from fills.csv and equity.csv."""
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[broker]\nsizing = "fixed"\nquantity = 1.0\ncash = 1000000.0\n'
+                   "[instruments.XOM]\nmultiplier = 100.0\n")
+    rep = _replay(sp_csv, tmp_path / "m", "--strategy", "sma-cross:10,50,long-only",
+                  "--config", str(cfg))
+    fills = pd.read_csv(tmp_path / "m" / "fills.csv")
+    assert (fills.symbol == "XOM").any() and (fills.symbol != "XOM").any()
+    mult = np.where(fills.symbol == "XOM", 100.0, 1.0)
+    notional = float((fills.quantity * fills.price * mult).sum())
+    mean_equity = float(pd.read_csv(tmp_path / "m" / "equity.csv").equity.mean())
+    assert math.isclose(rep["turnover"], notional / mean_equity, rel_tol=1e-9)
+    assert math.isclose(rep["turnover_annual_one_way"],
+                        notional / 2 / mean_equity * 252 / rep["trading_days"], rel_tol=1e-9)
+    # and not the shares' sum the report gave before
+    shares = float((fills.quantity * fills.price).sum())
+    assert not math.isclose(rep["turnover"], shares / mean_equity, rel_tol=1e-3)
