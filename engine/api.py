@@ -223,7 +223,8 @@ class Result:
 
         from engine.report import round_trips
 
-        return pd.DataFrame(round_trips(self.result.engine.broker.fills))
+        return pd.DataFrame(round_trips(self.result.engine.broker.fills,
+                                        self.result.engine.broker.multipliers))
 
     @functools.cached_property
     def fills(self) -> Any:
@@ -268,7 +269,8 @@ class Result:
         from engine.tearsheet import render
 
         page = render(self.report, equity_curve(self.result),
-                      round_trips(self.result.engine.broker.fills))
+                      round_trips(self.result.engine.broker.fills,
+                                  self.result.engine.broker.multipliers))
         if path is not None:
             Path(path).write_text(page, encoding="utf-8")
         return page

@@ -94,12 +94,15 @@ def traded_notional(fills: list[Any], multipliers: dict[str, float]) -> float:
     return float(sum(f.quantity * f.price * multipliers.get(f.symbol, 1.0) for f in fills))
 
 
-def round_trips(fills: list[Any]) -> list[dict[str, Any]]:
+def round_trips(fills: list[Any], multipliers: dict[str, float] | None = None
+                ) -> list[dict[str, Any]]:
     """Round trips per symbol from the fills: a position opened from flat until flat again.
 
     Entry and exit prices are quantity-weighted averages; P&L is after every commission of
-    the trip; holding time runs from the first entry fill to the closing fill.
+    the trip and counts the contract multiplier (`multipliers`, 1 for shares), as the
+    account's equity does; holding time runs from the first entry fill to the closing fill.
     """
+    mult = multipliers or {}
     open_trips: dict[str, dict[str, Any]] = {}
     pos: dict[str, float] = {}
     trips: list[dict[str, Any]] = []
@@ -129,12 +132,13 @@ def round_trips(fills: list[Any]) -> list[dict[str, Any]]:
                 del open_trips[f.symbol]
                 qty = t["qty_in"]
                 entry, exit_ = t["cost_in"] / qty, t["cost_out"] / t["qty_out"]
-                pnl = t["sign"] * (t["cost_out"] - t["cost_in"]) - t["commission"]
+                m = mult.get(f.symbol, 1.0)
+                pnl = m * t["sign"] * (t["cost_out"] - t["cost_in"]) - t["commission"]
                 trips.append({
                     "symbol": f.symbol, "side": t["side"], "quantity": qty,
                     "entry_time": _iso(t["entry_ts"]), "entry_price": entry,
                     "exit_time": _iso(f.ts), "exit_price": exit_,
-                    "pnl": pnl, "return": pnl / t["cost_in"],
+                    "pnl": pnl, "return": pnl / (m * t["cost_in"]),
                     "holding_seconds": (f.ts - t["entry_ts"]) / NS,
                     "commission": t["commission"],
                 })
@@ -223,7 +227,7 @@ def build_report(result: ReplayResult, strategy_name: str, trials: int = 1) -> d
     gross = np.asarray([p.gross for p in eng.equity_curve], np.float64)
     mdd = max_drawdown(curve)
     growth = cagr(initial, final, int(ts[0]), int(ts[-1])) if ts.size else None
-    trips = round_trips(broker.fills)
+    trips = round_trips(broker.fills, broker.multipliers)
     notional = traded_notional(broker.fills, broker.multipliers)
     ticks = eng.stats.market_data + (eng.stats.bars if bar_data else 0)
     report: dict[str, Any] = {
@@ -314,7 +318,7 @@ def write_outputs(report: dict[str, Any], result: ReplayResult, out_dir: Path) -
         for f in result.engine.broker.fills:
             w.writerow([_iso(f.ts), f.ts, f.symbol, f.order_id, "buy" if f.side > 0 else "sell",
                         f.quantity, repr(f.price), f.commission])
-    trips = round_trips(result.engine.broker.fills)
+    trips = round_trips(result.engine.broker.fills, result.engine.broker.multipliers)
     cols = ["symbol", "side", "quantity", "entry_time", "entry_price", "exit_time",
             "exit_price", "pnl", "return", "holding_seconds", "commission"]
     with open(paths["trades"], "w", newline="") as fh:

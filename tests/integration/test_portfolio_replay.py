@@ -160,3 +160,12 @@ def test_turnover_counts_the_contract_multiplier(sp_csv: Path, tmp_path: Path) -
     # and not the shares' sum the report gave before
     shares = float((fills.quantity * fills.price).sum())
     assert not math.isclose(rep["turnover"], shares / mean_equity, rel_tol=1e-3)
+    # round trips count the multiplier too: each XOM trip's P&L is 100 x the price move
+    # less commissions, recomputed from its own fills (the run ends flat, so every fill
+    # belongs to a closed trip)
+    trades = pd.read_csv(tmp_path / "m" / "trades.csv")
+    xom = fills[fills.symbol == "XOM"]
+    signed = np.where(xom.side == "sell", 1.0, -1.0) * xom.quantity * xom.price * 100.0
+    expected = float(signed.sum() - xom.commission.sum())
+    assert math.isclose(float(trades[trades.symbol == "XOM"].pnl.sum()), expected,
+                        rel_tol=1e-9, abs_tol=1e-6)
