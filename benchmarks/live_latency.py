@@ -49,7 +49,7 @@ def latency_run(tmp: Path, n: int, rate: float, log_input: bool = True) -> dict[
     d = start_daemon(j, ticks, out, tmp / "lat.json", "--config", str(cfg))
     t0 = time.perf_counter()
     run_feed(ticks, "--ticks", str(n), "--n-symbols", "10", "--rate", str(rate),
-             "--session", "1", timeout=3600)
+             "--feed-session", "1", timeout=3600)
     wait_processed(j, n, d, timeout=600)
     st = stop_daemon(d, tmp / "lat.json")
     return {"messages": n, "rate": rate, "seconds": time.perf_counter() - t0,
@@ -61,7 +61,7 @@ def restart_run(tmp: Path, n: int) -> dict[str, Any]:
         ticks, out = endpoints()
         d = start_daemon(j, ticks, out, tmp / f"{name}.json")
         extra = ["--skip", str(a)] + ([] if b is None else ["--count", str(b - a)])
-        run_feed(ticks, "--ticks", str(n), "--session", "5", *extra, timeout=3600)
+        run_feed(ticks, "--ticks", str(n), "--feed-session", "5", *extra, timeout=3600)
         wait_processed(j, n if b is None else b, d, timeout=600)
         return stop_daemon(d, tmp / f"{name}.json")
 

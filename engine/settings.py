@@ -214,17 +214,18 @@ class _DeprecatedAlias(argparse.Action):
 
 
 def deprecated_alias(p: argparse.ArgumentParser, flag: str, dest: str, new: str,
-                     why: str) -> argparse.Action:
-    """Keep `flag` working as an old name of `new` (hidden from help)."""
+                     why: str, type: Any = None) -> argparse.Action:
+    """Keep `flag` working as an old name of `new` (hidden from help); `type` converts
+    its value as the new option's does."""
     return p.add_argument(flag, dest=dest, action=_DeprecatedAlias, new=new, why=why,
-                          help=argparse.SUPPRESS, default=None)
+                          help=argparse.SUPPRESS, default=None, type=type)
 
 
 #: numeric options that may be negative (everything else is a count, a size, a time, a
 #: rate or a cost: a negative value is an error at parse time)
-NEGATIVE_OK = frozenset({"field", "rate@price", "dividend_yield"})
+NEGATIVE_OK = frozenset({"field", "interest_rate", "dividend_yield"})
 #: integer options that may exceed a C int (epochs, seeds, stream positions)
-WIDE_INTS = frozenset({"session", "seed", "skip", "count"})
+WIDE_INTS = frozenset({"feed_session", "seed", "skip", "count"})
 INT_MAX, WIDE_MAX = 2**31 - 1, 2**63 - 1
 
 

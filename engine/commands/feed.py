@@ -26,6 +26,7 @@ import zmq
 
 from engine.commands.replay import source_factory
 from engine.errors import UserError
+from engine.settings import deprecated_alias
 from feeds.publish import publish_source
 from feeds.transport import Publisher
 
@@ -53,10 +54,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="start at message N of the stream (same sequence numbers)")
     p.add_argument("--count", type=int, default=None,
                    help="publish at most M messages (default: to the end of the stream)")
-    p.add_argument("--session", type=int, default=None,
-                   help="session id (epoch) stamped on the stream; a resumed stream "
+    p.add_argument("--feed-session", type=int, default=None, metavar="ID",
+                   help="feed session id (epoch) stamped on the stream; a resumed stream "
                         "(--skip) passes its original one (default: a new epoch, the "
                         "current time in ms)")
+    deprecated_alias(p, "--session", dest="feed_session", new="--feed-session", type=int,
+                     why="--session is the trading schedule in replay")
     p.add_argument("--heartbeat", type=float, default=1.0,
                    help="seconds between heartbeats while publishing (0 = none)")
     p.add_argument("--lossy", action="store_true",
@@ -112,7 +115,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise UserError(f"{', '.join(venue_only)} apply to --source binance only")
     if args.skip < 0 or (args.count is not None and args.count < 0):
         raise UserError("--skip and --count must be >= 0")
-    session = args.session if args.session is not None else time.time_ns() // 1_000_000
+    session = args.feed_session if args.feed_session is not None else time.time_ns() // 1_000_000
     factory = source_factory(args)
     source = factory()
     ctx = zmq.Context()
@@ -205,7 +208,7 @@ def _binance_settings(args: argparse.Namespace) -> tuple[list[str], Any]:
 def run_binance(args: argparse.Namespace) -> dict[str, Any]:
     """`feed --source binance`: the venue adapter, until SIGTERM/SIGINT or --max-seconds."""
     symbols, settings = _binance_settings(args)
-    session = args.session if args.session is not None else time.time_ns() // 1_000_000
+    session = args.feed_session if args.feed_session is not None else time.time_ns() // 1_000_000
     ctx = zmq.Context()
     auth = None
     server = None

@@ -1,6 +1,6 @@
 """`price`: reprice an option chain (or a generated group) and solve implied vols.
 
-    python run_engine.py price --chain CHAIN.csv [--iv] [--vol V] [--rate R]
+    python run_engine.py price --chain CHAIN.csv [--iv] [--vol V] [--interest-rate R]
         [--dividend-yield Q] [--asof DATE]
         [--grid seed|default|fine] [--price-steps N] [--time-steps M]
         [--style european|american] [--device auto|cpu|cuda] [--plot PATH] [--json PATH]
@@ -9,7 +9,7 @@
 The volatility to price each contract at is `--vol` if given, else the chain's `iv`
 column, else (with `--iv`) the implied vol solved from its bid/ask mid. With `--iv` the
 smile per expiry is plotted (PNG). Time to expiry is calendar days / 365 from `--asof`
-(default: the chain's snapshot date). `--rate` defaults to 0 (the chain ships no rate).
+(default: the chain's snapshot date). `--interest-rate` defaults to 0 (the chain ships no rate).
 `--dividend-yield` is the underlying's continuous dividend yield per year (0.02 for 2%):
 given, it applies to every row; else a chain's `dividend_yield` column where filled, else 0.
 """
@@ -29,6 +29,7 @@ import numpy as np
 from engine.chain_pricing import ChainValuation, atm_vols, generated_chain, value_chain
 from engine.errors import UserError
 from engine.plots import plot_smile
+from engine.settings import deprecated_alias
 from feeds.option_chain import OptionChain, read_chain
 from gpu.device import DeviceUnavailable
 from gpu.instruments import check_dividend_yield
@@ -49,11 +50,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--iv", action="store_true", help="solve implied vols from bid/ask mids")
     parser.add_argument("--vol", type=float, help="volatility per year to price at (all rows)")
     parser.add_argument(
-        "--rate",
+        "--interest-rate",
         type=float,
         default=DEFAULT_RATE,
-        help="risk-free rate per year, continuously compounded (default 0)",
+        metavar="R",
+        help="risk-free interest rate per year, continuously compounded (default 0)",
     )
+    deprecated_alias(parser, "--rate", dest="interest_rate", new="--interest-rate", type=float,
+                     why="--rate is messages per second in feed")
     parser.add_argument(
         "--dividend-yield",
         type=float,
@@ -122,8 +126,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise UserError(str(e)) from None
     if args.vol is not None and not (args.vol > 0 and math.isfinite(args.vol)):
         raise UserError(f"--vol must be a positive number, got {args.vol}")
-    if not math.isfinite(args.rate):
-        raise UserError("--rate must be a finite number")
+    if not math.isfinite(args.interest_rate):
+        raise UserError("--interest-rate must be a finite number")
     if args.dividend_yield is not None:
         try:
             check_dividend_yield(args.dividend_yield, "--dividend-yield")
@@ -144,7 +148,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     q = (np.full(n, args.dividend_yield) if args.dividend_yield is not None
          else chain.dividend_yields(0.0))
-    val = value_chain(chain, asof, spot, american, args.rate, engine, dividend_yield=q,
+    val = value_chain(chain, asof, spot, american, args.interest_rate, engine, dividend_yield=q,
                       vol=args.vol,
                       solve_iv=args.iv, generated=generated,
                       progress=(lambda _msg: None) if args.quiet else _progress)

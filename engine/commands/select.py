@@ -1,6 +1,6 @@
 """`select`: the k least-correlated strategies of a returns file, by exact search on the GPU.
 
-    python run_engine.py select --returns RETURNS.csv --k 5 [--max-seconds S]
+    python run_engine.py select --returns RETURNS.csv --k 5 [--max-search-seconds S]
         [--device auto|cpu|cuda] [--plot PNG] [--json PATH]
 
 Searches all C(n, k) combinations of the n strategy columns for the one whose k×k
@@ -20,6 +20,7 @@ import numpy as np
 
 from engine.errors import UserError
 from engine.plots import plot_selection
+from engine.settings import deprecated_alias
 from gpu.device import DeviceUnavailable, resolve_device
 from gpu.subset import SearchTooLong
 from strategies.selection import (
@@ -34,8 +35,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--returns", type=Path, required=True, metavar="CSV",
                    help="daily returns, one column per strategy (optional first column date)")
     p.add_argument("--k", type=int, default=5, help="strategies to choose (default 5)")
-    p.add_argument("--max-seconds", type=float, default=600.0,
+    p.add_argument("--max-search-seconds", type=float, default=600.0, metavar="S",
                    help="refuse a search estimated to take longer (default 600)")
+    deprecated_alias(p, "--max-seconds", dest="max_search_seconds",
+                     new="--max-search-seconds", type=float,
+                     why="--max-seconds stops live and feed after that long")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--plot", type=Path, metavar="PNG",
                    help="correlation matrix with the chosen strategies marked")
@@ -46,8 +50,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         device = resolve_device(args.device, "subset search")
     except (ValueError, DeviceUnavailable) as e:
         raise UserError(str(e)) from None
-    if not args.max_seconds > 0:
-        raise UserError(f"--max-seconds must be positive, got {args.max_seconds}")
+    if not args.max_search_seconds > 0:
+        raise UserError(f"--max-search-seconds must be positive, got {args.max_search_seconds}")
     if args.plot:  # before the search: never overwrite a file that is not a PNG
         from engine.outputs import check_own_kind, check_writable_file
 
@@ -70,7 +74,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                   file=sys.stderr, flush=True)
 
     try:
-        result = select_least_correlated(table, args.k, device, args.max_seconds, progress)
+        result = select_least_correlated(table, args.k, device, args.max_search_seconds, progress)
     except SearchTooLong as e:
         raise UserError(str(e)) from None
     except ValueError as e:

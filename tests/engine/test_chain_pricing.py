@@ -73,8 +73,9 @@ def test_dividend_yield_from_the_flag_or_the_chain_column(tmp_path: Path) -> Non
                         MarketInputs(100.0, 0.3, 0.02, [0.03, 0.0])).price
     np.testing.assert_array_equal(val.price, want)
     out = tmp_path / "out.json"
-    assert run_engine.main(["price", "--chain", str(csv), "--device", "cpu", "--rate", "0.02",
-                            "--dividend-yield", "0.03", "--json", str(out)]) == 0
+    assert run_engine.main(["price", "--chain", str(csv), "--device", "cpu",
+                            "--interest-rate", "0.02", "--dividend-yield", "0.03",
+                            "--json", str(out)]) == 0
     import json
 
     report = json.loads(out.read_text())

@@ -114,7 +114,7 @@ def test_price_command_on_the_real_chain_with_implied_vols(
 
 
 def test_price_command_generated_group_matches_analytic(tmp_path: Path) -> None:
-    res = price_cmd.run(_args(generate=64, vol=0.3, rate=0.02, device="cpu", iv=True,
+    res = price_cmd.run(_args(generate=64, vol=0.3, interest_rate=0.02, device="cpu", iv=True,
                               plot=tmp_path / "g.png"))
     assert res["count"] == 64
     assert res["analytic_max_rel_error"] < 1e-3

@@ -215,7 +215,7 @@ def test_select_command_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture
     assert (tmp_path / "sel.png").stat().st_size > 5_000
 
 
-@pytest.mark.parametrize("extra", [["--k", "13"], ["--max-seconds", "0"],
+@pytest.mark.parametrize("extra", [["--k", "13"], ["--max-search-seconds", "0"],
                                    ["--returns", "/nonexistent/r.csv"]])
 def test_select_command_user_errors(extra: list[str], tmp_path: Path,
                                     capsys: pytest.CaptureFixture[str]) -> None:
@@ -232,7 +232,7 @@ def test_select_command_refuses_a_long_search(tmp_path: Path, capsys: pytest.Cap
     x = np.random.default_rng(0).normal(size=(30, 24))
     write_returns(tmp_path / "r.csv", [f"s{i}" for i in range(24)], x)
     code, _, err = _main(["select", "--returns", str(tmp_path / "r.csv"), "--k", "8",
-                          "--device", "cpu", "--max-seconds", "1e-9"], capsys)
+                          "--device", "cpu", "--max-search-seconds", "1e-9"], capsys)
     assert code == 2 and "would take about" in err and "C(24, 8)" in err
 
 

@@ -217,7 +217,8 @@ def _numeric_cases() -> list[tuple[str, str, str]]:
     for command in BASE:
         sub = run_engine.build_parser(command).command_parsers[command]  # type: ignore[attr-defined]
         for action in sub._actions:
-            if action.type not in (int, float) or not action.option_strings:
+            if (action.type not in (int, float) or not action.option_strings
+                    or action.help == argparse.SUPPRESS):  # a deprecated alias: its new name
                 continue
             for bad in BAD_NUMBERS[action.type]:
                 negative_ok = (action.dest in NEGATIVE_OK

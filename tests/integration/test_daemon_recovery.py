@@ -106,7 +106,7 @@ def test_a_second_daemon_on_the_same_journal_by_any_path_is_refused(tmp_path: Pa
     real.parent.mkdir()
     ticks, out = endpoints()
     first = start_daemon(real, ticks, out, tmp_path / "a.json")
-    run_feed(ticks, "--ticks", "3000", "--session", "4", "--count", "1500")
+    run_feed(ticks, "--ticks", "3000", "--feed-session", "4", "--count", "1500")
     wait_processed(real, 1500, first)
     link = tmp_path / "link.db"
     link.symlink_to(real)
@@ -127,7 +127,7 @@ def test_a_second_daemon_on_the_same_journal_by_any_path_is_refused(tmp_path: Pa
         assert p.returncode == 2 and len(lines) == 1, err
         assert "in use by another daemon" in lines[0] and f"pid {first.pid}" in lines[0], err
     assert first.poll() is None  # the first daemon keeps running, and trading
-    run_feed(ticks, "--ticks", "3000", "--session", "4", "--skip", "1500")
+    run_feed(ticks, "--ticks", "3000", "--feed-session", "4", "--skip", "1500")
     wait_processed(real, 3000, first)
     st = stop_daemon(first, tmp_path / "a.json")
     assert st["ticks"] == 3000 and processed(real) == 3000
@@ -245,7 +245,7 @@ def test_kill_9_and_resume_make_exactly_the_fills_of_the_uninterrupted_run(
     ticks, out = endpoints()
     d = start_daemon(ref, ticks, out, tmp_path / "ref.json", "--config", str(cfg))
     # no wall-clock heartbeats: the stream is the same messages however it is paced
-    run_feed(ticks, "--ticks", str(KILL_N), "--session", "7", "--heartbeat", "0")
+    run_feed(ticks, "--ticks", str(KILL_N), "--feed-session", "7", "--heartbeat", "0")
     wait_processed(ref, KILL_N, d)
     stop_daemon(d, tmp_path / "ref.json")
     assert len(fills(ref)) > 20  # the stream trades: the comparison means something
@@ -253,7 +253,7 @@ def test_kill_9_and_resume_make_exactly_the_fills_of_the_uninterrupted_run(
     j = tmp_path / "j.db"
     ticks, out = endpoints()
     d = start_daemon(j, ticks, out, tmp_path / "a.json", "--config", str(cfg))
-    feed = start_feed(ticks, "--ticks", str(KILL_N), "--session", "7", "--rate", "4000",
+    feed = start_feed(ticks, "--ticks", str(KILL_N), "--feed-session", "7", "--rate", "4000",
                       "--heartbeat", "0")
     wait_processed(j, random.Random(seed).randint(2_000, KILL_N - 2_500), d)
     d.send_signal(signal.SIGKILL)
@@ -264,7 +264,7 @@ def test_kill_9_and_resume_make_exactly_the_fills_of_the_uninterrupted_run(
     assert 0 < done < KILL_N
     ticks, out = endpoints()
     d = start_daemon(j, ticks, out, tmp_path / "b.json", "--config", str(cfg))
-    run_feed(ticks, "--ticks", str(KILL_N), "--session", "7", "--skip", str(done),
+    run_feed(ticks, "--ticks", str(KILL_N), "--feed-session", "7", "--skip", str(done),
              "--heartbeat", "0")
     wait_processed(j, KILL_N, d)
     st = stop_daemon(d, tmp_path / "b.json")

@@ -25,7 +25,7 @@ from tests.live_procs import endpoints, run_feed, start_daemon, stop_daemon
 
 SYMBOLS = ["A", "AAL", "AAP"]   # complete over the shared S&P file
 FEED = ["--symbols", ",".join(SYMBOLS), "--start", "2016-04-01", "--end", "2016-04-08",
-        "--session", "7", "--heartbeat", "0"]
+        "--feed-session", "7", "--heartbeat", "0"]
 
 
 def data_file(shared_data: Path) -> Path:

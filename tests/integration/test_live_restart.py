@@ -37,7 +37,7 @@ def _uninterrupted(tmp: Path) -> tuple[list[Any], list[Any], dict[str, Any]]:
     ticks, out = endpoints()
     j = tmp / "whole.db"
     d = start_daemon(j, ticks, out, tmp / "whole.json")
-    run_feed(ticks, "--ticks", str(N), "--session", "7")
+    run_feed(ticks, "--ticks", str(N), "--feed-session", "7")
     wait_processed(j, N, d)
     st = stop_daemon(d, tmp / "whole.json")
     return fills(j), orders(j), st
@@ -55,7 +55,7 @@ def test_sigterm_and_resume_equals_uninterrupted_run(tmp_path: Path) -> None:
         ticks, out = endpoints()
         status = tmp_path / f"p{k}.json"
         d = start_daemon(j, ticks, out, status)
-        run_feed(ticks, "--ticks", str(N), "--session", "7", "--skip", str(a),
+        run_feed(ticks, "--ticks", str(N), "--feed-session", "7", "--skip", str(a),
                  "--count", str(b - a))
         wait_processed(j, b, d)
         st = stop_daemon(d, status)
@@ -80,7 +80,7 @@ def test_kill_9_loses_and_doubles_nothing(tmp_path: Path, seed: int) -> None:
     cfg = tmp_path / "engine.toml"
     cfg.write_text("[live]\nsnapshot_every_bars = 3\nconflate_above = 0\n")
     d = start_daemon(j, ticks, out, tmp_path / "a.json", "--config", str(cfg))
-    feed = start_feed(ticks, "--ticks", str(N), "--session", "9", "--rate", "6000")
+    feed = start_feed(ticks, "--ticks", str(N), "--feed-session", "9", "--rate", "6000")
     kill_at = rng.randint(2_000, N - 2_000)
     wait_processed(j, kill_at, d)
     d.send_signal(signal.SIGKILL)
@@ -91,7 +91,7 @@ def test_kill_9_loses_and_doubles_nothing(tmp_path: Path, seed: int) -> None:
     time.sleep(0.3)
     # restart and resume the stream after what the journal says was processed
     d = start_daemon(j, ticks, out, tmp_path / "b.json", "--config", str(cfg))
-    run_feed(ticks, "--ticks", str(N), "--session", "9", "--skip", str(done))
+    run_feed(ticks, "--ticks", str(N), "--feed-session", "9", "--skip", str(done))
     wait_processed(j, N, d)
     st = stop_daemon(d, tmp_path / "b.json")
     time.sleep(0.3)
