@@ -20,7 +20,10 @@ with the same numbers, so they live here, in plain numpy and the standard librar
   a lower bound on the haircut. With one trial it is the probabilistic Sharpe ratio
   against zero.
 
-Sharpe ratios assume a zero risk-free rate, as the replay report does.
+Sharpe ratios assume a zero risk-free rate, as the replay report does. With fewer than
+`MIN_DAYS` daily returns the regression figures, the ratios and the deflated Sharpe are not
+given (None) and the verdict says the sample is too short, as the replay report does for its
+own ratios: two or three days make any beta or interval look decisive.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 EULER_GAMMA = 0.5772156649015329
+MIN_DAYS = 20  # daily returns needed before a regression, ratio or verdict means anything
 _NORMAL = NormalDist()
 
 
@@ -80,8 +84,9 @@ class RelativeStats:
 
     def verdict(self) -> str:
         """One sentence a researcher can act on."""
-        if self.days < 2:
-            return "Too few days to judge an edge over buy-and-hold."
+        if self.days < MIN_DAYS:
+            return (f"Too few days ({self.days}) to judge an edge over buy-and-hold: at least "
+                    f"{MIN_DAYS} daily returns are needed.")
         lo, hi = self.excess_ci95
         interval = f"[{lo * 1e4:+.2f}, {hi * 1e4:+.2f}] bp"
         if lo <= 0.0 <= hi:
@@ -178,7 +183,7 @@ def relative_stats(returns: npt.ArrayLike, benchmark: npt.ArrayLike, *, trials: 
     excess = r - b
     mean_excess = float(excess.mean()) if n else math.nan
     beta = alpha = corr = info = sharpe = dsr = None
-    if n >= 2:
+    if n >= MIN_DAYS:
         var_b = float(np.var(b, ddof=1))
         sd_r = float(np.std(r, ddof=1))
         cov = float(np.cov(r, b, ddof=1)[0, 1])

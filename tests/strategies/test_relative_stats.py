@@ -92,10 +92,14 @@ def test_verdict_says_when_the_interval_contains_zero() -> None:
 
 
 def test_degenerate_inputs() -> None:
-    flat = relative_stats(np.zeros(10), np.zeros(10), bootstrap_samples=20)
+    flat = relative_stats(np.zeros(30), np.zeros(30), bootstrap_samples=20)
     assert flat.beta is None and flat.correlation is None and flat.sharpe is None
     one = relative_stats([0.01], [0.02], bootstrap_samples=20)
     assert one.days == 1 and "Too few days" in one.verdict()
+    # a short sample (two days of a quick replay) gives no beta, ratio or verdict
+    short = relative_stats([0.01, 0.02, -0.01], [0.0, 0.01, 0.02], bootstrap_samples=20)
+    assert short.beta is None and short.sharpe is None and short.deflated_sharpe is None
+    assert "Too few days (3)" in short.verdict() and "lies above" not in short.verdict()
     with pytest.raises(ValueError, match="differ in length"):
         relative_stats([0.1, 0.2], [0.1])
     with pytest.raises(ValueError, match="finite"):
