@@ -617,7 +617,7 @@ class Daemon:
                 f"p50_us={lat['p50_us']} p99_us={lat['p99_us']}" + _rule_words(s))
 
     def close(self) -> None:
-        self.validator.skipped.log_totals()  # the true counts (the first was logged alone)
+        self.sub.validator.skipped.log_totals()  # the true counts (the first logged alone)
         self.sub.close_monitor()  # through its owner: see Subscriber.close_monitor
 
     def write_status(self, status: dict[str, Any] | None = None) -> None:
