@@ -71,15 +71,20 @@ FEED_HOLD_SECONDS = 3600.0
 
 
 def _feed_process(factory: SourceFactory, endpoint: str, conn: Any, release: Any,
-                  rate: float = 0.0) -> None:
-    """Child process: bind, report the endpoint, wait for the subscriber, publish, then keep
-    the socket open until the engine has read everything (`release`)."""
+                  go: Any, rate: float = 0.0) -> None:
+    """Child process: bind, report the endpoint, wait for the subscriber and for the engine's
+    start (`go`), publish, then keep the socket open until the engine has read everything
+    (`release`)."""
     try:
         pin_from_env(FEED_ENV)  # checked by the parent before the start
         source = factory()
         pub = Publisher(endpoint, zmq.Context())
         conn.send(("endpoint", pub.endpoint))
         pub.wait_for_subscriber(30.0)
+        # the engine's clock starts when it sets `go`: publishing before it would make a
+        # paced replay look faster than its rate and the reported ticks/s too high
+        if not go.wait(FEED_HOLD_SECONDS):
+            raise TimeoutError("the engine never started reading")
         sent = publish_source(source, pub, rate)
         conn.send(("source_skipped", _source_skips(source)))
         conn.send(("done", sent))
@@ -151,8 +156,10 @@ class _Feed:
             mpctx = mp.get_context("spawn")
             self.conn, child = mpctx.Pipe(duplex=False)
             self._release = mpctx.Event()
+            self._go = mpctx.Event()
             self.proc = mpctx.Process(target=_feed_process,
-                                      args=(factory, endpoint, child, self._release, rate),
+                                      args=(factory, endpoint, child, self._release, self._go,
+                                            rate),
                                       daemon=True)
             self.proc.start()
             kind, value = "error", "feed process did not start within 60 s"
@@ -176,6 +183,8 @@ class _Feed:
     def start(self) -> None:
         if self.thread is not None:
             self.thread.start()
+        else:
+            self._go.set()
 
     def alive(self) -> bool:
         """Still publishing: a feed process that reported "done" is finished, although it
