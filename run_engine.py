@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     # numba's CUDA driver logs every allocation at INFO: keep the summary readable
     logging.getLogger("numba").setLevel(logging.WARNING)
     from engine.errors import UserError
-    from engine.outputs import check_own_kind, check_writable_file
+    from engine.reporting.outputs import check_own_kind, check_writable_file
     from gpu.device import DeviceUnavailable, SettingError
 
     module = importlib.import_module(f"engine.commands.{args.command}")
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.json and not to_stdout:  # refused before the work, not after it
             check_writable_file(args.json, "--json")
             check_own_kind(args.json, "json", "--json")
-        from engine.settings import check_numbers
+        from engine.settings.resolve import check_numbers
 
         # NaN, inf, huge or negative numbers: one line, exit 2, before any work
         check_numbers(parser.command_parsers[args.command],  # type: ignore[attr-defined]
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
               "(run with -v for the traceback)", file=sys.stderr)
         return 1
     finally:
-        from engine.gpu_settings import unexport_env
+        from engine.settings.gpu import unexport_env
 
         unexport_env(exported)
     return 0
@@ -183,12 +183,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _export_gpu_settings(args: argparse.Namespace) -> dict[str, str]:
     """The config file's `[gpu]` table published to the environment variables the kernels,
-    the CPU placement and the GPU worker read (engine/gpu_settings.py), before anything
+    the CPU placement and the GPU worker read (engine/settings/gpu.py), before anything
     reads them; a variable already set wins. Returns what it set."""
     if getattr(args, "config", None) is None:
         return {}
-    from engine.config import load_config
-    from engine.gpu_settings import export_env
+    from engine.settings.config import load_config
+    from engine.settings.gpu import export_env
 
     return export_env(load_config(args.config).gpu)
 

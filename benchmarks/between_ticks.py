@@ -8,7 +8,7 @@ Rows (the same replay over ipc, sma-cross strategy, one process per row's engine
 - in a GPU worker process fed through shared memory, per-contract then group messages;
 - the worker as of 2026-11-22 (one launch in flight per group, numba's event query), then
   each change of this round on top: the driver's event query without numba's exception,
-  2, 3 and 4 launches in flight (gpu/option_batch.py); the default worker with spots from
+  2, 3 and 4 launches in flight (gpu/options/batch.py); the default worker with spots from
   validation (the default since 11-23's fourth session: every 8th, and every 4th and 16th)
   and from the engine's hot loop on every tick (OPTION_TAP_EVERY=0, before); the default
   worker with the FD kernel's PCR solver (GPU_FD_SOLVER=pcr, before 11-23's fifth session:
@@ -52,9 +52,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 from benchmarks.common import scoped_env  # noqa: E402
-from engine.config import EngineConfig, load_config  # noqa: E402
 from engine.option_book import OptionBook, OptionGroupConfig  # noqa: E402
-from engine.replay import replay  # noqa: E402
+from engine.settings.config import EngineConfig, load_config  # noqa: E402
+from engine.trading.replay import replay  # noqa: E402
 from feeds.datadir import data_dir  # noqa: E402
 from feeds.messages import OptionGroupValues, OptionValue  # noqa: E402
 from feeds.sources import open_sources  # noqa: E402
@@ -272,8 +272,8 @@ def gp_bar_close(sizes: list[tuple[int, int]], gpu: str) -> list[dict[str, Any]]
     """A GP strategy's bar close (start, poll, result) on each backend, the CUDA one also
     with numba's ordinary launch, what `--device auto` picks (its own measurement), and the
     event loop's time of an overlapped bar close on each."""
-    from gpu import gp_decider
-    from gpu.gp_decider import AsyncDecider
+    from gpu.gp import decider as gp_decider
+    from gpu.gp.decider import AsyncDecider
     from strategies.gp.init import ramped_half_and_half
     from strategies.gp.strategy import GPEnsemble
 
@@ -315,7 +315,7 @@ def launch_capacity(groups: list[OptionGroupConfig], gpu: str, name: str
     groups, and batches per second with k launches kept in flight (the GPU's ceiling)."""
     from engine.option_book import build_group
     from engine.option_worker import _AllWarm
-    from gpu.option_batch import BatchPricer
+    from gpu.options.batch import BatchPricer
 
     grps = [build_group(c, "cpu", False, _AllWarm()) for c in groups]
     rows = [g.pricer.params for g in grps]
@@ -385,7 +385,7 @@ NEW_PATH = {"GPU_RAW_LAUNCH": "1", "OPTION_BATCH_IN_PLACE": "1"}
 #: session (the default now takes them from validation: OPTION_TAP_EVERY)
 HOT_LOOP = {"OPTION_TAP_EVERY": "0"}
 #: the FD kernel's PCR solver, block per option, as before 11-23's fifth session (the
-#: default now: the lanes solver, gpu.options_core.fd_lanes_kernel)
+#: default now: the lanes solver, gpu.options.core.fd_lanes_kernel)
 PCR_SOLVER = {"GPU_FD_SOLVER": "pcr"}
 #: the lanes kernel under a 128-register cap (GPU_FD_MAX_REGISTERS; the default: no cap)
 CAP_128 = {"GPU_FD_MAX_REGISTERS": "128"}

@@ -28,7 +28,7 @@ from benchmarks.common import gpu_name, log, write_json  # noqa: E402
 
 
 def big_rows() -> np.ndarray:
-    from gpu.options import option_params
+    from gpu.options.engines import option_params
 
     strikes = np.geomspace(5, 400, 50)
     expiries = np.array([7, 14, 30, 60, 90, 120, 180, 270, 365, 730]) / 365.0
@@ -43,8 +43,8 @@ def big_rows() -> np.ndarray:
 def main() -> None:
     from numba import cuda
 
-    from gpu import options_core as core
-    from gpu.options import make_grid
+    from gpu.options import core
+    from gpu.options.engines import make_grid
 
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--json", type=Path, default=None)

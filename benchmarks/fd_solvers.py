@@ -3,7 +3,7 @@
 `pcr`: one block per option, one thread per grid node, parallel cyclic reduction (the
 kernel every option group used until now). `lanes`: one 32-thread block per option, each
 lane owning consecutive rows, Thomas's sweeps carried across lanes by scans through warp
-shuffles (`gpu.options_core.fd_lanes_kernel`); the same through shared memory and
+shuffles (`gpu.options.core.fd_lanes_kernel`); the same through shared memory and
 barriers (as in the CUDA simulator); and the lanes kernel under register caps. For each
 grid and group size the script times one launch until the host sees it finish (median of
 `--repeats`, the kernels alternating in the same process) and compares each kernel's
@@ -51,8 +51,8 @@ def compare(got: np.ndarray, ref: np.ndarray) -> dict[str, float]:
 def main() -> None:
     from numba import cuda
 
-    from gpu import options_core as core
-    from gpu.options import make_grid
+    from gpu.options import core
+    from gpu.options.engines import make_grid
 
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--repeats", type=int, default=30)

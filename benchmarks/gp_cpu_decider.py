@@ -1,6 +1,6 @@
 """A CPU bar close of a GP strategy: on the calling thread against numba's thread pool.
 
-`gpu.gp_decider` evaluates small bar closes serially (`_codes_day_serial_cpu`) and large
+`gpu.gp.decider` evaluates small bar closes serially (`_codes_day_serial_cpu`) and large
 ones with a prange over the programs (`_codes_cpu`). In the engine, bar closes are apart:
 between two of them the event loop does other work (here `--gap-us` of Python busy work,
 default 400 µs, about what a 128-symbol daily bar event costs besides the strategy), long
@@ -44,8 +44,8 @@ def _busy(us: float) -> None:
 def main() -> None:
     import numba
 
-    from gpu.gp_decider import cpu_serial_pays
-    from gpu.gp_eval import _codes_cpu, _codes_day_serial_cpu
+    from gpu.gp.decider import cpu_serial_pays
+    from gpu.gp.evaluate import _codes_cpu, _codes_day_serial_cpu
     from strategies.gp.init import ramped_half_and_half
     from strategies.gp.strategy import GPEnsemble
 

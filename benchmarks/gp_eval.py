@@ -10,7 +10,7 @@ One run times, on the same real S&P 500 window and the same programs:
 at 25,000 x 32 x 768 and 25,000 x 128 x 768, for a random (ramped half-and-half, bred)
 and an evolved population (the final population of a real `evolve` run on the 128 stocks).
 
-Counting (see gpu/gp_bitwise.py): `node GP ops` = program nodes x stocks x days, the
+Counting (see gpu/gp/bitwise.py): `node GP ops` = program nodes x stocks x days, the
 interpreter's count; `credited GP ops` = the bitwise evaluator's linear instructions x
 stocks x days (a comparison credited once per individual, its arithmetic once per window);
 `executed` = 64-bit word operations. Rates quote credited ops for bitwise and node ops for
@@ -47,10 +47,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import median_seconds  # noqa: E402
 from feeds.datadir import data_dir  # noqa: E402
-from gpu import gp_bitwise, gp_eval  # noqa: E402
 from gpu.device import cuda_present  # noqa: E402
-from gpu.gp_core import ARITY, OP_AND, OP_GT, OP_LT, OP_NOT, OP_OR  # noqa: E402
-from gpu.terminals import TERMINALS  # noqa: E402
+from gpu.gp import bitwise as gp_bitwise  # noqa: E402
+from gpu.gp import evaluate as gp_eval
+from gpu.gp.core import ARITY, OP_AND, OP_GT, OP_LT, OP_NOT, OP_OR  # noqa: E402
+from gpu.indicators.catalogue import TERMINALS  # noqa: E402
 from strategies.gp.evolution import EvolutionConfig, evolve  # noqa: E402
 from strategies.gp.init import ramped_half_and_half  # noqa: E402
 from strategies.gp.operators import breed  # noqa: E402

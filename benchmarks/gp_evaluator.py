@@ -29,8 +29,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from feeds.datadir import data_dir  # noqa: E402
-from gpu import gp_decider, gp_eval  # noqa: E402
 from gpu.device import cuda_present  # noqa: E402
+from gpu.gp import decider as gp_decider  # noqa: E402
+from gpu.gp import evaluate as gp_eval
 from strategies.gp.init import ramped_half_and_half  # noqa: E402
 from strategies.gp.operators import breed  # noqa: E402
 from strategies.gp.representation import Population  # noqa: E402

@@ -33,7 +33,7 @@ from engine.commands.evolve import evaluate_period  # noqa: E402
 from feeds.daily import load_daily  # noqa: E402
 from feeds.datadir import data_dir  # noqa: E402
 from feeds.sources import resolve_data_file  # noqa: E402
-from gpu.gp_eval import PopulationEvaluator  # noqa: E402
+from gpu.gp.evaluate import PopulationEvaluator  # noqa: E402
 from strategies.gp.evolution import EvolutionConfig, evolve  # noqa: E402
 from strategies.gp.window import GPWindow, load_window  # noqa: E402
 

@@ -46,10 +46,10 @@ SECTIONS = [
     ("strategies.gp.representation", "Population.concat"),
     ("strategies.gp.representation", "Population.take"),
     ("strategies.gp.representation", "Population.node_counts"),
-    ("gpu.gp_bitwise", "_check_programs"),
-    ("gpu.gp_bitwise", "to_mask_programs"),
-    ("gpu.gp_bitwise", "fitness_from_cash"),
-    ("gpu.gp_bitwise", "BitwiseEvaluator.population_fitness"),
+    ("gpu.gp.bitwise", "_check_programs"),
+    ("gpu.gp.bitwise", "to_mask_programs"),
+    ("gpu.gp.bitwise", "fitness_from_cash"),
+    ("gpu.gp.bitwise", "BitwiseEvaluator.population_fitness"),
 ]
 
 

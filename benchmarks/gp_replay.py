@@ -48,9 +48,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import run_engine  # noqa: E402
 from benchmarks.common import device_or_none, log, write_json  # noqa: E402
-from engine.core import Engine  # noqa: E402
+from engine.trading.core import Engine  # noqa: E402
 from feeds.datadir import data_dir  # noqa: E402
-from gpu.gp_decider import SERIAL_ENV  # noqa: E402
+from gpu.gp.decider import SERIAL_ENV  # noqa: E402
 
 WAYS = [("cpu", "cpu", "never"), ("cpu, on the engine's thread", "cpu", "never"),
         ("cpu, overlapped", "cpu", "always"),

@@ -1,6 +1,6 @@
 """Where a GP bar close's GPU round trip goes, and what a launch without the panel copy gives.
 
-A bar close on CUDA (`gpu.gp_decider.AsyncDecider`) fills a pinned panel, copies it to the
+A bar close on CUDA (`gpu.gp.decider.AsyncDecider`) fills a pinned panel, copies it to the
 device, launches the decision-code kernel, records an event and polls it; the codes land in
 mapped host memory. This script times each of those steps on their own and, side by side
 in the same process:
@@ -8,7 +8,7 @@ in the same process:
 - `cpu`: the CPU twin's whole bar close (the number CUDA has to meet);
 - `copy` (today's path): pinned panel -> device copy, launch, event;
 - `mapped`: the kernel reads the panel straight from mapped host memory (no copy), each
-  thread first loading its stock's 31 features into registers (`gpu.gp_eval`'s
+  thread first loading its stock's 31 features into registers (`gpu.gp.evaluate`'s
   `_codes_rows_kernel`);
 - `empty`: an empty kernel's launch -> completion seen by the host, the floor of any
   round trip through a launch.
@@ -106,7 +106,7 @@ def empty_round_trip_us(rounds: int) -> float:
 
 def _ptx_loads() -> int | None:
     """Global loads in the compiled mapped kernel's PTX (None where there is no PTX)."""
-    from gpu.gp_eval import _codes_rows_kernel
+    from gpu.gp.evaluate import _codes_rows_kernel
 
     try:
         asm = _codes_rows_kernel.inspect_asm()
@@ -122,7 +122,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
 
-    from gpu.gp_decider import AsyncDecider
+    from gpu.gp.decider import AsyncDecider
     from strategies.gp.init import ramped_half_and_half
     from strategies.gp.representation import rules_programs
 

@@ -30,9 +30,9 @@ if str(REPO_ROOT) not in sys.path:
 
 from benchmarks.common import log, median_seconds, write_json  # noqa: E402
 from feeds.datadir import data_dir  # noqa: E402
-from gpu import indicators  # noqa: E402
 from gpu.device import DeviceUnavailable, resolve_device  # noqa: E402
-from gpu.terminals import N_FLOAT, TERMINALS  # noqa: E402
+from gpu.indicators import compute as indicators  # noqa: E402
+from gpu.indicators.catalogue import N_FLOAT, TERMINALS  # noqa: E402
 
 FIELDS = ("open", "high", "low", "close", "volume")
 SP500 = Path("sp500_5yr_daily") / "all_stocks_5yr.csv.gz"

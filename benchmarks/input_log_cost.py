@@ -27,10 +27,10 @@ import zmq.asyncio  # noqa: E402
 
 from benchmarks.common import write_json  # noqa: E402
 from benchmarks.tick_path import frames_of  # noqa: E402
-from engine.config import EngineConfig  # noqa: E402
-from engine.daemon import STEP, Daemon, open_sockets  # noqa: E402
-from engine.journal import Journal  # noqa: E402
-from engine.live_options import LiveOptions  # noqa: E402
+from engine.live.daemon import STEP, Daemon, open_sockets  # noqa: E402
+from engine.live.journal import Journal  # noqa: E402
+from engine.settings.config import EngineConfig  # noqa: E402
+from engine.settings.live import LiveOptions  # noqa: E402
 from strategies.sma_cross import SmaCross  # noqa: E402
 from tests.live_procs import endpoints  # noqa: E402
 

@@ -43,10 +43,10 @@ from numba import cuda
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import gpu_name, write_json  # noqa: E402
-from gpu import ising as ising_mod  # noqa: E402
 from gpu.device import resolve_device  # noqa: E402
-from gpu.ising import IsingEnsemble, run_ensemble  # noqa: E402
-from gpu.ising_stats import (  # noqa: E402
+from gpu.ising import lattice as ising_mod  # noqa: E402
+from gpu.ising.lattice import IsingEnsemble, run_ensemble  # noqa: E402
+from gpu.ising.stats import (  # noqa: E402
     TC_2D,
     TC_3D,
     estimate_tc,

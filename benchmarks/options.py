@@ -44,9 +44,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import gpu_name, write_json  # noqa: E402
-from gpu import options_core as core  # noqa: E402
 from gpu.device import resolve_device  # noqa: E402
-from gpu.options import (  # noqa: E402
+from gpu.options import core  # noqa: E402
+from gpu.options.engines import (  # noqa: E402
     GRIDS,
     FdGrid,
     FdPricingEngine,
@@ -190,7 +190,7 @@ def ten_groups_round(grid: FdGrid, repeats: int, size: int = 1000) -> dict[str, 
     does with OPTION_WORKER_BATCH=1), from the launch until the host sees it done. A
     replay can reprice every group every 10 ms of data time only if this round (p99)
     takes less than 10 ms divided by the replay's speed-up over real time."""
-    from gpu.option_batch import BatchPricer
+    from gpu.options.batch import BatchPricer
 
     groups = [reference_rows(size) for _ in range(10)]
     for i, g in enumerate(groups):
@@ -211,7 +211,7 @@ def ten_groups_round(grid: FdGrid, repeats: int, size: int = 1000) -> dict[str, 
 
 
 def gpu_vs_cpu(grid: FdGrid, n: int = 1000) -> dict[str, float]:
-    from gpu.options import price_params
+    from gpu.options.engines import price_params
 
     params = make_group(n, seed=11)
     gpu = price_params(params, grid, "cuda").price
@@ -228,7 +228,7 @@ def chain_implied_vols(backends: list[str]) -> dict[str, Any] | None:
     """Implied vols of the real GOOG chain (default grid) on each backend."""
     from feeds.datadir import data_dir
     from feeds.option_chain import read_chain
-    from gpu.implied_vol import IVStatus, implied_vols, quote_mids
+    from gpu.options.implied_vol import IVStatus, implied_vols, quote_mids
 
     path = data_dir() / "lean_goog_option_chain_2015-12-24" / (
         "goog_option_chain_2015-12-24T1300ET.csv"

@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from feeds.datadir import data_dir  # noqa: E402
 from feeds.option_chain import read_chain  # noqa: E402
-from gpu import options_core as core  # noqa: E402
-from gpu.implied_vol import implied_vols, quote_mids  # noqa: E402
-from gpu.options import make_grid, option_params, price_params  # noqa: E402
+from gpu.options import core  # noqa: E402
+from gpu.options.engines import make_grid, option_params, price_params  # noqa: E402
+from gpu.options.implied_vol import implied_vols, quote_mids  # noqa: E402
 
 chain = read_chain(data_dir() / "lean_goog_option_chain_2015-12-24" /
                    "goog_option_chain_2015-12-24T1300ET.csv")

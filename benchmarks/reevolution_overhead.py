@@ -4,7 +4,7 @@ The built-in synthetic market (several New York sessions of trades) goes through
 engine (feed, ZeroMQ, validation, one-minute bars, indicator bank, a GP strategy, the phase
 table, the paper broker) twice per round, the two ways interleaved:
 
-- `with`: the live daemon's re-evolution (engine/reevolution.py, `LiveReevolution`, a real
+- `with`: the live daemon's re-evolution (engine/live/reevolution.py, `LiveReevolution`, a real
   SQLite journal): every session at `--at` data time a GP evolution on the S&P daily file
   (`--stocks` x `--train-days`, `--population` x `--generations` on `--device`) starts in
   the background worker process, and its rule is swapped in at the next session boundary.
@@ -39,14 +39,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import log, write_json  # noqa: E402
-from engine.config import EngineConfig  # noqa: E402
-from engine.journal import Journal  # noqa: E402
-from engine.reevolution import LiveReevolution  # noqa: E402
-from engine.reevolve_settings import ReevolveSettings  # noqa: E402
-from engine.replay import replay  # noqa: E402
+from engine.live.journal import Journal  # noqa: E402
+from engine.live.reevolution import LiveReevolution  # noqa: E402
+from engine.settings.config import EngineConfig  # noqa: E402
+from engine.settings.reevolve import ReevolveSettings  # noqa: E402
+from engine.trading.replay import replay  # noqa: E402
 from feeds.datadir import data_dir  # noqa: E402
 from feeds.synthetic import SyntheticMarket  # noqa: E402
-from gpu.gp_core import DEFAULT_COSTS  # noqa: E402
+from gpu.gp.core import DEFAULT_COSTS  # noqa: E402
 from strategies.gp.evolution import EvolutionConfig  # noqa: E402
 from strategies.gp.reevolve import AsOfJob, Reevolver, RuleText, RuleVersion  # noqa: E402
 from strategies.gp.representation import GPRule  # noqa: E402

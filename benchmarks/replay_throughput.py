@@ -29,9 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import zmq  # noqa: E402
 import zmq.asyncio  # noqa: E402
 
-from engine.config import EngineConfig  # noqa: E402
-from engine.core import Engine  # noqa: E402
-from engine.replay import raw_limit_async, replay_async  # noqa: E402
+from engine.settings.config import EngineConfig  # noqa: E402
+from engine.trading.core import Engine  # noqa: E402
+from engine.trading.replay import raw_limit_async, replay_async  # noqa: E402
 from feeds.datadir import data_dir  # noqa: E402
 from feeds.messages import Heartbeat, make_decoder  # noqa: E402
 from feeds.publish import publish_source  # noqa: E402

@@ -31,7 +31,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.common import device_or_none, log, write_json  # noqa: E402
-from gpu.subset import least_correlated  # noqa: E402
+from gpu.subset.search import least_correlated  # noqa: E402
 
 CASES = ((50, 5), (64, 7), (100, 5))
 QUICK_CASES = ((20, 4), (24, 5))

@@ -30,10 +30,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import engine.core  # noqa: E402
+import engine.trading.core  # noqa: E402
 import feeds.validation  # noqa: E402
 from benchmarks.common import write_json  # noqa: E402
-from engine.config import EngineConfig  # noqa: E402
+from engine.settings.config import EngineConfig  # noqa: E402
 from feeds.synthetic import SyntheticMarket  # noqa: E402
 from feeds.wire_encode import ChunkEncoder  # noqa: E402
 from strategies.sma_cross import SmaCross  # noqa: E402
@@ -84,7 +84,8 @@ def time_engine(core: ModuleType, val: ModuleType, symbols: list[str],
 def load_tree(base: Path) -> tuple[ModuleType, ModuleType]:
     """Another checkout's validator and engine core, beside this tree's."""
     mods = []
-    for name, rel in (("base_validation", "feeds/validation.py"), ("base_core", "engine/core.py")):
+    for name, rel in (("base_validation", "feeds/validation.py"),
+                      ("base_core", "engine/trading/core.py")):
         spec = importlib.util.spec_from_file_location(name, base / rel)
         assert spec is not None and spec.loader is not None
         mod = importlib.util.module_from_spec(spec)
@@ -103,7 +104,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     symbols, frames = frames_of(args.ticks, args.symbols)
-    trees = {"this": (feeds.validation, engine.core)}
+    trees = {"this": (feeds.validation, engine.trading.core)}
     if args.base is not None:
         trees = {"base": load_tree(args.base), **trees}
     rows: list[dict[str, Any]] = []

@@ -4,11 +4,11 @@
         [--repeats 5] [--quick] [--json PATH]
 
 Variants, each computing m(Δt) (hence H) and both autocorrelations for Δt = 1 … max-lag:
-- `gpu tiled f64/f32 (T×L)`: gpu.timeseries kernels, time tile T, lag tile L; CUDA-event
+- `gpu tiled f64/f32 (T×L)`: gpu.timeseries.analysis kernels, time tile T, lag tile L; CUDA-event
   time of the two launches on data already on the device (median), and the wall time of
   the whole `lag_statistics` call (transfers included);
 - `cpu twin f64`: the same core on all numba threads;
-- `numpy per lag`: one vector expression per lag and quantity (gpu.timeseries'
+- `numpy per lag`: one vector expression per lag and quantity (gpu.timeseries.analysis'
   reference), timed once: it takes tens of seconds;
 - `numpy fft (rho only)`: both autocorrelations by FFT; the FFT cannot give m(Δt), whose
   |·| is not a product, so it is a partial alternative for ρ alone.
@@ -38,7 +38,7 @@ from benchmarks.common import device_or_none, gpu_name, log, write_json  # noqa:
 from benchmarks.common import median_seconds as _median_seconds  # noqa: E402
 from engine.commands.timeseries import price_series  # noqa: E402
 from feeds.datadir import data_dir  # noqa: E402
-from gpu import timeseries as ts  # noqa: E402
+from gpu.timeseries import analysis as ts  # noqa: E402
 
 GPU_TILES = ((512, 128), (256, 128), (512, 256), (1024, 64))
 

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.common import device_or_none, gpu_name, log, write_json  # noqa: E402
 from feeds.datadir import data_dir  # noqa: E402
-from gpu.gp_core import cost_tuple  # noqa: E402
+from gpu.gp.core import cost_tuple  # noqa: E402
 from strategies.gp import walk_forward as wfm  # noqa: E402
 from strategies.gp.evolution import EvolutionConfig  # noqa: E402
 from strategies.gp.window import history_matrix  # noqa: E402

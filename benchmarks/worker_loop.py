@@ -39,8 +39,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import gpu_name, log, scoped_env, write_json  # noqa: E402
-from engine.config import load_config  # noqa: E402
 from engine.option_worker import WorkerClient  # noqa: E402
+from engine.settings.config import load_config  # noqa: E402
 
 VARIANTS: list[tuple[str, dict[str, str]]] = [
     ("numba launcher, rows regathered, a request every tick (before)",

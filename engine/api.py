@@ -6,7 +6,7 @@
     result.plot(); result.to_html("tearsheet.html")
 
 `backtest` is named for what a quant calls it (vectorbt's `Portfolio.from_signals`,
-backtesting.py's `Backtest`): it runs `engine.replay.replay`, the very engine and ZeroMQ
+backtesting.py's `Backtest`): it runs `engine.trading.replay.replay`, the very engine and ZeroMQ
 path of `run_engine.py replay`, on an in-memory Source; there is no second simulator, so
 its figures equal a replay of the same data written to a daily CSV (tests/engine/test_api.py).
 
@@ -19,7 +19,7 @@ reader's cleaning (feeds/daily.py: counted skips and repairs) and are stamped at
 Strategy: a `strategies.base.Strategy` object, a built-in name or strategy file
 (`strategies.registry.strategy_from_spec`), or a plain function of the indicator values:
 `fn(features) -> signals`, where `features` is a DataFrame (one row per symbol, one column
-per indicator of `gpu.terminals.TERMINALS`, NaN while warming up) and the signals a
+per indicator of `gpu.indicators.catalogue.TERMINALS`, NaN while warming up) and the signals a
 Series, dict or array of -1/0/+1 per symbol.
 
 pandas is imported inside these functions only: the engine itself runs without it.
@@ -37,9 +37,9 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from engine.config import EngineConfig
 from engine.errors import UserError
-from engine.replay import ReplayResult, replay
+from engine.settings.config import EngineConfig
+from engine.trading.replay import ReplayResult, replay
 from feeds.daily import DailySource, clean_daily
 from feeds.records import SkipCounter
 from strategies.base import Features, Signals, Strategy
@@ -141,7 +141,7 @@ class FunctionStrategy:
                              ) -> Signals:
         import pandas as pd
 
-        from gpu.terminals import TERMINALS
+        from gpu.indicators.catalogue import TERMINALS
 
         n = features.shape[0]
         while len(self._symbols) < n:  # symbols registered after reset
@@ -221,7 +221,7 @@ class Result:
     def trades(self) -> Any:
         import pandas as pd
 
-        from engine.report import round_trips
+        from engine.reporting.report import round_trips
 
         return pd.DataFrame(round_trips(self.result.engine.broker.fills,
                                         self.result.engine.broker.multipliers))
@@ -248,7 +248,7 @@ class Result:
 
     def plot(self) -> Any:
         """A matplotlib Figure: equity against buy-and-hold, and the drawdown."""
-        from engine.plots import pyplot
+        from engine.reporting.plots import pyplot
 
         eq = self.equity
         fig, (a1, a2) = pyplot().subplots(2, 1, figsize=(9, 5), sharex=True,
@@ -264,9 +264,10 @@ class Result:
         return fig
 
     def to_html(self, path: str | Path | None = None) -> str:
-        """The tearsheet (engine/tearsheet.py) as an HTML string; also written to `path`."""
-        from engine.report import equity_curve, round_trips
-        from engine.tearsheet import render
+        """The tearsheet (engine/reporting/tearsheet.py) as an HTML string; also written to
+        `path`."""
+        from engine.reporting.report import equity_curve, round_trips
+        from engine.reporting.tearsheet import render
 
         page = render(self.report, equity_curve(self.result),
                       round_trips(self.result.engine.broker.fills,
@@ -286,7 +287,7 @@ def backtest(data: Any, strategy: Any = "sma-cross", *, config: EngineConfig | N
     `settings`: EngineConfig keys (bar_seconds, session, ...) and broker keys (fill,
     commission, slippage_bps, cash, ...) over `config`'s or the defaults."""
     from engine.extras import require
-    from engine.report import build_report
+    from engine.reporting.report import build_report
 
     require("pandas", "report", "backtest() (DataFrames in and out)")
     strat = _strategy(strategy, device)

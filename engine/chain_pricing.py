@@ -20,9 +20,9 @@ import numpy as np
 
 from engine.errors import UserError
 from feeds.option_chain import OptionChain
-from gpu.implied_vol import IVStatus, quote_mids, solve_implied_vols
-from gpu.instruments import MarketInputs, OptionContracts
-from gpu.options import AnalyticEuropeanEngine, FdPricingEngine
+from gpu.options.engines import AnalyticEuropeanEngine, FdPricingEngine
+from gpu.options.implied_vol import IVStatus, quote_mids, solve_implied_vols
+from gpu.options.instruments import MarketInputs, OptionContracts
 
 
 def _clean(x: float) -> float | None:

@@ -13,8 +13,8 @@ import msgspec
 import numpy as np
 
 from feeds.option_chain import DAYS_PER_YEAR, option_symbol
-from gpu.instruments import MarketInputs, OptionContracts, check_dividend_yield
-from gpu.options import GRIDS, FdPricingEngine, OptionGroupPricer, make_grid
+from gpu.options.engines import GRIDS, FdPricingEngine, OptionGroupPricer, make_grid
+from gpu.options.instruments import MarketInputs, OptionContracts, check_dividend_yield
 
 # the book's logger, as before these pieces moved here: the expiry warning keeps its name
 log = logging.getLogger("engine.option_book")

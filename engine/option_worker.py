@@ -8,7 +8,7 @@ the tick's timestamp and the time of the request into a shared-memory slot per g
 `OptionGroupValues` message). The engine hands the client its spots from validation: every
 OPTION_TAP_EVERY-th accepted trade of an underlying (default 8) as the validator accepts it,
 while the batch is still being received, and each batch's newest right after validation
-(`engine.core.Engine.take_spots_from`). On the H200 that gave the SPY replay 133k
+(`engine.trading.core.Engine.take_spots_from`). On the H200 that gave the SPY replay 133k
 repricings a replay at 0.99 of the tick rate without options, against 76k and 0.88 with
 every tick sent from the engine's hot loop (OPTION_TAP_EVERY=0), the median of 20 rounds
 each (benchmarks/results/h200-2026-11-23-session4): the hot loop is a quarter of the
@@ -28,7 +28,7 @@ the median of 20 rounds each), but on demand the engine received about half the
 repricings (58k a replay against 102k), since ticks wait in the client while it receives
 and decodes. A held tick still collects a finished repricing (one more shared-memory read), so no
 result waits for a request. The worker (`worker_main`) spins over its batches, each a
-`gpu.option_batch.BatchPricer`: up to OPTION_WORKER_SLOTS launches are in flight per batch
+`gpu.options.batch.BatchPricer`: up to OPTION_WORKER_SLOTS launches are in flight per batch
 (each its own buffers and stream), spaced a slot's share of a launch's latency apart, so
 the GPU works on the next spot while the previous results are still on their way.
 Finished launches are published oldest first (in request order). Every launch takes the
@@ -122,7 +122,8 @@ DEFAULT_SPACING = 1.0
 REQUEST_EVERY_ENV = "OPTION_REQUEST_EVERY"
 DEFAULT_REQUEST_EVERY = 1
 #: OPTION_TAP_EVERY: every how many accepted trades of an underlying the engine hands its
-#: spot over from validation (`engine.core.Engine`, `feeds.validation.Validator.tap_trades`);
+#: spot over from validation (`engine.trading.core.Engine`,
+#: `feeds.validation.Validator.tap_trades`);
 #: 0: every tick from the engine's hot loop instead
 TAP_EVERY_ENV = "OPTION_TAP_EVERY"
 DEFAULT_TAP_EVERY = 8
@@ -720,8 +721,8 @@ def worker_settings() -> tuple[int, float]:
 
 def _batches(groups: list[Any], device: str) -> list[_Batch]:
     """One batch per group; with OPTION_WORKER_BATCH=1 groups of the same grid share one."""
-    from gpu.option_batch import BatchPricer
-    from gpu.options import warm_up
+    from gpu.options.batch import BatchPricer
+    from gpu.options.engines import warm_up
 
     together = os.environ.get(BATCH_ENV, "0") == "1"
     members: dict[Any, list[int]] = {}

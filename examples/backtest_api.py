@@ -53,7 +53,7 @@ if __name__ == "__main__":
 
     # %%
     # a plain function of the indicator values (one row per symbol, one column per
-    # indicator of gpu/terminals.py): long while the 10-day SMA is above the 50-day one
+    # indicator of gpu/indicators/catalogue.py): long while the 10-day SMA is above the 50-day one
     # and the close above the 200-day SMA
     def trend(features: pd.DataFrame) -> pd.Series:
         return ((features["sma10"] > features["sma50"])

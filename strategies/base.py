@@ -1,7 +1,7 @@
 """The strategy protocol: indicator values of all symbols in, target signals out.
 
 A strategy sees, when bars close, a float32 matrix `features[symbol, terminal]` laid out as
-`gpu.terminals.TERMINALS` (NaN where an indicator is still warming up) and returns the
+`gpu.indicators.catalogue.TERMINALS` (NaN where an indicator is still warming up) and returns the
 target signal of every symbol: -1 short, 0 flat, +1 long (int8). The engine turns signal
 transitions into orders through the exhaustive trading-phase table (engine/phases.py).
 
@@ -37,7 +37,7 @@ Weights = npt.NDArray[np.float64]    # (n_symbols,) in [-1, 1], fractions of equ
 
 @runtime_checkable
 class BookView(Protocol):
-    """The strategy's book, read-only (engine/book.py builds it over the account)."""
+    """The strategy's book, read-only (engine/trading/book.py builds it over the account)."""
 
     @property
     def symbols(self) -> list[str]: ...
@@ -98,7 +98,7 @@ class OverlappedStrategy(Strategy, Protocol):
     `begin_signals` starts the evaluation of one bar close (on a GPU: a launch) and returns
     at once; `end_signals` returns the signals `target_signals` would have returned for the
     same call. Between the two the engine applies the ticks that follow the close but holds
-    back their fills (engine.core.Engine: overlapped decisions), so the evaluation runs
+    back their fills (engine.trading.core.Engine: overlapped decisions), so the evaluation runs
     between transactions and the results are those of a bar close that waited."""
 
     #: True where `begin_signals` returns before the evaluation is done (a GPU launch);
@@ -131,7 +131,7 @@ class OrderRequest:
     """An order a strategy places itself (`OrderingStrategy`): `sym` in the engine's symbol
     order, `side` +1 buy / -1 sell, `quantity` units; `limit`/`stop` prices where the type
     needs them; time in force DAY (until the exchange day ends), GTC or IOC (its first
-    price or never). Fill rules: engine/order_types.py."""
+    price or never). Fill rules: engine/trading/order_types.py."""
 
     sym: int
     side: int

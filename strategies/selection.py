@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from gpu.subset import SubsetResult, least_correlated
+from gpu.subset.search import SubsetResult, least_correlated
 
 DATE_COLUMNS = ("date", "day", "time", "timestamp")
 

@@ -7,7 +7,7 @@ Long/short by default, entering at the first crossover (the seed table's behavio
 entry on FROM_ZERO). Long-only enters on FROM_ZERO, since its signals only move 0 <-> +1.
 
 Any window a user names works (`sma-cross:20,100`, `sma-cross:12,26,ema`). Simple
-averages of the indicator bank's windows (gpu.terminals.SMA_WINDOWS: 5, 10, 20, 50, ...)
+averages of the indicator bank's windows (gpu.indicators.catalogue.SMA_WINDOWS: 5, 10, 20, 50, ...)
 are read from the bank, as the GP evaluator reads them; any other window, and every
 exponential average, is computed from the closes the engine keeps for the strategy (its
 book's bar window, `history_bars`): the SMA as the mean of the last `w` closes, the EMA as
@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from gpu.terminals import SMA_WINDOWS, TERMINAL_INDEX
+from gpu.indicators.catalogue import SMA_WINDOWS, TERMINAL_INDEX
 from strategies.base import BookView, Features, Signals
 
 CLOSE = 3  # the close column of a book's bar window

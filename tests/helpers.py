@@ -10,7 +10,7 @@ import numpy as np
 
 from feeds.messages import Trade
 from feeds.records import Source
-from gpu.gp_core import CASH0, CODE_BUY, CODE_SELL, COMMISSION
+from gpu.gp.core import CASH0, CODE_BUY, CODE_SELL, COMMISSION
 
 
 def trade_messages(source: Source) -> list[Trade]:

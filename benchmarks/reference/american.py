@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gpu.instruments import MarketInputs, OptionContracts
+from gpu.options.instruments import MarketInputs, OptionContracts
 
 REFERENCE_CSV = Path(__file__).resolve().parent / "american_reference.csv"
 #: relative errors are taken over contracts worth at least this much (spot 100)

@@ -17,13 +17,13 @@ import numpy as np
 
 from engine.errors import UserError
 from engine.extras import require
-from engine.plot_worker import PlotWorker
 from engine.progress import eta
+from engine.reporting.plot_worker import PlotWorker
 from feeds.datadir import data_dir
 from gpu import warm_start
 from gpu.device import DeviceUnavailable
-from gpu.gp_core import COMMISSION, DEFAULT_COSTS, SLIPPAGE_BPS, cost_tuple
-from gpu.gp_eval import PopulationEvaluator, buy_hold_cash, roi
+from gpu.gp.core import COMMISSION, DEFAULT_COSTS, SLIPPAGE_BPS, cost_tuple
+from gpu.gp.evaluate import PopulationEvaluator, buy_hold_cash, roi
 from strategies.gp.evolution import EvolutionConfig, EvolutionResult, GenerationStats, evolve
 from strategies.gp.representation import rules_programs
 from strategies.gp.returns import trade_period
@@ -195,7 +195,7 @@ def write_hall_of_fame_returns(path: Path, window: GPWindow, result: EvolutionRe
 
 def _check_options(args: argparse.Namespace) -> list[str] | None:
     """Refuse inconsistent options before any work; the --symbols list (None: --stocks)."""
-    from engine.outputs import check_writable_file
+    from engine.reporting.outputs import check_writable_file
 
     island_only = {"--migrate-every": args.migrate_every, "--migrants": args.migrants,
                    "--workers": args.workers}
@@ -212,9 +212,9 @@ def _check_options(args: argparse.Namespace) -> list[str] | None:
 
 
 def _check_kinds(args: argparse.Namespace) -> None:
-    """No output overwrites a file of another kind (engine/outputs.py): --out only a
+    """No output overwrites a file of another kind (engine/reporting/outputs.py): --out only a
     strategy file, the PNG only a PNG, --returns-out only a returns CSV of evolve."""
-    from engine.outputs import check_own_kind, check_writable_file
+    from engine.reporting.outputs import check_own_kind, check_writable_file
 
     check_own_kind(args.out, "strategy", "--out")
     suffix = "_walk_forward.png" if args.walk_forward is not None else "_fitness.png"
@@ -290,7 +290,7 @@ def _write_outputs(args: argparse.Namespace, window: GPWindow, result: Evolution
     title = (f"{window.n_stocks} stocks, {window.train.days} training days, "
              f"seed {config.seed}{test_txt}")
     if islands is not None:
-        from engine.plots import plot_islands
+        from engine.reporting.plots import plot_islands
 
         plot_islands(png, islands, f"{islands.plan.islands} islands x {config.population}, "
                                    f"{title}")
@@ -497,7 +497,7 @@ def run_walk_forward(args: argparse.Namespace, config: EvolutionConfig,
                      symbols: list[str] | None, costs: Costs) -> dict[str, Any]:
     """`evolve --walk-forward`: folds evolved and traded out of sample, stitched
     (strategies.gp.walk_forward); the report under `walk_forward`."""
-    from engine.plots import plot_walk_forward
+    from engine.reporting.plots import plot_walk_forward
     from feeds.sources import resolve_data_file
     from gpu.device import resolve_device
     from strategies.gp import walk_forward as wfm

@@ -26,7 +26,7 @@ import zmq
 
 from engine.commands.replay import source_factory
 from engine.errors import UserError
-from engine.settings import deprecated_alias
+from engine.settings.resolve import deprecated_alias
 from feeds.publish import publish_source
 from feeds.transport import Publisher
 
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     auth = None
     server = None
     if args.curve:
-        from engine.curve import load_keys, start_authenticator
+        from engine.live.curve_keys import load_keys, start_authenticator
 
         keys = load_keys(args.curve)
         auth = start_authenticator(ctx, keys)
@@ -192,7 +192,7 @@ def _binance_settings(args: argparse.Namespace) -> tuple[list[str], Any]:
             raise UserError(f"--record {args.record}: folder {parent} does not exist")
         if not os.access(parent, os.W_OK):
             raise UserError(f"--record {args.record}: folder {parent} is not writable")
-        from engine.outputs import check_own_kind
+        from engine.reporting.outputs import check_own_kind
 
         check_own_kind(Path(args.record), "gzip", "--record")  # appends: a recording only
     names = stream_names(symbols, streams)
@@ -213,7 +213,7 @@ def run_binance(args: argparse.Namespace) -> dict[str, Any]:
     auth = None
     server = None
     if args.curve:
-        from engine.curve import load_keys, start_authenticator
+        from engine.live.curve_keys import load_keys, start_authenticator
 
         keys = load_keys(args.curve)
         auth = start_authenticator(ctx, keys)

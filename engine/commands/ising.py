@@ -5,7 +5,7 @@
         [--kernel auto|bitplane|bitplane-int8|multispin|int8] [--device auto|cpu|cuda]
         [--out DIR] [--json PATH]
 
-Every (L, T, replica) lattice runs in the same launches (see `gpu.ising`). Under
+Every (L, T, replica) lattice runs in the same launches (see `gpu.ising.lattice`). Under
 `--kernel auto`, sizes that are multiples of 128 take the bit-plane kernel (one bit per
 spin, 2D and 3D), the others its int8 reference, which draws the same random numbers (both
 give identical lattices); `--kernel multispin` (2D, multiples of 32) and `int8` pick the
@@ -26,11 +26,11 @@ from typing import Any
 import numpy as np
 
 from engine.errors import UserError
-from engine.plots import plot_ising
 from engine.progress import eta
+from engine.reporting.plots import plot_ising
 from gpu.device import DeviceUnavailable, resolve_device
-from gpu.ising import IsingEnsemble, run_ensemble
-from gpu.ising_stats import (
+from gpu.ising.lattice import IsingEnsemble, run_ensemble
+from gpu.ising.stats import (
     TC_2D,
     TC_3D,
     estimate_tc,
@@ -219,7 +219,7 @@ Lattice = tuple[int, int, int]  # (size, temperature index, replica)
 
 def tc_from_crossings(temps: np.ndarray, by_size: dict[int, tuple[np.ndarray, np.ndarray]]
                       ) -> tuple[float | None, float | None, list[dict[str, Any]]]:
-    """Tc from the U4 crossings of consecutive sizes (`gpu.ising_stats.estimate_tc`), with
+    """Tc from the U4 crossings of consecutive sizes (`gpu.ising.stats.estimate_tc`), with
     a pair that finds no crossing there interpolated over the whole scan.
 
     estimate_tc fits a line near a sign change of U_large - U_small on the grid; at small

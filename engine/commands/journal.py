@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import UserError
-from engine.journal import Journal, JournalError
+from engine.live.journal import Journal, JournalError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

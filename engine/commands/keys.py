@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from engine.curve import write_keys
+from engine.live.curve_keys import write_keys
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -2,7 +2,7 @@
 
 Subscribes (connects) to ticks on `--ticks`, runs the same Engine as replay, binds
 `--orders` where it publishes orders, fills and risk rejections, each journaled to SQLite
-before it is published (engine/daemon.py). Restarted on the same journal it restores the
+before it is published (engine/live/daemon.py). Restarted on the same journal it restores the
 last snapshot of its state and the journal's orders, fills and stream positions, so a
 daemon stopped with SIGTERM and fed the rest of the stream trades exactly as one that never
 stopped. A feed's end of stream does not liquidate the book. Bad input is counted and
@@ -28,9 +28,9 @@ import zmq.asyncio
 
 from engine.errors import UserError
 from engine.gcpause import startup_objects_frozen
-from engine.journal import Journal, JournalError, JournalState, JournalWriteError
-from engine.settings import config_option, deprecated_alias, settings
-from engine.settings import resolve_device as check_device
+from engine.live.journal import Journal, JournalError, JournalState, JournalWriteError
+from engine.settings.resolve import config_option, deprecated_alias, settings
+from engine.settings.resolve import resolve_device as check_device
 from gpu.device import resolve_device
 
 log = logging.getLogger("live")
@@ -88,7 +88,7 @@ class JsonLogFormatter(logging.Formatter):
 
 
 async def run_live(args: argparse.Namespace) -> dict[str, Any]:
-    from engine.daemon import Daemon, install_signals, open_sockets
+    from engine.live.daemon import Daemon, install_signals, open_sockets
 
     if args.log_json:
         for handler in logging.getLogger().handlers:
@@ -96,7 +96,7 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
 
     if args.ticks is None:
         raise UserError("live needs --market-data ENDPOINT (the tick feed to connect to)")
-    cfg = settings(args)  # default < --config file < flags given (engine/settings.py)
+    cfg = settings(args)  # default < --config file < flags given (engine/settings/resolve.py)
     check_device(cfg.device, "engine", args)  # cuda without a GPU: one line, naming whence
     device = resolve_device(cfg.device, "engine")
     if not args.curve and not args.allow_remote:
@@ -104,13 +104,13 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
         _check_loopback("--orders", args.orders)
     curve = None
     if args.curve:
-        from engine.curve import load_keys
+        from engine.live.curve_keys import load_keys
 
         curve = load_keys(args.curve)
     strategy = _load_strategy(args.strategy, cfg.device)
     journal, state = _open_journal(args.journal)
     reevolution = None
-    if cfg.reevolve.enabled:  # the GP rule re-evolved daily (engine/reevolution.py)
+    if cfg.reevolve.enabled:  # the GP rule re-evolved daily (engine/live/reevolution.py)
         strategy, reevolution = _reevolution(cfg, args, strategy, journal)
     ctx = zmq.asyncio.Context()
     auth = None
@@ -118,7 +118,7 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
               + [b"H."] if args.symbols else [b""])
     try:
         if curve is not None:
-            from engine.curve import start_authenticator
+            from engine.live.curve_keys import start_authenticator
 
             auth = start_authenticator(zmq.Context.shadow(ctx.underlying), curve)
         sub, out = open_sockets(ctx, args.ticks, args.orders, cfg, topics, curve)
@@ -194,8 +194,8 @@ def _reevolution(cfg: Any, args: argparse.Namespace, strategy: Any, journal: Jou
                  ) -> tuple[Any, Any]:
     """The swappable GP strategy and its re-evolution: the rule version the journal last
     adopted (a restart resumes with the rule it traded), else the strategy file's."""
-    from engine.reevolution import LiveReevolution, initial_version
-    from gpu.gp_core import cost_tuple
+    from engine.live.reevolution import LiveReevolution, initial_version
+    from gpu.gp.core import cost_tuple
     from strategies.gp.reevolve import RuleVersion
     from strategies.gp.strategy import GPEnsemble, SwappableGP
 

@@ -28,12 +28,12 @@ import numpy as np
 
 from engine.chain_pricing import ChainValuation, atm_vols, generated_chain, value_chain
 from engine.errors import UserError
-from engine.plots import plot_smile
-from engine.settings import deprecated_alias
+from engine.reporting.plots import plot_smile
+from engine.settings.resolve import deprecated_alias
 from feeds.option_chain import OptionChain, read_chain
 from gpu.device import DeviceUnavailable
-from gpu.instruments import check_dividend_yield
-from gpu.options import GRIDS, FdPricingEngine, make_grid
+from gpu.options.engines import GRIDS, FdPricingEngine, make_grid
+from gpu.options.instruments import check_dividend_yield
 
 DEFAULT_RATE = 0.0
 
@@ -110,11 +110,11 @@ def _valuation_date(args: argparse.Namespace, chain: OptionChain) -> dt.date:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    from engine.outputs import check_writable_file
+    from engine.reporting.outputs import check_writable_file
 
     t_start = time.perf_counter()
     if args.plot is not None:
-        from engine.outputs import check_own_kind
+        from engine.reporting.outputs import check_own_kind
 
         check_writable_file(args.plot, "--plot")
         check_own_kind(args.plot, "png", "--plot")
@@ -161,7 +161,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             plot = (Path(js).with_name(Path(js).stem + "_smile.png")
                     if js and str(js) != "-" else None)
             if plot is not None:
-                from engine.outputs import check_own_kind
+                from engine.reporting.outputs import check_own_kind
 
                 check_own_kind(plot, "png", "--json's smile plot")
         if plot is not None:

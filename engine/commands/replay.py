@@ -12,12 +12,12 @@ from typing import Any
 import msgspec
 
 from engine.errors import UserError
-from engine.outputs import check_writable_dir
 from engine.phases import MARKET_HOURS, SessionSchedule
-from engine.replay import replay
-from engine.report import MIN_RATIO_DAYS, build_report, write_outputs
-from engine.settings import config_option, data_kind, resolve_device, resolve_fill, settings
-from engine.warmup import (
+from engine.reporting.outputs import check_writable_dir
+from engine.reporting.report import MIN_RATIO_DAYS, build_report, write_outputs
+from engine.settings.resolve import config_option, data_kind, resolve_device, resolve_fill, settings
+from engine.trading.replay import replay
+from engine.trading.warmup import (
     find_warmup_start,
     first_look_back_ns,
     parse_warmup,
@@ -25,7 +25,7 @@ from engine.warmup import (
 )
 from strategies.registry import strategy_from_spec
 
-#: the GP evaluator's default costs (gpu/gp_core.py): a file that records none used these
+#: the GP evaluator's default costs (gpu/gp/core.py): a file that records none used these
 COMMISSION, SLIPPAGE_BPS = 1.0, 0.0
 
 
@@ -97,8 +97,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_money_arguments(p: argparse.ArgumentParser) -> None:
-    """The account, its sizing model and the exits attached to entries (engine/broker.py,
-    engine/sizing.py, engine/order_types.py)."""
+    """The account, its sizing model and the exits attached to entries (engine/trading/broker.py,
+    engine/trading/sizing.py, engine/trading/order_types.py)."""
     config_option(p, "--cash", key="broker.cash", type=float,
                   help="the account's capital, $, shared by all symbols (0: $10,000 per "
                        "symbol known at the start)")
@@ -319,7 +319,7 @@ def _run_walk_forward(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _config(args: argparse.Namespace, gp_file: Any) -> Any:
-    """The settings of this replay (engine/settings.py: default < file < flag). A GP
+    """The settings of this replay (engine/settings/resolve.py: default < file < flag). A GP
     strategy file that records its costs (`commission`, `slippage_bps`: evolve's) ranks
     above the config file and below a flag. The device is checked and the fill model
     resolved against the data here, once: an impossible one is a one-line error."""
@@ -381,7 +381,7 @@ def _iso_ns(ts: int) -> str:
 def _plan_warmup(args: argparse.Namespace, cfg: Any, strategy: Any, plan: WindowPlan | None,
                  asked: int | None, regular_hours: bool) -> WarmupPlan:
     """How many bars before --start warm the indicators, and from where the data is read
-    (engine/warmup.py). A --window replay warms as the evaluator's panel did (train: not
+    (engine/trading/warmup.py). A --window replay warms as the evaluator's panel did (train: not
     at all; test: on the training days) unless --warmup says otherwise."""
     from feeds.sources import detect_format, open_sources, parse_date
 

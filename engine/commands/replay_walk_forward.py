@@ -3,7 +3,7 @@
 The daily bars of the folds' whole history go through the real engine (feed, ZeroMQ,
 validation, bars, indicator bank, GP decider, phase table, paper broker); each fold's rule
 is evolved in a background process and swapped in at the session boundary before the
-fold's first test day (engine/reevolution.py, which also says why each fold ends flat).
+fold's first test day (engine/live/reevolution.py, which also says why each fold ends flat).
 The folds are `evolve --walk-forward`'s (strategies/gp/walk_forward.py): the same stocks,
 days, seeds (seed + k), evolution settings and costs, so under evolve's fill model
 (signal-close, the default here) `walk_forward.oos_roi` and each fold's `test_roi` equal
@@ -22,7 +22,7 @@ from feeds.datadir import data_dir
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     wf = p.add_argument_group("walk-forward (re-evolution inside the engine, "
-                              "engine/reevolution.py)")
+                              "engine/live/reevolution.py)")
     wf.add_argument("--walk-forward", metavar="TRAIN,TEST[,STEP]",
                     help="evolve GP rules on TRAIN trading days in a background process, "
                          "trade them through the engine on the next TEST, swap at each fold "
@@ -103,11 +103,11 @@ def run(args: argparse.Namespace, config_of: Any, source_factory: Any
     `config_of(args)`: the replay command's EngineConfig for these options;
     `source_factory(args)`: its feed's factory (both passed in by the replay command,
     which imports this module, so this one does not import it back)."""
-    from engine.reevolution import WalkForwardSessions
-    from engine.replay import replay
-    from engine.report import build_report
+    from engine.live.reevolution import WalkForwardSessions
+    from engine.reporting.report import build_report
+    from engine.trading.replay import replay
     from feeds.sources import parse_date
-    from gpu.gp_core import cost_tuple
+    from gpu.gp.core import cost_tuple
     from strategies.gp.reevolve import Reevolver
     from strategies.gp.strategy import SwappableGP
 

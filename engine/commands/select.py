@@ -4,7 +4,7 @@
         [--device auto|cpu|cuda] [--plot PNG] [--json PATH]
 
 Searches all C(n, k) combinations of the n strategy columns for the one whose k×k
-correlation sub-matrix is closest to the identity (Frobenius distance; gpu/subset.py).
+correlation sub-matrix is closest to the identity (Frobenius distance; gpu/subset/search.py).
 The returns file format is in strategies/selection.py; `evolve --returns-out` writes one.
 The `--json` output can be given to a GP strategy file as `best.json#ensemble:select=FILE`.
 """
@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 
 from engine.errors import UserError
-from engine.plots import plot_selection
-from engine.settings import deprecated_alias
+from engine.reporting.plots import plot_selection
+from engine.settings.resolve import deprecated_alias
 from gpu.device import DeviceUnavailable, resolve_device
-from gpu.subset import SearchTooLong
+from gpu.subset.search import SearchTooLong
 from strategies.selection import (
     clone_warning,
     largest_abs_correlation,
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if not args.max_search_seconds > 0:
         raise UserError(f"--max-search-seconds must be positive, got {args.max_search_seconds}")
     if args.plot:  # before the search: never overwrite a file that is not a PNG
-        from engine.outputs import check_own_kind, check_writable_file
+        from engine.reporting.outputs import check_own_kind, check_writable_file
 
         check_writable_file(args.plot, "--plot")
         check_own_kind(args.plot, "png", "--plot")

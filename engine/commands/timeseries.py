@@ -5,7 +5,8 @@
         [--device auto|cpu|cuda] [--out DIR] [--json PATH]
 
 Prices: the trade prices of tick data (LEAN zips, tick CSV) and the daily closes of daily
-files, in time order; Δt counts ticks (or days). Definitions and kernels: gpu/timeseries.py.
+files, in time order; Δt counts ticks (or days). Definitions and kernels:
+gpu/timeseries/analysis.py.
 Non-finite or non-positive prices are counted and skipped. Without `--symbols`, symbols
 too short for `--max-lag` are skipped (and counted); a requested symbol that is too short
 is an error. `--out DIR` gets one log-log PNG per symbol.
@@ -23,11 +24,11 @@ from typing import Any
 import numpy as np
 
 from engine.errors import UserError
-from engine.plots import plot_statistics
+from engine.reporting.plots import plot_statistics
 from feeds.records import KIND_BAR, KIND_TRADE, parse_date
 from feeds.sources import open_sources
 from gpu.device import DeviceUnavailable, resolve_device
-from gpu.timeseries import LagStatistics, check_max_lag, lag_statistics
+from gpu.timeseries.analysis import LagStatistics, check_max_lag, lag_statistics
 
 SHOWN_LAGS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 4096)
 

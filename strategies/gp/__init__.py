@@ -4,13 +4,13 @@ Modules: `representation` (flat prefix arrays, infix text, postfix compilation),
 (ramped half-and-half), `operators` (crossover, mutation, breeding), `evolution` (the
 loop, tournament, elitism, hall of fame), `reference` (plain-Python evaluator for tests),
 `window` (data window and indicator panel), `strategy` (GPStrategy, GPEnsemble,
-simulate_money), `strategy_file` (JSON files). The evaluators are gpu/gp_core.py (the
-arithmetic, written once) and gpu/gp_eval.py (CPU numba and CUDA kernels).
+simulate_money), `strategy_file` (JSON files). The evaluators are gpu/gp/core.py (the
+arithmetic, written once) and gpu/gp/evaluate.py (CPU numba and CUDA kernels).
 
 Semantics, shared by every evaluator and by the engine replay:
 
-Rules. Strongly typed trees over the 31 terminals of gpu.terminals (17 float, 14 bool) and
-AND, OR, NOT (bool -> bool), <, > (float, float -> bool). An individual is a buy tree and a
+Rules. Strongly typed trees over the 31 terminals of gpu.indicators.catalogue (17 float, 14 bool)
+and AND, OR, NOT (bool -> bool), <, > (float, float -> bool). An individual is a buy tree and a
 sell tree, both returning bool. A comparison involving NaN is false; a bool terminal is true
 iff its value > 0.5 (so a warming-up NaN is false); NOT(false) = true.
 
@@ -38,7 +38,7 @@ does the same: the next entry needs a 0 -> +1 transition again).
 Money. $10,000 per stock at the start of each period (train and test each start flat with
 fresh cash), $1 commission per trade by default (`evolve --commission X --slippage-bps Y`:
 the paper broker's costs, a fill at close x (1 +/- Y 1e-4) and floor((cash - X) / fill)
-shares; see gpu.gp_core.cost_tuple), float64 arithmetic in exactly the order written above
+shares; see gpu.gp.core.cost_tuple), float64 arithmetic in exactly the order written above
 (on the GPU the product shares*close is rounded separately: libdevice dmul_rn, no fused
 multiply-add). After the last day whatever is held is sold at the last close (-$1).
 ROI = final cash / 10,000 - 1. Buy-and-hold: the same buy at the first day's close and the

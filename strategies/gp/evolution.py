@@ -16,7 +16,7 @@ a generation is drawn before its first part, so the parts change nothing in the 
 
 Reproducibility: every random draw comes from `np.random.Generator(PCG64(seed))` on the host
 (tournaments, and one stream seed per child for the numba operators). Fitness is identical
-on every evaluator device (gpu.gp_eval), so the same seed gives the same run on CPU and CUDA.
+on every evaluator device (gpu.gp.evaluate), so the same seed gives the same run on CPU and CUDA.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from gpu.gp_core import STACK_SIZE
-from gpu.gp_eval import PopulationEvaluator
+from gpu.gp.core import STACK_SIZE
+from gpu.gp.evaluate import PopulationEvaluator
 from strategies.gp.init import ramped_half_and_half
 from strategies.gp.operators import breed
 from strategies.gp.representation import (
@@ -119,7 +119,7 @@ class GenerationStats:
 @dataclass(frozen=True)
 class Champion:
     """A rule with its training fitness, the generation that first produced it and its
-    behaviour fingerprint over the training days (gpu.gp_bitwise.behaviours; None when the
+    behaviour fingerprint over the training days (gpu.gp.bitwise.behaviours; None when the
     hall of fame was kept without one)."""
 
     rule: GPRule
@@ -128,7 +128,7 @@ class Champion:
     behaviour: int | None = None
 
 
-#: fingerprints of individuals `index` of a population (gpu.gp_eval.WindowEvaluator.behaviours)
+#: fingerprints of individuals `index` of a population (gpu.gp.evaluate.WindowEvaluator.behaviours)
 Behaviours = Callable[[Population, npt.NDArray[np.int64]], npt.NDArray[np.uint64]]
 
 #: candidates fingerprinted together (one parallel pass), and the memo's bound

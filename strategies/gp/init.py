@@ -20,7 +20,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from gpu.gp_core import (
+from gpu.gp.core import (
     ARG_TYPE,
     ARITY,
     OP_AND,
@@ -31,7 +31,7 @@ from gpu.gp_core import (
     TYPE_BOOL,
     TYPE_FLOAT,
 )
-from gpu.terminals import N_BOOL, N_FLOAT
+from gpu.indicators.catalogue import N_BOOL, N_FLOAT
 from strategies.gp.representation import (
     DEFAULT_MAX_NODES,
     Population,

@@ -60,8 +60,8 @@ import numpy as np
 import numpy.typing as npt
 
 from gpu.device import cuda_present, cuda_simulated
-from gpu.gp_core import DEFAULT_COSTS
-from gpu.gp_eval import PopulationEvaluator
+from gpu.gp.core import DEFAULT_COSTS
+from gpu.gp.evaluate import PopulationEvaluator
 from strategies.gp.evolution import (
     Champion,
     EvolutionConfig,

@@ -22,8 +22,8 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from gpu.gp_core import ARITY, OP_AND, OP_GT, OP_LT, OP_NOT, OP_OR, RETURN_TYPE
-from gpu.terminals import N_BOOL, N_FLOAT, N_TERMINALS
+from gpu.gp.core import ARITY, OP_AND, OP_GT, OP_LT, OP_NOT, OP_OR, RETURN_TYPE
+from gpu.indicators.catalogue import N_BOOL, N_FLOAT, N_TERMINALS
 from strategies.gp.init import random_tree
 from strategies.gp.representation import Population, scan_tree, subtree_sizes
 from strategies.gp.rng import below, child_seeds, uniform

@@ -39,7 +39,7 @@ import msgspec
 import numpy as np
 import numpy.typing as npt
 
-from gpu.gp_core import DEFAULT_COSTS
+from gpu.gp.core import DEFAULT_COSTS
 from strategies.gp.evolution import EvolutionConfig, GenerationStats
 from strategies.gp.representation import GPRule
 
@@ -126,8 +126,8 @@ class BudgetExceeded(RuntimeError):
 
 def evolve_job(job: EvolveJob) -> RuleVersion:
     """Evolve on the job's window (in the worker process); version 0 until adopted."""
-    from gpu.gp_eval import PopulationEvaluator
-    from gpu.indicators import compute_panel
+    from gpu.gp.evaluate import PopulationEvaluator
+    from gpu.indicators.compute import compute_panel
     from strategies.gp.evolution import evolve
 
     t0 = time.perf_counter()
@@ -207,8 +207,8 @@ def _ready() -> bool:
     """The worker's first task: import what an evolution needs (numba's compiled code
     loads from its cache), so the first real job does not pay for it."""
     import strategies.gp.evolution  # noqa: F401
-    from gpu.gp_eval import PopulationEvaluator  # noqa: F401
-    from gpu.indicators import compute_panel  # noqa: F401
+    from gpu.gp.evaluate import PopulationEvaluator  # noqa: F401
+    from gpu.indicators.compute import compute_panel  # noqa: F401
 
     return True
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from gpu.terminals import BOOL_TERMINALS, FLOAT_TERMINALS, TERMINALS
+from gpu.indicators.catalogue import BOOL_TERMINALS, FLOAT_TERMINALS, TERMINALS
 from strategies.gp.representation import GPRule
 
 START_CASH = 10_000.0

@@ -1,7 +1,7 @@
 """Flat-array representation of GP trading rules, infix text, and compilation to postfix.
 
 A population is three arrays (EvoGP / gplearn style, no Python object per node):
-- `ops`     int16 (n, 2, max_nodes): op codes (gpu.gp_core) in prefix order, tree 0 = buy,
+- `ops`     int16 (n, 2, max_nodes): op codes (gpu.gp.core) in prefix order, tree 0 = buy,
   tree 1 = sell; slots past a tree's length are unused (kept 0);
 - `sizes`   int16 (n, 2, max_nodes): size of the subtree rooted at each node;
 - `lengths` int16 (n, 2): node count of each tree.
@@ -27,7 +27,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
-from gpu.gp_core import (
+from gpu.gp.core import (
     ARG_TYPE,
     ARITY,
     FUNCTION_NAMES,
@@ -41,7 +41,7 @@ from gpu.gp_core import (
     STACK_SIZE,
     TYPE_BOOL,
 )
-from gpu.terminals import N_FLOAT, TERMINAL_INDEX, TERMINALS
+from gpu.indicators.catalogue import N_FLOAT, TERMINAL_INDEX, TERMINALS
 
 I16 = npt.NDArray[np.int16]
 I32 = npt.NDArray[np.int32]
@@ -435,7 +435,7 @@ class GPRule:
         return self._program
 
     def programs(self) -> tuple[I16, I32]:
-        """This rule as a one-row (programs, lengths) pair for gpu.gp_eval."""
+        """This rule as a one-row (programs, lengths) pair for gpu.gp.evaluate."""
         return self._program[None, :].copy(), np.asarray([self._program.size], np.int32)
 
     def __eq__(self, other: object) -> bool:
@@ -450,7 +450,7 @@ class GPRule:
 
 
 def rules_programs(rules: list[GPRule]) -> tuple[I16, I32]:
-    """Postfix programs (n, longest) and lengths of several rules, for gpu.gp_eval."""
+    """Postfix programs (n, longest) and lengths of several rules, for gpu.gp.evaluate."""
     width = max((r.program.size for r in rules), default=2)
     programs = np.zeros((len(rules), width), np.int16)
     lengths = np.zeros(len(rules), np.int32)

@@ -1,7 +1,7 @@
 """Daily returns of GP rules: the paper's money simulation valued at every close.
 
 Each rule trades each stock of the window from CASH0 dollars by the evaluator's own money
-step (gpu.gp_core: buy the most whole shares on buy-only, sell all on sell-only, $1 per
+step (gpu.gp.core: buy the most whole shares on buy-only, sell all on sell-only, $1 per
 trade), and the portfolio (all stocks together) is valued after each day's trade at that
 day's close: cash + shares × close, on the last day the liquidated cash. So the last value
 equals the sum over stocks of the evaluator's final cash (tested), and the returns of a
@@ -22,8 +22,8 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from gpu.gp_core import CASH0, CODE_BUY, CODE_SELL, CPU, DEFAULT_COSTS
-from gpu.gp_eval import decision_codes
+from gpu.gp.core import CASH0, CODE_BUY, CODE_SELL, CPU, DEFAULT_COSTS
+from gpu.gp.evaluate import decision_codes
 from strategies.gp.representation import GPRule, rules_programs
 from strategies.gp.window import GPWindow, Period
 

@@ -3,7 +3,7 @@
 Signal mapping (the paper's decision matrix on the engine's phase table): for a symbol
 whose bar closed, buy&!sell -> +1, sell&!buy -> 0, otherwise the previous signal (initially
 0). `enter_on_from_zero=True`, `long_only=True`: the engine enters on 0 -> +1 and clears on
-+1 -> 0, which is exactly gpu.gp_core's money simulation.
++1 -> 0, which is exactly gpu.gp.core's money simulation.
 
 `GPEnsemble` votes several rules (a hall of fame): buy when more than half of the buy trees
 are true, sell when more than half of the sell trees are true, then the same matrix.
@@ -11,7 +11,7 @@ are true, sell when more than half of the sell trees are true, then the same mat
 Evaluation: all rules x all symbols in one batched call per bar close. On a GPU that is one
 kernel launch on the strategy's own stream, awaited by polling a CUDA event with
 `asyncio.sleep(0)` between polls (numba-cuda 0.30.4 has no stream callbacks), so the event
-loop keeps receiving meanwhile; elsewhere the numba CPU twin (`gpu/gp_decider.py`; under
+loop keeps receiving meanwhile; elsewhere the numba CPU twin (`gpu/gp/decider.py`; under
 `--device auto` the faster backend for the strategy's size, measured at start-up).
 """
 
@@ -23,9 +23,9 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from gpu.gp_core import CODE_BUY, CODE_SELL, DEFAULT_COSTS
-from gpu.gp_decider import AsyncDecider
-from gpu.gp_eval import cash_from_codes, decision_codes, final_cash
+from gpu.gp.core import CODE_BUY, CODE_SELL, DEFAULT_COSTS
+from gpu.gp.decider import AsyncDecider
+from gpu.gp.evaluate import cash_from_codes, decision_codes, final_cash
 from strategies.base import Features, Signals
 from strategies.gp.representation import GPRule, rules_programs
 
@@ -120,7 +120,7 @@ class GPStrategy(GPEnsemble):
 
 class SwappableGP(GPEnsemble):
     """GP rules that can be replaced while the engine runs (re-evolution,
-    engine/reevolution.py): the engine swaps them at a session boundary, between bar closes,
+    engine/live/reevolution.py): the engine swaps them at a session boundary, between bar closes,
     never inside an evaluation.
 
     With no rules (before the first version is adopted) it holds every signal where it is:

@@ -1,7 +1,7 @@
 """GP strategy files: JSON (msgspec) with the best rule and a hall of fame.
 
 Each tree is stored twice: readable fully-parenthesised infix text and the compiled postfix
-op codes the evaluators run (gpu.gp_core). The file also records the terminal-set version
+op codes the evaluators run (gpu.gp.core). The file also records the terminal-set version
 and names, the training (and test) window - symbols, first and last date, days - so that
 anyone can replay the same window, and each rule's training fitness.
 
@@ -17,8 +17,8 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from gpu.gp_core import N_OPS
-from gpu.terminals import TERMINAL_SET_VERSION, TERMINALS
+from gpu.gp.core import N_OPS
+from gpu.indicators.catalogue import TERMINAL_SET_VERSION, TERMINALS
 from strategies.gp.representation import (
     GPRule,
     parse_infix,
@@ -67,7 +67,7 @@ class StrategyFile(msgspec.Struct, **_STRUCT):
     best: RuleRecord  # type: ignore[misc]  # kw_only: msgspec allows it, mypy cannot tell
     hall_of_fame: list[RuleRecord] = msgspec.field(default_factory=list)
     # the costs the rules were evolved (and their ROIs computed) with, for a replay to use:
-    # the paper broker's model (engine.broker); files written before they existed had these
+    # the paper broker's model (engine.trading.broker); files written before they existed had these
     commission: float = 1.0
     slippage_bps: float = 0.0
     #: individuals evaluated to find these rules (population x generations, all islands or
@@ -128,7 +128,7 @@ def validate(sf: StrategyFile) -> None:
         raise ValueError(f"terminal set version {sf.terminal_set_version}, this program has "
                          f"{TERMINAL_SET_VERSION}: re-evolve the strategy")
     if list(sf.terminals) != list(TERMINALS):
-        raise ValueError("terminal names or order differ from gpu.terminals.TERMINALS")
+        raise ValueError("terminal names or order differ from gpu.indicators.catalogue.TERMINALS")
     if not (sf.commission >= 0 and sf.slippage_bps >= 0 and np.isfinite(sf.commission)
             and np.isfinite(sf.slippage_bps)):
         raise ValueError(f"commission and slippage_bps must be numbers >= 0, got "

@@ -19,7 +19,7 @@ Out of sample, honestly:
 - fold k evolves with seed = base seed + k, so the run is reproducible and folds may run
   in any order, serially or side by side on a Dask cluster, with identical results.
 
-Money: each fold's test window trades the evaluator's model (gpu.gp_core) with the run's
+Money: each fold's test window trades the evaluator's model (gpu.gp.core) with the run's
 costs: each stock its own $10,000 account, flat at the start of the window and closed at
 its last close; fills at the close that produced the signal. The rule traded is the fold's
 best, or the majority vote of its hall of fame's top K (`ensemble`, GPEnsemble's vote). The
@@ -51,9 +51,9 @@ import numpy as np
 import numpy.typing as npt
 
 from feeds.daily import DailyMatrix
-from gpu.gp_core import DEFAULT_COSTS
-from gpu.gp_eval import PopulationEvaluator
-from gpu.indicators import compute_panel
+from gpu.gp.core import DEFAULT_COSTS
+from gpu.gp.evaluate import PopulationEvaluator
+from gpu.indicators.compute import compute_panel
 from strategies.gp.evolution import Champion, EvolutionConfig, evolve
 from strategies.gp.representation import GPRule
 from strategies.gp.returns import PeriodTrading, trade_period

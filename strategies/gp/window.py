@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from feeds.daily import DailyMatrix, DailyTable, daily_matrix, load_daily
 from feeds.sources import resolve_data_file
-from gpu.indicators import compute_panel
+from gpu.indicators.compute import compute_panel
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +193,8 @@ def _cached_table(path: str, mtime_ns: int, size: int) -> DailyTable:
 def _window_fingerprint() -> str:
     """The code a window is computed by (parser, indicators, terminals, this module): an
     edit of any of it is a new window cache key."""
-    from gpu import indicators_core, terminals
+    from gpu.indicators import catalogue as terminals
+    from gpu.indicators import core as indicators_core
 
     h = hashlib.sha256(_parser_fingerprint().encode())
     for mod in (indicators_core, terminals, sys.modules[compute_panel.__module__],

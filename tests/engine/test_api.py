@@ -101,7 +101,8 @@ def test_engine_runs_without_pandas(tmp_path: Path) -> None:
     DataFrame functions need it."""
     code = (
         "import sys; sys.modules['pandas'] = None\n"
-        "import engine, engine.api, engine.report, engine.tearsheet, engine.replay\n"
+        "import engine, engine.api, engine.reporting.report, engine.reporting.tearsheet\n"
+        "import engine.trading.replay\n"
         "import engine.commands.replay, feeds.sources, feeds.parquet\n"
         "import run_engine\n"
         f"rc = run_engine.main(['replay', '--ticks', '3000', '--n-symbols', '2', "

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.broker import PaperBroker, buy_and_hold_cash
+from engine.trading.broker import PaperBroker, buy_and_hold_cash
 from feeds.messages import Side
 
 

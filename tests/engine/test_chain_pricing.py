@@ -10,9 +10,9 @@ import pytest
 
 from engine.chain_pricing import generated_chain, value_chain
 from engine.errors import UserError
-from gpu.implied_vol import IVStatus
-from gpu.instruments import MarketInputs, OptionContracts
-from gpu.options import FdPricingEngine
+from gpu.options.engines import FdPricingEngine
+from gpu.options.implied_vol import IVStatus
+from gpu.options.instruments import MarketInputs, OptionContracts
 
 ENGINE = FdPricingEngine("seed", "cpu")
 

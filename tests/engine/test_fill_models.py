@@ -16,11 +16,11 @@ import pandas as pd
 import pytest
 
 import run_engine
-from engine.config import BrokerConfig, EngineConfig
-from engine.core import Engine
+from engine.settings.config import BrokerConfig, EngineConfig
+from engine.trading.core import Engine
 from feeds.messages import Bar
-from gpu.gp_core import CODE_BUY, CODE_SELL
-from gpu.gp_eval import cash_from_codes
+from gpu.gp.core import CODE_BUY, CODE_SELL
+from gpu.gp.evaluate import cash_from_codes
 from strategies.gp.strategy import next_open_prices
 from tests.helpers import daily_csv, paper_money
 

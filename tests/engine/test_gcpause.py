@@ -8,9 +8,9 @@ import gc
 import numpy as np
 import numpy.typing as npt
 
-from engine.config import EngineConfig
 from engine.gcpause import startup_objects_frozen
-from engine.replay import replay
+from engine.settings.config import EngineConfig
+from engine.trading.replay import replay
 from feeds.synthetic import SyntheticMarket
 from strategies.base import Features, Signals
 from strategies.sma_cross import SmaCross

@@ -1,4 +1,4 @@
-"""The journal's input log (engine/journal.py): what a restart reads back, and its cost in
+"""The journal's input log (engine/live/journal.py): what a restart reads back, and its cost in
 pages: a step rewrites one page in place (real SQLite, WAL)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from engine.journal import Journal
+from engine.live.journal import Journal
 
 
 def _step(j: Journal, flags: int, frames: bytes) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.journal import Journal
+from engine.live.journal import Journal
 
 
 def _stored(path: Path) -> dict[bytes, int]:

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import snapshot_format
-from engine.journal import Journal, JournalError
+from engine.live import snapshot_format
+from engine.live.journal import Journal, JournalError
 from feeds.messages import Fill, Order, RiskRejection
 
 ROOT = Path(__file__).resolve().parents[2]

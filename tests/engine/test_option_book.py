@@ -21,8 +21,8 @@ from engine.option_book import (
 )
 from feeds.messages import OptionGroupValues, OptionValue, encode, make_decoder
 from gpu.device import cuda_present
-from gpu.instruments import Exercise, Right
-from gpu.options import black_scholes, make_grid, price_options
+from gpu.options.engines import black_scholes, make_grid, price_options
+from gpu.options.instruments import Exercise, Right
 
 needs_cuda = pytest.mark.skipif(not cuda_present(), reason="no CUDA device or simulator")
 
@@ -231,8 +231,8 @@ async def test_engine_hands_every_underlying_tick_to_the_book_on_either_tick_pat
     (SPOT_ONLY); its first tick, and ticks while an order waits to fill, take the general
     path (FLAGGED), which reaches the book too. Every tick of the underlying is counted
     by the book, whichever path it took, and a plain symbol needs neither."""
-    from engine.config import EngineConfig
-    from engine.core import FLAGGED, NOT_FLAGGED, SPOT_ONLY, Engine
+    from engine.settings.config import EngineConfig
+    from engine.trading.core import FLAGGED, NOT_FLAGGED, SPOT_ONLY, Engine
     from feeds.messages import Trade
     from strategies.sma_cross import SmaCross
 
@@ -262,7 +262,7 @@ async def test_engine_hands_every_underlying_tick_to_the_book_on_either_tick_pat
 def test_group_dividend_yield_reaches_its_pricer_and_bad_yields_are_refused() -> None:
     cfg = small_group(style="american", dividend_yield=0.04)
     g = build_group(cfg, "cpu", False, set())
-    from gpu import options_core as core
+    from gpu.options import core
 
     assert (g.pricer.params[:, core.DIVIDEND] == 0.04).all()
     g.pricer.set_spot(100.0)

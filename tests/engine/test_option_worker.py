@@ -13,7 +13,7 @@ from engine.option_book import OptionBook, OptionGroupConfig
 from engine.option_worker import WorkerClient
 from feeds.messages import OptionGroupValues
 from gpu.device import cuda_present
-from gpu.options import make_grid, price_options
+from gpu.options.engines import make_grid, price_options
 
 NS = 1_000_000_000
 TS0 = int(dt.datetime(2024, 3, 1, 15, 0, tzinfo=dt.UTC).timestamp()) * NS

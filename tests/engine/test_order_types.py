@@ -1,4 +1,4 @@
-"""Order types, time in force and brackets: the fill rules of engine/order_types.py.
+"""Order types, time in force and brackets: the fill rules of engine/trading/order_types.py.
 
 Each rule is checked on hand-made bars or trades whose answer follows from the rule as
 written (a gap fills at the open, a stop before a target inside one bar, the first trade
@@ -16,12 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.broker import PaperBroker
-from engine.config import BrokerConfig, EngineConfig, InstrumentConfig
-from engine.core import Engine
-from engine.order_types import OrderState, OrderType, TimeInForce
-from engine.orders import OrderDesk, StateChange
-from engine.stats import EngineStats
+from engine.settings.config import BrokerConfig, EngineConfig, InstrumentConfig
+from engine.trading.broker import PaperBroker
+from engine.trading.core import Engine
+from engine.trading.order_types import OrderState, OrderType, TimeInForce
+from engine.trading.orders import OrderDesk, StateChange
+from engine.trading.stats import EngineStats
 from feeds.messages import Bar, Trade
 from strategies.base import OrderRequest
 
@@ -276,7 +276,7 @@ def test_order_states_are_journaled_restored_and_exported(tmp_path: Path) -> Non
     """A run stopped while its bracket works: a fresh engine rebuilt from the journal
     (fills, orders, order states) fills the stop where an unbroken run does; `journal`'s
     export lists every state change."""
-    from engine.journal import Journal
+    from engine.live.journal import Journal
 
     ohlc = [(100, 101, 99, 100), (100, 102, 99, 100), (101, 103, 100, 102),
             (100, 101, 90, 95), (95, 96, 94, 95)]
@@ -367,7 +367,7 @@ def test_a_strategy_places_limit_stop_and_ioc_orders() -> None:
 def test_a_trailing_stop_resumes_from_its_journaled_price(tmp_path: Path) -> None:
     """Closes 109 and 118 move the stop (journaled as amended); a restart before the fall
     trails from 106.2, as the unbroken run does, not from the entry's 90."""
-    from engine.journal import Journal
+    from engine.live.journal import Journal
 
     ohlc = [(100, 100, 100, 100), (100, 101, 99, 100), (104, 110, 103, 109),
             (112, 120, 111, 118), (115, 116, 105, 106)]

@@ -23,9 +23,9 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from engine.config import BrokerConfig, EngineConfig
-from engine.core import Engine
 from engine.errors import StrategyError
+from engine.settings.config import BrokerConfig, EngineConfig
+from engine.trading.core import Engine
 from feeds.messages import Bar, Message, Trade
 from gpu.device import cuda_present
 from strategies.base import OverlappedStrategy

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from engine.plot_worker import PlotWorker
+from engine.reporting.plot_worker import PlotWorker
 
 
 def history() -> list[SimpleNamespace]:

@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.config import BrokerConfig, EngineConfig, InstrumentConfig
-from engine.core import Engine
 from engine.phases import Phase
+from engine.settings.config import BrokerConfig, EngineConfig, InstrumentConfig
+from engine.trading.core import Engine
 from feeds.messages import Bar, Fill, Trade
 from strategies.base import BookView
 from strategies.sma_cross import SmaCross, parse_sma_cross

@@ -12,9 +12,9 @@ import math
 import numpy as np
 import pytest
 
-from engine.broker import PaperBroker
-from engine.config import BrokerConfig, EngineConfig
-from engine.core import Engine
+from engine.settings.config import BrokerConfig, EngineConfig
+from engine.trading.broker import PaperBroker
+from engine.trading.core import Engine
 from feeds.messages import Message, Quote, Trade
 
 NS = 1_000_000_000

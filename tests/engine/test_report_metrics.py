@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import run_engine
-from engine.report import MIN_RATIO_DAYS
+from engine.reporting.report import MIN_RATIO_DAYS
 from tests.helpers import daily_csv
 
 TRADING_DAYS = 252

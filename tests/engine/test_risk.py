@@ -19,9 +19,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.config import BrokerConfig, EngineConfig
-from engine.core import Engine
-from engine.risk import RiskGate, RiskLimits
+from engine.live.risk_gate import RiskGate
+from engine.settings.config import BrokerConfig, EngineConfig
+from engine.settings.risk import RiskLimits
+from engine.trading.core import Engine
 from feeds.messages import Fill, Heartbeat, Order, RiskRejection, Trade
 from feeds.synthetic import SyntheticMarket
 from strategies.sma_cross import SmaCross
@@ -165,7 +166,7 @@ def test_daemon_journals_and_publishes_rejections(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_kill_switch_survives_restart_until_the_operator_resets_it(tmp_path: Path) -> None:
-    from engine.journal import Journal
+    from engine.live.journal import Journal
 
     j = tmp_path / "j.db"
     journal = Journal(j)

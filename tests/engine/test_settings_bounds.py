@@ -16,8 +16,8 @@ import zmq.asyncio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine.config import EngineConfig, load_config
 from engine.errors import UserError
+from engine.settings.config import EngineConfig, load_config
 from tests.live_procs import ROOT, endpoints
 
 EXTREMES = [-(2**64), -(2**63), -(2**31) - 1, -1, 0, 1, 2, 2**31 - 1, 2**31, 2**32,
@@ -58,7 +58,7 @@ def _toml(key: str, value: int) -> str:
 def _start(cfg: EngineConfig) -> None:
     """What the daemon builds from its settings before it trades: its sockets (ZeroMQ
     options, the validator) and its option book."""
-    from engine.daemon import open_sockets
+    from engine.live.daemon import open_sockets
 
     ctx = zmq.asyncio.Context()
     ticks, orders = endpoints()

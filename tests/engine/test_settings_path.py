@@ -120,7 +120,7 @@ def test_fill_next_tick_from_the_file_on_daily_bars_names_the_key(tmp_path: Path
     ("next-open", "ticks", "next-open"), ("next-open", "bars", "next-open"),
 ])
 def test_fill_is_resolved_once_against_the_data(fill: str, kind: Any, resolved: str) -> None:
-    from engine.settings import resolve_fill
+    from engine.settings.resolve import resolve_fill
 
     assert resolve_fill(fill, kind) == resolved
 
@@ -154,7 +154,7 @@ def _value(cfg: Any, key: str) -> Any:
 @pytest.mark.parametrize(("flag", "key", "toml", "in_file", "on_line"), PRECEDENCE)
 def test_precedence_default_file_flag(tmp_path: Path, flag: str, key: str, toml: str,
                                       in_file: Any, on_line: Any) -> None:
-    from engine.settings import default_of
+    from engine.settings.resolve import default_of
 
     path = _toml(tmp_path, toml + "\n")
     default = _value(_replay_config(*SMALL), key)
@@ -172,8 +172,8 @@ def test_precedence_default_file_flag(tmp_path: Path, flag: str, key: str, toml:
 def test_precedence_across_sections_in_one_merge(tmp_path: Path) -> None:
     """Keys of several tables ([broker], [live], [risk], [gpu], top level) merged at once:
     a flag only replaces its own key; the file's others stay."""
-    from engine.config import load_config
-    from engine.settings import merge
+    from engine.settings.config import load_config
+    from engine.settings.resolve import merge
 
     path = _toml(tmp_path, "bar_seconds = 30.0\n[broker]\ncommission = 2.0\nslippage_bps = 4.0\n"
                            "[live]\nsnapshot_every_bars = 7\n[risk]\nmax_position = 50.0\n"
@@ -196,16 +196,16 @@ def test_precedence_across_sections_in_one_merge(tmp_path: Path) -> None:
     ({"gpu.fd_max_registers": 7}, "fd_max_registers"),
 ])
 def test_merge_validates_like_the_file(values: dict[str, Any], word: str) -> None:
-    from engine.config import EngineConfig
     from engine.errors import UserError
-    from engine.settings import merge
+    from engine.settings.config import EngineConfig
+    from engine.settings.resolve import merge
 
     with pytest.raises(UserError, match=word):
         merge(EngineConfig(), values)
 
 
 def test_a_config_flag_cannot_carry_an_argparse_default() -> None:
-    from engine.settings import config_option
+    from engine.settings.resolve import config_option
 
     with pytest.raises(ValueError, match="no argparse default"):
         config_option(argparse.ArgumentParser(), "--x", key="device", default="cpu", help="x")
@@ -214,8 +214,8 @@ def test_a_config_flag_cannot_carry_an_argparse_default() -> None:
 # --- [gpu]: typed, in the file, environment variables as overrides ------------------------
 
 def test_gpu_table_is_exported_and_the_environment_wins(tmp_path: Path) -> None:
-    from engine.config import load_config
-    from engine.gpu_settings import ENV, export_env, unexport_env
+    from engine.settings.config import load_config
+    from engine.settings.gpu import ENV, export_env, unexport_env
 
     gpu = load_config(_toml(tmp_path, "[gpu]\ntap_every = 3\nworker_batch = true\n"
                                       "fd_solver = \"pcr\"\nworker_slots = 2\n")).gpu
@@ -232,11 +232,11 @@ def test_gpu_table_reaches_the_reading_sites(tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """The modules that read the knobs see the file's values (the GPU worker inherits
     the same environment)."""
-    from engine.config import load_config
-    from engine.gpu_settings import ENV, export_env
     from engine.option_worker import tap_every, worker_settings
+    from engine.settings.config import load_config
+    from engine.settings.gpu import ENV, export_env
     from gpu.device import fd_max_registers, fd_solver
-    from gpu.gp_decider import cpu_serial_max_decisions
+    from gpu.gp.decider import cpu_serial_max_decisions
 
     for name in ENV.values():
         monkeypatch.delenv(name, raising=False)
@@ -255,10 +255,10 @@ def test_gpu_table_reaches_the_reading_sites(tmp_path: Path,
 
 
 def test_gpu_defaults_equal_the_reading_sites_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.gpu_settings import ENV, GpuSettings
     from engine.option_worker import tap_every, worker_gpus, worker_settings
+    from engine.settings.gpu import ENV, GpuSettings
     from gpu.device import fd_max_registers, fd_solver
-    from gpu.gp_decider import cpu_serial_max_decisions
+    from gpu.gp.decider import cpu_serial_max_decisions
 
     for name in ENV.values():
         monkeypatch.delenv(name, raising=False)
@@ -300,7 +300,7 @@ def _struct_fields(cls: type, prefix: str, out: dict[str, type]) -> dict[str, ty
     """Every config key (dotted, `options.strikes` for list tables) -> its struct."""
     import msgspec
 
-    from engine.config_doc import _element
+    from engine.settings.doc import _element
 
     for f in msgspec.structs.fields(cls):
         key = f"{prefix}{f.name}"
@@ -316,8 +316,8 @@ def _struct_fields(cls: type, prefix: str, out: dict[str, type]) -> dict[str, ty
 
 def test_example_toml_names_every_key_of_every_struct() -> None:
     """The example cannot drift: a field added to any config struct without a line in
-    examples/engine.toml fails here (regenerate: python -m engine.config_doc)."""
-    from engine.config import EngineConfig
+    examples/engine.toml fails here (regenerate: python -m engine.settings.doc)."""
+    from engine.settings.config import EngineConfig
 
     text = (ROOT / "examples" / "engine.toml").read_text()
     table = ""
@@ -337,13 +337,13 @@ def test_example_toml_names_every_key_of_every_struct() -> None:
 
 
 def test_example_toml_loads_to_the_defaults() -> None:
-    from engine.config import EngineConfig, load_config
+    from engine.settings.config import EngineConfig, load_config
 
     assert load_config(ROOT / "examples" / "engine.toml") == EngineConfig()
 
 
 def test_readme_lists_every_gpu_key_with_its_environment_override() -> None:
-    from engine.gpu_settings import ENV
+    from engine.settings.gpu import ENV
 
     text = (ROOT / "README.md").read_text()
     for key, name in ENV.items():

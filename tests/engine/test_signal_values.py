@@ -9,8 +9,8 @@ import datetime as dt
 import numpy as np
 import pytest
 
-from engine.decisions import Decisions
 from engine.errors import StrategyError
+from engine.trading.decisions import Decisions
 
 
 class Fixed:

@@ -1,4 +1,4 @@
-"""Sizing models (engine/sizing.py), one at a time, through the real broker.
+"""Sizing models (engine/trading/sizing.py), one at a time, through the real broker.
 
 Each model's units follow from its rule written out here in plain arithmetic; the checks at
 the fill (cash, margin, gross exposure) cut or refuse what the account cannot take.
@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engine.broker import PaperBroker
-from engine.sizing import SIZING_MODELS, canonical, make_sizing
+from engine.trading.broker import PaperBroker
+from engine.trading.sizing import SIZING_MODELS, canonical, make_sizing
 
 
 def _enter(b: PaperBroker, sym: int, side: int, price: float) -> float:

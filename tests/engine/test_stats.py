@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from engine.broker import PaperBroker
-from engine.stats import equity_point
+from engine.trading.broker import PaperBroker
+from engine.trading.stats import equity_point
 
 
 def loop_equity_point(broker: PaperBroker, closes: list[float], firsts: list[float]

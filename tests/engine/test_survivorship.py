@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import run_engine
-from gpu.gp_core import CASH0, CODE_SELL
-from gpu.gp_eval import decision_codes
+from gpu.gp.core import CASH0, CODE_SELL
+from gpu.gp.evaluate import decision_codes
 from strategies.gp.representation import rules_programs
 from strategies.gp.strategy_file import read_strategy_file
 from strategies.gp.window import load_window

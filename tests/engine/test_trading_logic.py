@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 
 import run_engine
-from engine.broker import PaperBroker
-from engine.config import BrokerConfig, EngineConfig
-from engine.core import Engine
+from engine.settings.config import BrokerConfig, EngineConfig
+from engine.trading.broker import PaperBroker
+from engine.trading.core import Engine
 from feeds.messages import Trade
 
 NS = 1_000_000_000

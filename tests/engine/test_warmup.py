@@ -14,13 +14,13 @@ import pandas as pd
 import pytest
 
 import run_engine
-from engine.config import BrokerConfig, EngineConfig
-from engine.replay import replay
-from engine.warmup import LONGEST_LOOKBACK, strategy_lookback, terminal_lookback
+from engine.settings.config import BrokerConfig, EngineConfig
+from engine.trading.replay import replay
+from engine.trading.warmup import LONGEST_LOOKBACK, strategy_lookback, terminal_lookback
 from feeds.records import parse_date
 from feeds.sources import open_sources
-from gpu.indicators import compute_panel
-from gpu.terminals import TERMINAL_INDEX, TERMINALS
+from gpu.indicators.catalogue import TERMINAL_INDEX, TERMINALS
+from gpu.indicators.compute import compute_panel
 from strategies.base import Features, Signals
 from strategies.gp.representation import GPRule, parse_infix
 from strategies.gp.strategy import GPStrategy

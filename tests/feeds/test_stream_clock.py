@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from engine.config import EngineConfig
-from engine.core import Engine
+from engine.settings.config import EngineConfig
+from engine.trading.core import Engine
 from feeds.messages import Bar, Heartbeat, Message, Quote, Trade, encode, topic_for
 from feeds.synthetic import SyntheticMarket
 from feeds.validation import ValidationLimits, Validator

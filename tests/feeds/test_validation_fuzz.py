@@ -17,8 +17,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from engine.config import EngineConfig
-from engine.core import Engine
+from engine.settings.config import EngineConfig
+from engine.trading.core import Engine
 from feeds.messages import MESSAGE_TYPES, Bar, Heartbeat, Quote, Trade, encode
 from feeds.validation import SYMBOL_CHARS, ValidationLimits, Validator
 from strategies.sma_cross import SmaCross

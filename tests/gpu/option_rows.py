@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpu.options import option_params
+from gpu.options.engines import option_params
 
 
 def random_params(n: int, seed: int) -> np.ndarray:

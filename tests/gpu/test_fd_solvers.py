@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu import options_core as core
 from gpu.device import FD_SOLVERS, SettingError, cuda_present, fd_max_registers, fd_solver
-from gpu.options import OptionGroupPricer, make_grid, option_params, price_params
+from gpu.options import core
+from gpu.options.engines import OptionGroupPricer, make_grid, option_params, price_params
 from tests.gpu.option_rows import random_params
 
 needs_cuda = pytest.mark.skipif(not cuda_present(), reason="no CUDA device or simulator")

@@ -12,9 +12,10 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from gpu import gp_bitwise, gp_eval
 from gpu.device import cuda_simulated
-from gpu.terminals import N_FLOAT, N_TERMINALS
+from gpu.gp import bitwise as gp_bitwise
+from gpu.gp import evaluate as gp_eval
+from gpu.indicators.catalogue import N_FLOAT, N_TERMINALS
 from strategies.gp.representation import GPRule, Population, rules_programs
 from strategies.gp.window import GPWindow, load_window
 from tests.gpu.gp_common import HAND_RULES as SHARED_RULES
@@ -54,7 +55,7 @@ def test_translation_maps_every_comparison_to_its_mask() -> None:
     rule = GPRule.from_infix("((close > sma10) AND NOT macd_above_zero)", "(ema5 < ema25)")
     programs, lengths = rules_programs([rule])
     code, n = gp_bitwise.to_mask_programs(programs, lengths)
-    from gpu.terminals import TERMINAL_INDEX as T
+    from gpu.indicators.catalogue import TERMINAL_INDEX as T
 
     expected = [T["sma10"] * N_FLOAT + T["close"],            # close > sma10 == sma10 < close
                 gp_bitwise.N_COMPARE + T["macd_above_zero"] - N_FLOAT,

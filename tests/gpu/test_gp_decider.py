@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from gpu.device import cuda_present
-from gpu.gp_decider import AsyncDecider
-from gpu.terminals import N_FLOAT
+from gpu.gp.decider import AsyncDecider
+from gpu.indicators.catalogue import N_FLOAT
 from strategies.gp.init import ramped_half_and_half
 from strategies.gp.representation import rules_programs
 
@@ -67,7 +67,7 @@ def test_cpu_bar_close_on_the_calling_thread_and_in_the_pool_match_the_reference
     """Both CPU ways of a bar close (serially on the calling thread, and numba's thread pool
     over the rules) against the plain-Python tree walker, with NaNs and boolean terminals
     in the features, with GP_CPU_SERIAL_MAX_DECISIONS either side of the sizes."""
-    from gpu import gp_decider
+    from gpu.gp import decider as gp_decider
     from strategies.gp.reference import eval_tree
 
     pop = ramped_half_and_half(n_rules, np.random.default_rng(40 + n_rules), 2, 5)
@@ -91,7 +91,7 @@ def test_cpu_bar_close_on_the_calling_thread_and_in_the_pool_match_the_reference
 
 def test_bad_serial_setting_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     from gpu.device import SettingError
-    from gpu.gp_decider import cpu_serial_max_decisions
+    from gpu.gp.decider import cpu_serial_max_decisions
 
     progs, lengths = programs(1)
     for bad in ("-1", "many", "", "2.5"):

@@ -10,10 +10,10 @@ import math
 import numpy as np
 import pytest
 
-from gpu import gp_eval
 from gpu.device import cuda_simulated
-from gpu.gp_core import CASH0
-from gpu.terminals import N_TERMINALS, TERMINAL_INDEX
+from gpu.gp import evaluate as gp_eval
+from gpu.gp.core import CASH0
+from gpu.indicators.catalogue import N_TERMINALS, TERMINAL_INDEX
 from strategies.gp import reference
 from strategies.gp.representation import GPRule, rules_programs
 from strategies.gp.window import GPWindow, load_window

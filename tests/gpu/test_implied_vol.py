@@ -7,16 +7,16 @@ import pandas as pd
 import pytest
 
 from feeds.option_chain import read_chain
-from gpu import options_core as core
 from gpu.device import cuda_present
-from gpu.implied_vol import (
+from gpu.options import core
+from gpu.options.engines import black_scholes, make_grid, option_params, price_params
+from gpu.options.implied_vol import (
     IVStatus,
     arbitrage_bounds,
     european_implied_vols,
     implied_vols,
     quote_mids,
 )
-from gpu.options import black_scholes, make_grid, option_params, price_params
 from tests.gpu.quantlib_ref import bs_process
 
 needs_cuda = pytest.mark.skipif(not cuda_present(), reason="no CUDA device or simulator")

@@ -2,7 +2,7 @@
 CUDA (simulator, tiny; real GPU under the `gpu` marker) against the CPU twin.
 
 The references below are written from the formulas with pandas rolling/ewm and numpy,
-independently of gpu/indicators_core.py.
+independently of gpu/indicators/core.py.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import pandas as pd
 import pytest
 
 from feeds.datadir import data_dir
-from gpu import indicators_core as core
 from gpu.device import cuda_present, cuda_simulated
-from gpu.indicators import IndicatorBank, _raw_history, compute_panel
-from gpu.terminals import N_FLOAT, TERMINAL_INDEX, TERMINALS
+from gpu.indicators import core
+from gpu.indicators.catalogue import N_FLOAT, TERMINAL_INDEX, TERMINALS
+from gpu.indicators.compute import IndicatorBank, _raw_history, compute_panel
 
 SP500 = Path("sp500_5yr_daily") / "all_stocks_5yr.csv.gz"
 FIELDS = ("open", "high", "low", "close", "volume")

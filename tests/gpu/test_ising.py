@@ -1,4 +1,5 @@
-"""gpu.ising: Philox against Random123's answers, kernels against plain numpy, exact enumeration.
+"""gpu.ising.lattice: Philox against Random123's answers, kernels against plain numpy, exact
+enumeration.
 
 References nobody here wrote: Random123's known-answer vectors, a vectorised numpy
 checkerboard Metropolis written here independently of the core (it shares only the
@@ -14,9 +15,9 @@ import math
 import numpy as np
 import pytest
 
-from gpu import ising_core as core
-from gpu.ising import TWIN, IsingEnsemble, acceptance_table, run_ensemble
-from gpu.ising_stats import jackknife, onsager_energy, onsager_magnetization
+from gpu.ising import core
+from gpu.ising.lattice import TWIN, IsingEnsemble, acceptance_table, run_ensemble
+from gpu.ising.stats import jackknife, onsager_energy, onsager_magnetization
 
 U = np.uint64
 
@@ -57,7 +58,7 @@ def np_philox(c: list[np.ndarray], k0: int, k1: int) -> list[np.ndarray]:
 
 
 def site_uniform(k: np.ndarray, stream: int, sweep: int, colour: int, seed: int) -> np.ndarray:
-    """The documented 32-bit uniform of site k (see gpu.ising_core): hi·2^16 + lo, hi and lo
+    """The documented 32-bit uniform of site k (see gpu.ising.core): hi·2^16 + lo, hi and lo
     the 16-bit half k&1 of word (k>>1)&3 of Philox((k>>3, stream, 2·sweep+c, k>>35 | f<<31))
     with f = 0 (hi) and f = 1 (lo)."""
     k = k.astype(np.uint64)

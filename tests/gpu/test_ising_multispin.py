@@ -14,10 +14,10 @@ import math
 import numpy as np
 import pytest
 
-from gpu import ising as ising_mod
-from gpu import ising_core as core
-from gpu.ising import TWIN, IsingEnsemble, acceptance_table, run_ensemble
-from gpu.ising_stats import (
+from gpu.ising import core
+from gpu.ising import lattice as ising_mod
+from gpu.ising.lattice import TWIN, IsingEnsemble, acceptance_table, run_ensemble
+from gpu.ising.stats import (
     TC_2D,
     TC_3D,
     estimate_tc,
@@ -32,7 +32,7 @@ U = np.uint64
 
 
 def np_bp_uniform(k: np.ndarray, stream: int, sweep: int, colour: int, seed: int) -> np.ndarray:
-    """The documented bit-plane uniform of colour-site k (gpu.ising_core, "Bit-plane kernels"):
+    """The documented bit-plane uniform of colour-site k (gpu.ising.core, "Bit-plane kernels"):
     top8·2^24 + low24, bit 7−b of top8 the bit n = k&63 of plane b of word w = k>>6 (planes
     2q, 2q+1 = Philox(w, stream, 2·sweep+c, w>>32 | q<<24) words r0|r1<<32 and r2|r3<<32),
     low24 the low 24 bits of r0 of Philox(w, stream, 2·sweep+c, w>>32 | n<<24 | 2^31)."""

@@ -1,4 +1,4 @@
-"""gpu.ising_stats against analytic results: AR(1) τ_int, iid errors, scipy's K(k), crossings."""
+"""gpu.ising.stats against analytic results: AR(1) τ_int, iid errors, scipy's K(k), crossings."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from gpu.ising_stats import (
+from gpu.ising.stats import (
     TC_2D,
     _ellipk,
     autocorrelation,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu import options_core as core
 from gpu.device import cuda_present
-from gpu.option_batch import BatchPricer
-from gpu.options import make_grid, option_params, price_params
+from gpu.options import core
+from gpu.options.batch import BatchPricer
+from gpu.options.engines import make_grid, option_params, price_params
 
 needs_cuda = pytest.mark.skipif(not cuda_present(), reason="no CUDA device or simulator")
 

@@ -11,11 +11,9 @@ import numpy as np
 import pytest
 
 from benchmarks.reference.american import Reference, accuracy, load_reference
-from gpu import options_core as core
 from gpu.device import FD_SOLVERS, cuda_present
-from gpu.implied_vol import IVStatus, arbitrage_bounds, solve_implied_vols
-from gpu.instruments import MarketInputs, OptionContracts
-from gpu.options import (
+from gpu.options import core
+from gpu.options.engines import (
     GRIDS,
     AnalyticEuropeanEngine,
     FdPricingEngine,
@@ -25,6 +23,8 @@ from gpu.options import (
     price_options,
     price_params,
 )
+from gpu.options.implied_vol import IVStatus, arbitrage_bounds, solve_implied_vols
+from gpu.options.instruments import MarketInputs, OptionContracts
 
 needs_cuda = pytest.mark.skipif(not cuda_present(), reason="no CUDA device or simulator")
 

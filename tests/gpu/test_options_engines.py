@@ -6,15 +6,15 @@ import numpy as np
 import pytest
 
 from gpu.device import cuda_present
-from gpu.implied_vol import IVStatus, solve_implied_vols
-from gpu.instruments import Exercise, MarketInputs, OptionContract, OptionContracts, Right
-from gpu.options import (
+from gpu.options.engines import (
     AnalyticEuropeanEngine,
     FdPricingEngine,
     black_scholes,
     make_grid,
     price_options,
 )
+from gpu.options.implied_vol import IVStatus, solve_implied_vols
+from gpu.options.instruments import Exercise, MarketInputs, OptionContract, OptionContracts, Right
 
 needs_cuda = pytest.mark.skipif(not cuda_present(), reason="no CUDA device or simulator")
 

@@ -1,4 +1,5 @@
-"""gpu.subset, strategies.selection and the `select` command against itertools brute force."""
+"""gpu.subset.search, strategies.selection and the `select` command against itertools brute
+force."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import numpy as np
 import pytest
 
 import run_engine
-from gpu import subset, subset_core
-from gpu.subset import SearchTooLong, least_correlated, unrank_combination
+from gpu.subset import core as subset_core
+from gpu.subset import search as subset
+from gpu.subset.search import SearchTooLong, least_correlated, unrank_combination
 from strategies.selection import read_returns, read_selection, write_returns
 
 

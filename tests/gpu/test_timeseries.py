@@ -1,4 +1,5 @@
-"""gpu.timeseries and the `timeseries` command: numpy reference, CUDA (simulator) twin, real BAC."""
+"""gpu.timeseries.analysis and the `timeseries` command: numpy reference, CUDA (simulator)
+twin, real BAC."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 import pytest
 
 import run_engine
-from gpu.timeseries import autocorr_fft, lag_statistics, lag_statistics_numpy
+from gpu.timeseries.analysis import autocorr_fft, lag_statistics, lag_statistics_numpy
 
 
 def _walk(n: int, seed: int, level: float = 100.0) -> np.ndarray:

@@ -10,12 +10,12 @@ import msgspec
 import numpy as np
 import pytest
 
-from engine.config import EngineConfig
 from engine.option_book import OptionBook, OptionGroupConfig
-from engine.replay import replay
+from engine.settings.config import EngineConfig
+from engine.trading.replay import replay
 from feeds.messages import OptionGroupValues, OptionValue, encode, make_decoder
 from feeds.synthetic import SyntheticMarket
-from gpu.options import black_scholes, make_grid, price_options
+from gpu.options.engines import black_scholes, make_grid, price_options
 from strategies.sma_cross import SmaCross
 
 NS = 1_000_000_000
@@ -183,8 +183,8 @@ def test_cuda_worker_process_matches_the_cpu_twin() -> None:
 
 # --------------------------------------------------------------- GP strategy: --device auto
 def test_gp_auto_device_measures_both_backends_and_keeps_the_faster() -> None:
-    from gpu import gp_decider
     from gpu.device import cuda_present
+    from gpu.gp import decider as gp_decider
     from strategies.gp.init import ramped_half_and_half
     from strategies.gp.strategy import GPEnsemble
 
@@ -222,7 +222,7 @@ def test_gp_auto_device_measures_both_backends_and_keeps_the_faster() -> None:
 @pytest.mark.gpu
 def test_prebound_launch_gives_the_ordinary_launch_results(monkeypatch: pytest.MonkeyPatch
                                                            ) -> None:
-    from gpu.options import OptionGroupPricer, option_params
+    from gpu.options.engines import OptionGroupPricer, option_params
 
     params = option_params(100.0, [90.0, 100.0, 110.0], 0.25, 0.3, 0.01, [True, False, True],
                            True)
@@ -354,7 +354,7 @@ def test_engine_hands_the_worker_validated_spots_in_data_order(
     never an older spot after a newer one, the newest of every batch always. The first
     tick and an order's fill (the engine's general path) wait for the batch's end too.
     The values come from a real worker process (CPU backend)."""
-    from engine.core import Engine
+    from engine.trading.core import Engine
     from feeds.messages import Trade
     from feeds.validation import Validator
 

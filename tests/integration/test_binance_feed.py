@@ -19,7 +19,7 @@ import pytest
 import zmq
 
 import run_engine
-from engine.curve import load_keys, write_keys
+from engine.live.curve_keys import load_keys, write_keys
 from feeds.messages import Heartbeat, Message, Quote, Trade, make_decoder
 from tests.feeds.binance_venue import Step, Venue, spot_book, spot_trade, wrap
 from tests.live_procs import (

@@ -20,10 +20,10 @@ import pytest
 import zmq
 import zmq.asyncio
 
-from engine.config import EngineConfig
-from engine.daemon import Daemon, open_sockets
-from engine.journal import Journal
-from engine.live_options import LiveOptions
+from engine.live.daemon import Daemon, open_sockets
+from engine.live.journal import Journal
+from engine.settings.config import EngineConfig
+from engine.settings.live import LiveOptions
 from feeds.messages import Fill, Heartbeat, Order, Trade, encode, make_decoder, topic_for
 from feeds.synthetic import SyntheticMarket
 from strategies.sma_cross import SmaCross

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 import run_engine
-from engine.config import EngineConfig, load_config
 from engine.errors import UserError
 from engine.option_book import OptionBook, OptionGroupConfig
-from engine.replay import replay
-from engine.report import build_report
+from engine.reporting.report import build_report
+from engine.settings.config import EngineConfig, load_config
+from engine.trading.replay import replay
 from feeds.messages import OptionValue
 from feeds.synthetic import SyntheticMarket
-from gpu.options import black_scholes
+from gpu.options.engines import black_scholes
 from strategies.sma_cross import SmaCross
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import run_engine
-from gpu.gp_eval import buy_hold_cash, roi
+from gpu.gp.evaluate import buy_hold_cash, roi
 from strategies.gp.strategy import simulate_money
 from strategies.gp.strategy_file import read_strategy_file
 from strategies.gp.window import load_window

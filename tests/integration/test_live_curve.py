@@ -13,7 +13,7 @@ import pytest
 import zmq
 import zmq.auth
 
-from engine.curve import load_keys
+from engine.live.curve_keys import load_keys
 from feeds.synthetic import SyntheticMarket
 from feeds.transport import Publisher
 from tests.helpers import trade_messages

@@ -137,10 +137,10 @@ def test_a_failed_reevolution_keeps_the_rule_and_is_logged(shared_data: Path,
 def test_an_evolution_past_its_budget_keeps_the_rule(shared_data: Path, tmp_path: Path) -> None:
     """`gpu_seconds` spent: the worker stops the evolution, the rule in use stays, the
     overrun is counted (in process: LiveReevolution with a real worker and journal)."""
-    from engine.journal import Journal
-    from engine.reevolution import LiveReevolution
-    from engine.reevolve_settings import ReevolveSettings
-    from gpu.gp_core import DEFAULT_COSTS
+    from engine.live.journal import Journal
+    from engine.live.reevolution import LiveReevolution
+    from engine.settings.reevolve import ReevolveSettings
+    from gpu.gp.core import DEFAULT_COSTS
     from strategies.gp.reevolve import RuleText, RuleVersion
     from strategies.gp.strategy import SwappableGP
 

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from engine import snapshot_format
-from engine.config import EngineConfig
-from engine.core import Engine
-from engine.snapshot import WarmupGuard, capture, restore
+from engine.live import snapshot_format
+from engine.live.snapshot import WarmupGuard, capture, restore
+from engine.settings.config import EngineConfig
+from engine.trading.core import Engine
 from feeds.messages import Fill, Order, Trade
 from feeds.synthetic import SyntheticMarket
 from feeds.validation import Validator
@@ -98,7 +98,7 @@ def test_cold_restart_does_not_read_warm_up_as_flatten() -> None:
 def _flat_layout(state: dict) -> dict:
     """A snapshot as the engine wrote it before it was split into parts: one flat table of
     engine attributes, and the validator's symbol tables apart."""
-    from engine.snapshot import _FLAT_NAMES
+    from engine.live.snapshot import _FLAT_NAMES
 
     eng = state["engine"]
     flat = {name: eng[part][f] for name, (part, f) in _FLAT_NAMES.items()}
@@ -147,10 +147,10 @@ def test_a_restart_without_a_snapshot_keeps_the_days_loss_baseline(tmp_path: Pat
 
     import zmq.asyncio
 
-    from engine.daemon import Daemon, open_sockets
-    from engine.journal import Journal
-    from engine.live_options import LiveOptions
-    from engine.risk import RiskLimits
+    from engine.live.daemon import Daemon, open_sockets
+    from engine.live.journal import Journal
+    from engine.settings.live import LiveOptions
+    from engine.settings.risk import RiskLimits
     from feeds.messages import encode, topic_for
     from tests.live_procs import endpoints
 
@@ -195,8 +195,8 @@ def test_restore_flags_underlyings_for_this_runs_option_book() -> None:
     """A snapshot taken without option groups (its tick flags say a symbol needs nothing)
     restored into an engine whose option book prices that symbol: the flags are derived
     again, so every later tick of the underlying still reaches the book."""
-    from engine.core import SPOT_ONLY
     from engine.option_book import OptionBook, OptionGroupConfig
+    from engine.trading.core import SPOT_ONLY
 
     sym = TRADES[0].symbol
     mine = [t for t in TRADES if t.symbol == sym]

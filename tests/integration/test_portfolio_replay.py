@@ -95,9 +95,9 @@ def test_the_daemon_journals_order_states_and_restores_working_exits(tmp_path: P
     import zmq
     import zmq.asyncio
 
-    from engine.config import BrokerConfig, EngineConfig
-    from engine.daemon import Daemon, open_sockets
-    from engine.journal import Journal
+    from engine.live.daemon import Daemon, open_sockets
+    from engine.live.journal import Journal
+    from engine.settings.config import BrokerConfig, EngineConfig
     from feeds.messages import encode, topic_for
     from feeds.synthetic import SyntheticMarket
     from strategies.sma_cross import SmaCross

@@ -14,13 +14,13 @@ import pandas as pd
 import pytest
 
 import run_engine
-from engine.config import BrokerConfig, EngineConfig
-from engine.core import Engine
-from engine.replay import replay
-from engine.report import TIMING_KEYS, build_report
+from engine.reporting.report import TIMING_KEYS, build_report
+from engine.settings.config import BrokerConfig, EngineConfig
+from engine.trading.core import Engine
+from engine.trading.replay import replay
 from feeds.messages import Heartbeat, Trade
 from feeds.synthetic import SyntheticMarket
-from gpu.terminals import TERMINAL_INDEX
+from gpu.indicators.catalogue import TERMINAL_INDEX
 from strategies.sma_cross import SmaCross
 from tests.helpers import trade_messages
 
@@ -242,7 +242,7 @@ def test_session_schedule_trades_only_in_trade_phase_and_ends_days_flat() -> Non
 def test_switching_sides_all_in_takes_the_freed_cash(fill: str) -> None:
     """Long -> short: the short is sized from the cash the close frees, whichever fill model
     (under next-tick fills the entry is ordered before the close has filled)."""
-    from engine.config import BrokerConfig
+    from engine.settings.config import BrokerConfig
     from feeds.messages import Bar
 
     class Flip:

@@ -12,7 +12,7 @@ import pytest
 
 import run_engine
 from engine.commands.replay import market_hours
-from engine.config import load_config
+from engine.settings.config import load_config
 
 NY = "America/New_York"
 

@@ -161,8 +161,8 @@ def test_fused_engine_path_judges_like_the_reference_validator() -> None:
             continue
         size = 0.0 if r > 0.985 else 100.0
         frames.append([b"T." + s.encode(), encode(Trade(q_seq, q_ts, s, price, size))])
-    from engine.config import EngineConfig
-    from engine.core import Engine
+    from engine.settings.config import EngineConfig
+    from engine.trading.core import Engine
     from strategies.sma_cross import SmaCross
 
     ref, fast = Validator(), Validator()
@@ -214,8 +214,8 @@ def test_engine_fused_path_equals_validate_then_process() -> None:
     import asyncio as aio
     import random
 
-    from engine.config import EngineConfig
-    from engine.core import Engine
+    from engine.settings.config import EngineConfig
+    from engine.trading.core import Engine
     from feeds.validation import Validator
     from strategies.sma_cross import SmaCross
 
@@ -318,7 +318,7 @@ def _fresh_sockets_closed_by_collected_subscribers(close: str, rounds: int) -> i
     closed: a leftover owner of a freed monitor socket closes whatever lives at its address."""
     import gc
 
-    from engine.daemon import Daemon
+    from engine.live.daemon import Daemon
 
     found_closed = 0
     for i in range(rounds):

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import run_engine
-from gpu.gp_core import cost_tuple
+from gpu.gp.core import cost_tuple
 from strategies.gp.strategy import simulate_money
 from strategies.gp.strategy_file import read_strategy_file
 from strategies.gp.window import history_matrix, load_window

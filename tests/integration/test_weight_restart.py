@@ -13,14 +13,14 @@ import numpy as np
 import numpy.typing as npt
 import zmq.asyncio
 
-from engine.config import EngineConfig
-from engine.daemon import Daemon, open_sockets
-from engine.journal import Journal
-from engine.live_options import LiveOptions
-from engine.snapshot import WarmupGuard, WeightWarmupGuard
+from engine.live.daemon import Daemon, open_sockets
+from engine.live.journal import Journal
+from engine.live.snapshot import WarmupGuard, WeightWarmupGuard
+from engine.settings.config import EngineConfig
+from engine.settings.live import LiveOptions
 from feeds.messages import encode, topic_for
 from feeds.synthetic import SyntheticMarket
-from gpu.terminals import TERMINAL_INDEX
+from gpu.indicators.catalogue import TERMINAL_INDEX
 from strategies.base import WeightStrategy
 from tests.helpers import trade_messages
 from tests.live_procs import endpoints

@@ -1,5 +1,6 @@
 """Costs in the GP fitness: the evaluators' money under any commission and slippage equals
-the paper broker's own fills (engine.broker.PaperBroker, driven order by order), to the cent;
+the paper broker's own fills (engine.trading.broker.PaperBroker, driven order by order), to the
+cent;
 buy-and-hold pays the same costs; an evolution under costs ranks rules by that money; the
 strategy file records the costs and the rules tried; bad costs are one-line errors."""
 
@@ -15,10 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine.broker import PaperBroker
-from gpu import gp_eval
+from engine.trading.broker import PaperBroker
 from gpu.device import cuda_present
-from gpu.gp_core import CODE_BUY, CODE_SELL, cost_tuple
+from gpu.gp import evaluate as gp_eval
+from gpu.gp.core import CODE_BUY, CODE_SELL, cost_tuple
 from strategies.gp.evolution import EvolutionConfig, evolve
 from strategies.gp.reference import eval_tree
 from strategies.gp.representation import rules_programs

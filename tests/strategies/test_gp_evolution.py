@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpu import gp_eval
 from gpu.device import cuda_present, cuda_simulated
+from gpu.gp import evaluate as gp_eval
 from strategies.gp import evolution, reference
 from strategies.gp.evolution import EvolutionConfig, EvolutionResult, evolve, tournament
 from strategies.gp.init import ramped_half_and_half

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from feeds.daily import DailyMatrix
-from gpu import gp_eval
+from gpu.gp import evaluate as gp_eval
 from strategies.gp.evolution import (
     Champion,
     EvolutionConfig,

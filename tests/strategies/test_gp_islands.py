@@ -22,7 +22,7 @@ distributed = pytest.importorskip("distributed")
 from distributed import Client, Future  # noqa: E402
 
 from feeds.daily import DailyMatrix  # noqa: E402
-from gpu.gp_eval import PopulationEvaluator  # noqa: E402
+from gpu.gp.evaluate import PopulationEvaluator  # noqa: E402
 from strategies.gp import islands as isl  # noqa: E402
 from strategies.gp.evolution import (  # noqa: E402
     EvolutionConfig,

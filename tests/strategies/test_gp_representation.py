@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpu.gp_core import OP_AND, OP_GT, OP_LT, OP_NOT, OP_OR
-from gpu.terminals import BOOL_TERMINALS, FLOAT_TERMINALS, TERMINAL_INDEX
+from gpu.gp.core import OP_AND, OP_GT, OP_LT, OP_NOT, OP_OR
+from gpu.indicators.catalogue import BOOL_TERMINALS, FLOAT_TERMINALS, TERMINAL_INDEX
 from strategies.gp.init import ramped_half_and_half
 from strategies.gp.operators import breed
 from strategies.gp.representation import (

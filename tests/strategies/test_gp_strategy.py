@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from gpu.device import cuda_present
-from gpu.terminals import TERMINAL_SET_VERSION
+from gpu.indicators.catalogue import TERMINAL_SET_VERSION
 from strategies.base import Strategy
 from strategies.gp import reference
 from strategies.gp.init import ramped_half_and_half

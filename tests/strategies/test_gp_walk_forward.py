@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from feeds.daily import DailyMatrix
-from gpu.gp_core import cost_tuple
-from gpu.gp_eval import PopulationEvaluator
+from gpu.gp.core import cost_tuple
+from gpu.gp.evaluate import PopulationEvaluator
 from strategies.gp import walk_forward as wfm
 from strategies.gp.evolution import EvolutionConfig, evolve
 from strategies.gp.reference import eval_tree

@@ -12,7 +12,7 @@ import msgspec
 import numpy as np
 import pytest
 
-from engine.reevolve_settings import ReevolveSettings, at_seconds
+from engine.settings.reevolve import ReevolveSettings, at_seconds
 from strategies.gp import walk_forward as wfm
 from strategies.gp.evolution import EvolutionConfig
 from strategies.gp.reevolve import (

@@ -1,0 +1,47 @@
+"""Settings of the live daemon (the `[live]` table of the engine's TOML)."""
+
+from __future__ import annotations
+
+import msgspec
+
+from engine.settings.bounds import MAX_COUNT, require_int_range, require_non_negative
+
+
+class LiveOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    #: a snapshot of the engine's state goes into the journal every this many bar events
+    #: (and at shutdown); after `kill -9` at most this many bars of indicator history are lost
+    snapshot_every_bars: int = 10
+    #: no message (ticks or heartbeats) for this long marks the feed stale: logged, shown
+    #: in the status, and new entries are refused until data flows again
+    heartbeat_timeout_seconds: float = 5.0
+    #: seconds between status lines on stderr (0 = none)
+    status_every_seconds: float = 10.0
+    #: a larger incoming message is counted (`oversize`) and skipped after receive, costing
+    #: only itself; ZeroMQ's MAXMSGSIZE, which drops the whole connection, is set far above
+    #: it (`feeds.transport.transport_cap`: 64 times this, at least 4 MiB)
+    max_message_bytes: int = 65_536
+    #: messages queued in ZeroMQ before the tick socket drops (memory bound under overload)
+    receive_hwm: int = 100_000
+    #: received batches this long (or full ones: the subscriber drains at most 8192
+    #: messages a batch) four times in a row mean the daemon is behind: their trades and
+    #: quotes are conflated to the newest per symbol (counted as `conflated`); 0 = never
+    #: (a feed that waits for its readers, such as `feed` without --lossy, then slows down
+    #: instead, and a replayed stream gives exactly the same orders at any speed)
+    conflate_above: int = 8_192
+    #: messages queued per reader of the orders socket before that reader loses some (the
+    #: journal never does)
+    orders_hwm: int = 1_000_000
+    #: each batch's raw frames go into the journal with the batch (emptied by every
+    #: snapshot), so a restart after `kill -9` re-applies them and trades exactly like a
+    #: daemon stopped with SIGTERM; false: such a restart has the last snapshot and the
+    #: journaled fills, with the indicator history since the snapshot lost
+    log_input: bool = True
+
+    def __post_init__(self) -> None:
+        # every integer bounded (issue 24: receive_hwm = 2**31 hung the start-up): the
+        # socket options are C ints; larger snapshot intervals or batches mean nothing
+        require_int_range(self, "live", ("snapshot_every_bars",), 1, 10**9)
+        require_int_range(self, "live", ("max_message_bytes", "receive_hwm", "orders_hwm"),
+                          1, MAX_COUNT)
+        require_int_range(self, "live", ("conflate_above",), 0, MAX_COUNT, " (0 = never)")
+        require_non_negative(self, "live", ("heartbeat_timeout_seconds", "status_every_seconds"))

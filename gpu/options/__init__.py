@@ -1,0 +1,1 @@
+"""gpu.options.engines."""

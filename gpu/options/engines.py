@@ -1,0 +1,539 @@
+"""Pricing engines for options: the Black–Scholes PDE (GPU or CPU twin) and the analytic formula.
+
+The instruments and market inputs live in `gpu.options.instruments`; an engine turns them into
+values, so a caller never sees which device or formula prices them:
+- `FdPricingEngine(grid, device)`: `price(contracts, market)`, `group_pricer(...)` for
+  repeated repricing of one group, `warm_up()`.
+- `AnalyticEuropeanEngine()`: `price(contracts, market)` with vega, European only.
+
+Below the engines, the finite-difference machinery they share (the kernel's row layout is
+the engine's internal representation; `gpu.options.implied_vol` works on it too):
+- `FdGrid` / `GRIDS` / `make_grid`: the finite-difference settings ("seed", "default",
+  "fine").
+- `option_params` / `contract_rows`: parameter rows (see `gpu.options.core` for the column
+  layout).
+- `price_options` / `price_params`: one batched repricing (one CUDA launch, one block per
+  option; or all CPU cores).
+- `black_scholes`: the analytic European price and greeks (reference and IV start).
+- `OptionGroupPricer`: one group of options on one underlying that is repriced many times,
+  e.g. after each tick: parameters and spot live in mapped host memory, the kernel writes
+  its results into mapped host memory, on the group's own stream, and completion is
+  observed by polling a recorded event (numba-cuda 0.30.4 has no stream callbacks).
+
+Units: prices in the underlying's currency, expiry in years (calendar days / 365 where a
+date is involved), vol, rate and dividend yield per year (continuously compounded; the
+yield defaults to 0, which leaves every result bit for bit as without it).
+
+The grids, by design (their accuracy on the American reference portfolio, measured per
+grid by benchmarks/options.py, is in the README's "Option pricing accuracy" and in
+benchmarks/results/devbox-2026-11-25-options-accuracy/):
+- seed: the seed paper's grid, kept to reproduce it, not for quotes: S in [0, 3K] with
+  150 steps and Δt = 0.02 year, so a one-week option gets one time step and a few nodes
+  across its spread, and a long volatile one runs off the domain. Its time error is that
+  of a handful of Crank–Nicolson steps (for a linear scheme the product of CN steps does
+  not depend on their order, so grading the steps does not help a European option).
+- default: uniform in S over the strike and the spot ± 6σ√T in log price (capped at ×6):
+  the same nodes per standard deviation for every expiry; fixed 48 steps (T does not set
+  the resolution, σ√T does); Richardson extrapolation of American options (their time
+  error is first order).
+- fine: the same design with 512 nodes and 128 steps (cap ×10).
+A named grid is never less accurate than a coarser one on the reference
+(tests/gpu/test_options_dividends.py).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from gpu.device import fd_solver, quiet_event_polling, resolve_device
+from gpu.options import core
+from gpu.options.instruments import MarketInputs, OptionContracts, check_dividend_yield
+
+FloatArray = npt.NDArray[np.float64]
+
+quiet_event_polling()
+
+
+class FdGrid(NamedTuple):
+    """Finite-difference settings of a repricing (the same for every option of a launch).
+
+    price_steps: N, the grid has N+1 nodes and one CUDA thread per node (N ≤ 1023).
+    dt_target: years per time step when `time_steps` is 0 (steps = ⌈T/Δt⌉).
+    time_steps: a fixed number of time steps whatever T (0 = use dt_target).
+    min_steps: at least this many steps.
+    rannacher: the first `rannacher` Crank–Nicolson steps are each replaced by two fully
+      implicit half steps (damps the payoff kink; keeps second order in time).
+    domain: core.DOMAIN_STRIKE_MULTIPLE (S in [0, max(smax_mult·K, 2·S0)]) or
+      core.DOMAIN_LOG_WIDTH (K and S0 ± width·σ√T in log price, capped at ×smax_mult).
+    compact: fourth-order compact differences in S (False: plain central differences).
+    smooth: fourth-order smoothing of the payoff kink at the strike.
+    richardson: an option that can be exercised early is marched twice in the same kernel
+      block, over M_c = ⌊M/2⌋ and over the grid's M time steps, and its node values are
+      extrapolated: V = V_M + w·(V_M − V_c), w = M_c/(M − M_c) (= 1 for even M:
+      V = 2·V(Δt) − V(2Δt)); see `core.time_passes`. The projection onto the payoff makes
+      an American price's time error first order in Δt (European Crank–Nicolson is second
+      order), so the extrapolation removes the leading error for half a march more work;
+      European options (and calls never exercised early) keep the single march, as does
+      an option with a single time step.
+    """
+
+    name: str
+    price_steps: int
+    dt_target: float
+    time_steps: int
+    min_steps: int
+    rannacher: int
+    domain: int
+    smax_mult: float
+    width: float
+    compact: bool = True
+    smooth: bool = True
+    richardson: bool = False
+
+    def kernel_args(
+        self,
+    ) -> tuple[int, float, int, int, int, int, float, float, bool, bool, bool]:
+        # exact Python types, so the CUDA kernel is compiled once
+        return (
+            int(self.price_steps),
+            float(self.dt_target),
+            int(self.time_steps),
+            int(self.min_steps),
+            int(self.rannacher),
+            int(self.domain),
+            float(self.smax_mult),
+            float(self.width),
+            bool(self.compact),
+            bool(self.smooth),
+            bool(self.richardson),
+        )
+
+
+GRIDS: dict[str, FdGrid] = {
+    # the seed paper's grid, kept to reproduce it, not for quotes: 150 price steps on
+    # [0, 3K], Δt = 0.02 year, plain CN start (a one-week option gets one time step and a
+    # handful of nodes across its spread; a two-year volatile one runs off the domain)
+    "seed": FdGrid("seed", 150, 0.02, 0, 1, 0, core.DOMAIN_STRIKE_MULTIPLE, 3.0, 0.0),
+    # 192 nodes over K and S0 ± 6σ√T (capped at ×6): the same relative resolution for a
+    # one-week and a two-year option; 48 steps with one Rannacher step, and American rows
+    # extrapolated with a 24-step pass (Richardson): the American time error is first
+    # order, and cancelling it costs fewer steps than halving Δt twice
+    "default": FdGrid("default", 191, 0.0, 48, 1, 1, core.DOMAIN_LOG_WIDTH, 6.0, 6.0,
+                      richardson=True),
+    # the same design at about twice the resolution in S and 2.7 times in time
+    "fine": FdGrid("fine", 511, 0.0, 128, 1, 1, core.DOMAIN_LOG_WIDTH, 10.0, 6.0,
+                   richardson=True),
+}
+
+
+def make_grid(
+    grid: str | FdGrid = "default",
+    *,
+    price_steps: int | None = None,
+    time_steps: int | None = None,
+    rannacher: int | None = None,
+) -> FdGrid:
+    """A named grid, optionally with its price or time step count overridden."""
+    if isinstance(grid, FdGrid):
+        g = grid
+    else:
+        if grid not in GRIDS:
+            raise ValueError(f"unknown grid {grid!r}: expected one of {', '.join(GRIDS)}")
+        g = GRIDS[grid]
+    changes: dict[str, Any] = {}
+    if price_steps is not None:
+        core.threads_per_option(price_steps)  # validates the range
+        changes["price_steps"] = price_steps
+    if time_steps is not None:
+        if time_steps < 1:
+            raise ValueError(f"time_steps must be ≥ 1, got {time_steps}")
+        changes["time_steps"] = time_steps
+    if rannacher is not None:
+        if rannacher < 0:
+            raise ValueError(f"rannacher must be ≥ 0, got {rannacher}")
+        changes["rannacher"] = rannacher
+    if changes:
+        g = g._replace(name=f"{g.name}*", **changes)
+    core.threads_per_option(g.price_steps)
+    return g
+
+
+def option_params(
+    spot: npt.ArrayLike,
+    strike: npt.ArrayLike,
+    expiry: npt.ArrayLike,
+    vol: npt.ArrayLike,
+    rate: npt.ArrayLike = 0.0,
+    is_call: npt.ArrayLike = True,
+    is_american: npt.ArrayLike = False,
+    dividend_yield: npt.ArrayLike = 0.0,
+) -> FloatArray:
+    """Parameter rows (n, core.N_PARAMS) from broadcastable arrays; rejects nonsense.
+
+    spot, strike > 0; expiry in years (≤ 0 means expired: priced at intrinsic value);
+    vol ≥ 0 per year; rate and dividend yield per year, continuously compounded (the
+    yield in [−1, 1]).
+    """
+    cols = np.broadcast_arrays(
+        *(np.asarray(x, dtype=np.float64) for x in (spot, strike, expiry, vol, rate)),
+        np.asarray(is_call, dtype=np.float64),
+        np.asarray(is_american, dtype=np.float64),
+        np.asarray(dividend_yield, dtype=np.float64),
+    )
+    n = cols[0].size
+    params = np.zeros((n, core.N_PARAMS), dtype=np.float64)
+    for c, col in zip(
+        (core.SPOT, core.STRIKE, core.EXPIRY, core.VOL, core.RATE, core.IS_CALL, core.IS_AMERICAN,
+         core.DIVIDEND),
+        cols,
+        strict=True,
+    ):
+        params[:, c] = col.ravel()
+    check_params(params)
+    return params
+
+
+def check_params(params: FloatArray) -> None:
+    if params.ndim != 2 or params.shape[1] != core.N_PARAMS:
+        raise ValueError(f"params must have shape (n, {core.N_PARAMS}), got {params.shape}")
+    check_dividend_yield(params[:, core.DIVIDEND])  # first: its own message for a NaN
+    if not np.isfinite(params).all():
+        raise ValueError("option parameters contain NaN or infinity")
+    for col, what in ((core.SPOT, "spot"), (core.STRIKE, "strike")):
+        bad = params[:, col] <= 0
+        if bad.any():
+            raise ValueError(f"{what} must be > 0 ({int(bad.sum())} rows are not)")
+    if (params[:, core.VOL] < 0).any():
+        raise ValueError("vol must be ≥ 0")
+
+
+def contract_rows(contracts: OptionContracts, market: MarketInputs) -> FloatArray:
+    """The kernel's parameter rows of contracts in a market (broadcast against each other:
+    one contract against n spots gives n rows)."""
+    return option_params(market.spot, contracts.strike, contracts.expiry, market.vol,
+                         market.rate, contracts.is_call, contracts.is_american,
+                         market.dividend_yield)
+
+
+class OptionValues(NamedTuple):
+    """Results of a repricing, one entry per option: price, ∂V/∂S, ∂²V/∂S²."""
+
+    price: FloatArray
+    delta: FloatArray
+    gamma: FloatArray
+
+
+def _values(out: np.ndarray) -> OptionValues:
+    out = np.array(out, dtype=np.float64, copy=True)
+    return OptionValues(out[:, core.PRICE], out[:, core.DELTA], out[:, core.GAMMA])
+
+
+def price_params(
+    params: FloatArray, grid: str | FdGrid = "default", device: str = "auto"
+) -> OptionValues:
+    """Price every parameter row by Crank–Nicolson: one CUDA launch, or all CPU cores."""
+    g = make_grid(grid)
+    params = np.ascontiguousarray(params, dtype=np.float64)
+    check_params(params)
+    n = params.shape[0]
+    if n == 0:
+        empty = np.zeros(0)
+        return OptionValues(empty, empty.copy(), empty.copy())
+    backend = resolve_device(device, "option pricing")
+    if backend == "cpu":
+        out = np.empty((n, core.N_OUT))
+        core.fd_price_batch_cpu(params, out, *g.kernel_args())
+        return _values(out)
+    from numba import cuda
+
+    stream = cuda.stream()
+    d_params = cuda.to_device(params, stream=stream)
+    d_out = cuda.device_array((n, core.N_OUT), dtype=np.float64, stream=stream)
+    kernel, threads = core.fd_kernel(g.price_steps)
+    kernel[n, threads, stream](d_params, d_out, *g.kernel_args())
+    out = d_out.copy_to_host(stream=stream)
+    stream.synchronize()
+    return _values(out)
+
+
+def price_options(
+    spot: npt.ArrayLike,
+    strike: npt.ArrayLike,
+    expiry: npt.ArrayLike,
+    vol: npt.ArrayLike,
+    rate: npt.ArrayLike = 0.0,
+    is_call: npt.ArrayLike = True,
+    is_american: npt.ArrayLike = False,
+    *,
+    dividend_yield: npt.ArrayLike = 0.0,
+    grid: str | FdGrid = "default",
+    device: str = "auto",
+) -> OptionValues:
+    """Crank–Nicolson prices and greeks of broadcastable option arrays (see option_params)."""
+    params = option_params(spot, strike, expiry, vol, rate, is_call, is_american,
+                           dividend_yield)
+    return price_params(params, grid, device)
+
+
+class AnalyticValues(NamedTuple):
+    price: FloatArray
+    delta: FloatArray
+    gamma: FloatArray
+    vega: FloatArray
+
+
+def black_scholes(
+    spot: npt.ArrayLike,
+    strike: npt.ArrayLike,
+    expiry: npt.ArrayLike,
+    vol: npt.ArrayLike,
+    rate: npt.ArrayLike = 0.0,
+    is_call: npt.ArrayLike = True,
+    dividend_yield: npt.ArrayLike = 0.0,
+) -> AnalyticValues:
+    """Analytic European Black–Scholes–Merton price, delta, gamma and vega (per unit of σ),
+    with a continuous dividend yield."""
+    params = option_params(spot, strike, expiry, vol, rate, is_call, False, dividend_yield)
+    out = np.empty((params.shape[0], 4))
+    core.bs_price_greeks_batch(params, out)
+    return AnalyticValues(out[:, 0], out[:, 1], out[:, 2], out[:, 3])
+
+
+def warm_up(grid: str | FdGrid = "default", device: str = "auto") -> str:
+    """Compile the kernels (JIT ≈0.8 s on first use, then disk-cached) before live work."""
+    backend = resolve_device(device, "option pricing")
+    g = make_grid(grid)
+    # the grid's own price steps: the lanes kernel is compiled per rows-per-lane count
+    tiny = g._replace(time_steps=2)
+    params = option_params(100.0, 100.0, 0.1, 0.2)
+    price_params(params, tiny, backend)
+    if backend == "cpu":  # the background repricing's serial twin too, not on the first tick
+        core.fd_price_batch_cpu_serial(params, np.empty((1, core.N_OUT)), *tiny.kernel_args())
+    return backend
+
+
+class OptionGroupPricer:
+    """A group of options repriced again and again, e.g. on every tick of its underlying.
+
+    On CUDA: the parameter rows and the results live in mapped (pinned, device-visible)
+    host memory, so a new spot or a changed parameter is a plain host write and the
+    results need no copy; each `launch` is one kernel on the group's own stream followed
+    by a recorded event; `done()` polls the event and never blocks. On the CPU the launch
+    computes synchronously and `done()` is always true, unless `background=True`: then the
+    CPU twin runs on a worker thread without the GIL and `done()` polls its future, so an
+    event loop keeps running while the group is repriced, as on the GPU.
+    """
+
+    def __init__(
+        self, params: FloatArray, grid: str | FdGrid = "default", device: str = "auto",
+        background: bool = False, solver: str | None = None,
+    ) -> None:
+        check_params(params)
+        self.grid = make_grid(grid)
+        self.device = resolve_device(device, "option group repricing")
+        self.n = params.shape[0]
+        #: the FD kernel's tridiagonal solver (`gpu.device.fd_solver`: GPU_FD_SOLVER, "lanes")
+        self.solver = fd_solver(solver)
+        self._args = self.grid.kernel_args()
+        self._in_flight = False
+        self._future: Any = None
+        self._executor: Any = None
+        if self.device == "cpu":
+            self._params_dev: Any = np.array(params, dtype=np.float64, copy=True)
+            self.params = self._params_dev
+            self._out_dev: Any = np.zeros((self.n, core.N_OUT))
+            self._out = self._out_dev
+            self._stream: Any = None
+            self._event: Any = None
+            if background:
+                from concurrent.futures import ThreadPoolExecutor
+
+                self._executor = ThreadPoolExecutor(1, thread_name_prefix="option-group")
+            return
+        from numba import cuda
+
+        self._params_dev = cuda.mapped_array((self.n, core.N_PARAMS), dtype=np.float64)
+        self._out_dev = cuda.mapped_array((self.n, core.N_OUT), dtype=np.float64)
+        # host views of the same memory (np.asarray of a mapped array aliases it)
+        self.params = np.asarray(self._params_dev)
+        self._out = np.asarray(self._out_dev)
+        self.params[:] = params
+        self._out[:] = np.nan
+        self._stream = cuda.stream()
+        try:
+            self._event = cuda.event(timing=False)  # type: ignore[call-arg]
+        except TypeError:  # the CUDA simulator's Event takes no arguments
+            self._event = cuda.event()
+        self._kernel, self._threads = core.fd_kernel(self.grid.price_steps, self.solver)
+        self._bound: Any = None
+        #: True when launches skip numba's per-call argument typing (see _bind_launch)
+        self.prebound = False
+        if os.environ.get("GPU_OPTIONS_PREBIND", "1") != "0":
+            self._bind_launch()
+
+    def _launch_args(self) -> tuple[Any, ...]:
+        return (self._params_dev, self._out_dev, *self._args)
+
+    def _bind_launch(self) -> None:
+        """Pre-bind the launch: numba types every argument and prepares it as ctypes on
+        each call (tens of microseconds of Python); the arguments here never change (the
+        same mapped arrays, the same grid scalars), so prepare them once and keep the
+        driver launch. Uses numba-cuda's internals (0.30.x), so it is verified: one
+        ordinary launch and one bound launch must give bit-identical results, else the
+        ordinary path stays (and a warning says so)."""
+        import logging
+
+        log = logging.getLogger(__name__)
+        if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1":
+            return  # the simulator has no driver launch to bind
+        try:
+            import numba.cuda.dispatcher
+
+            nd: Any = numba.cuda.dispatcher  # internals mypy's stubs do not list
+
+            # an ordinary launch compiles (or loads) the kernel and gives the reference
+            self._kernel[self.n, self._threads, self._stream](*self._launch_args())
+            self._stream.synchronize()
+            reference = self._out.copy()
+            overloads = list(getattr(self._kernel, "overloads", {}).values())
+            if len(overloads) != 1:
+                return  # the CUDA simulator, or an unexpected dispatcher
+            kern = overloads[0]
+            retr: list[Any] = []
+            kernelargs: list[Any] = []
+            for ty, val in zip(kern.argument_types, self._launch_args(), strict=True):
+                kern._prepare_args(ty, val, self._stream, retr, kernelargs)
+            if retr or kern.debug:
+                return  # write-backs or debug checks need numba's own launch
+            coop = "is_cooperative" if nd.CUDA_CORE_GE_1_0 else "cooperative_launch"
+            config = nd.LaunchConfig(grid=self.n, block=self._threads, shmem_size=0,
+                                     **{coop: kern.cooperative})
+            func = kern._codelibrary.get_cufunc().kernel
+            launch, stream = nd.launch, self._stream
+
+            def bound() -> None:
+                launch(stream, config, func, *kernelargs)
+
+            self._out[:] = np.nan
+            bound()
+            self._stream.synchronize()
+            if not np.array_equal(self._out, reference, equal_nan=True):
+                log.warning("option pricer: the pre-bound launch disagrees; not used")
+                return
+            self._bound = bound
+            self.prebound = True
+        except Exception as exc:  # noqa: BLE001 - any internals mismatch: the ordinary path
+            log.warning("option pricer: launches not pre-bound (%s)", exc)
+
+    @property
+    def in_flight(self) -> bool:
+        return self._in_flight
+
+    def set_spot(self, spot: float) -> None:
+        """Write a new spot into every row (a host write; mapped memory carries it over)."""
+        if self._in_flight:
+            raise RuntimeError("cannot change parameters while a repricing is in flight")
+        if not (spot > 0 and np.isfinite(spot)):
+            raise ValueError(f"spot must be a positive number, got {spot!r}")
+        self.params[:, core.SPOT] = spot
+
+    def set_expiry(self, years: npt.ArrayLike) -> None:
+        """New times to expiry in years (the valuation date rolled); ≤ 0: expired."""
+        self.set_column(core.EXPIRY, years)
+
+    def set_column(self, column: int, values: npt.ArrayLike) -> None:
+        """Change one parameter column (e.g. core.EXPIRY when the date rolls)."""
+        if self._in_flight:
+            raise RuntimeError("cannot change parameters while a repricing is in flight")
+        self.params[:, column] = values
+
+    def launch(self) -> None:
+        """Start repricing the group with the current parameters; does not wait."""
+        if self._in_flight:
+            raise RuntimeError("a repricing of this group is already in flight")
+        if self.device == "cpu":
+            if self._executor is not None:
+                self._future = self._executor.submit(
+                    core.fd_price_batch_cpu_serial, self._params_dev, self._out_dev,
+                    *self._args)
+            else:
+                core.fd_price_batch_cpu(self._params_dev, self._out_dev, *self._args)
+            self._in_flight = True
+            return
+        if self._bound is not None:
+            self._bound()
+        else:
+            self._kernel[self.n, self._threads, self._stream](*self._launch_args())
+        self._event.record(self._stream)
+        self._in_flight = True
+
+    def done(self) -> bool:
+        """True once the launched repricing has finished (non-blocking event query)."""
+        if not self._in_flight:
+            return True
+        if self._event is None:
+            return self._future is None or bool(self._future.done())
+        query = getattr(self._event, "query", None)
+        # the CUDA simulator's Event has no query(); it runs launches synchronously
+        return True if query is None else bool(query())
+
+    def wait(self) -> None:
+        """Block until the launched repricing has finished (benchmarks, shutdown)."""
+        if self._in_flight and self._event is not None:
+            self._event.synchronize()
+        elif self._in_flight and self._future is not None:
+            self._future.result()
+
+    def results(self) -> OptionValues:
+        """Copy of the finished results; ends the in-flight state. Call only when done()."""
+        if self._in_flight and not self.done():
+            raise RuntimeError("results requested before the repricing finished")
+        self._in_flight = False
+        if self._future is not None:
+            self._future.result()  # re-raises an error of the worker thread
+            self._future = None
+        return _values(self._out)
+
+
+class FdPricingEngine:
+    """Crank–Nicolson prices and greeks of contracts on one grid and one device.
+
+    `device` is "auto", "cpu" or "cuda" (resolved once, here); whoever holds the engine
+    prices through it without knowing which device runs.
+    """
+
+    def __init__(self, grid: str | FdGrid = "default", device: str = "auto") -> None:
+        self.grid = make_grid(grid)
+        self.device = resolve_device(device, "option pricing")
+
+    def __repr__(self) -> str:
+        return f"FdPricingEngine({self.grid.name!r}, {self.device!r})"
+
+    def price(self, contracts: OptionContracts, market: MarketInputs) -> OptionValues:
+        """Price, delta and gamma of every contract (one batched repricing)."""
+        return price_params(contract_rows(contracts, market), self.grid, self.device)
+
+    def group_pricer(self, contracts: OptionContracts, market: MarketInputs,
+                     background: bool = False) -> OptionGroupPricer:
+        """A pricer that reprices these contracts again and again (see OptionGroupPricer);
+        `background` runs the CPU twin on a worker thread (ignored on CUDA)."""
+        return OptionGroupPricer(contract_rows(contracts, market), self.grid, self.device,
+                                 background=background)
+
+    def warm_up(self) -> None:
+        """Compile the kernels before live work (see `warm_up`)."""
+        warm_up(self.grid, self.device)
+
+
+class AnalyticEuropeanEngine:
+    """Black–Scholes closed form: price, delta, gamma and vega of European contracts."""
+
+    def price(self, contracts: OptionContracts, market: MarketInputs) -> AnalyticValues:
+        if contracts.is_american.any():
+            raise ValueError("the analytic engine prices European contracts only")
+        return black_scholes(market.spot, contracts.strike, contracts.expiry, market.vol,
+                             market.rate, contracts.is_call, market.dividend_yield)
