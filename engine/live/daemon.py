@@ -42,8 +42,8 @@ from engine.live.reevolution import LiveReevolution
 from engine.live.risk_gate import RiskGate
 from engine.live.snapshot import capture, restore, warmup_guard
 from engine.settings.config import EngineConfig
-from engine.trading.core import Engine
-from engine.trading.orders import StateChange
+from engine.trading.core import Engine, EngineHooks
+from engine.trading.orders import OrderHooks, StateChange
 from feeds.messages import Fill, Heartbeat, Message, Order, Quote, Trade
 from feeds.transport import Publisher, Subscriber, transport_cap
 from strategies.base import Strategy
@@ -180,11 +180,12 @@ class Daemon:
             symbols = list(snap.state["symbols"])
         else:
             symbols = [] if replay else list(state.symbols)
-        self.engine = Engine(symbols, strategy, cfg, option_book=option_book,
-                             on_order=self._on_order, on_fill=self._on_fill,
-                             session_hook=self.reevolution)
-        self.risk.attach(self.engine)
-        self.engine.orders.on_state = self._on_order_state
+        hooks = EngineHooks(OrderHooks(on_order=self._on_order, on_fill=self._on_fill,
+                                       on_state=self._on_order_state,
+                                       risk_check=self.risk.check),
+                            session=self.reevolution)
+        self.engine = Engine(symbols, strategy, cfg, option_book=option_book, hooks=hooks)
+        self.risk.watch(self.engine)
         v = self.validator
         if replay:  # `recover` re-applies the log; the journal's truth comes after it
             self._pending_log = list(state.input_log)

@@ -44,7 +44,7 @@ class RiskGate:
 
     def __init__(self, limits: RiskLimits) -> None:
         self.limits = limits
-        self.engine: Any = None  # set by `attach`
+        self.engine: Any = None  # set by `watch`
         self.rejections: list[RiskRejection] = []  # of the current batch, for the daemon
         self.rejected: dict[str, int] = {}
         self.killed = False
@@ -53,9 +53,10 @@ class RiskGate:
         self._day: Any = None
         self._day_pnl = 0.0
 
-    def attach(self, engine: Any) -> None:
+    def watch(self, engine: Any) -> None:
+        """The engine whose book the checks read (its order desk got `check` at
+        construction, EngineHooks), and its broker's caps at fill time."""
         self.engine = engine
-        engine.orders.risk_check = self.check
         lim = self.limits
         # an all-in entry from flat is re-sized at fill time: its position is its quantity
         caps = [c for c in (lim.max_position, lim.max_order_quantity) if c]

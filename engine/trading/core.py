@@ -18,7 +18,7 @@ import logging
 import math
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import InitVar, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any, Protocol, cast
 from zoneinfo import ZoneInfo
@@ -33,7 +33,7 @@ from engine.trading.book import BarHistory, EngineBook
 from engine.trading.broker import PaperBroker
 from engine.trading.decisions import Decisions
 from engine.trading.order_types import OrderType, TimeInForce
-from engine.trading.orders import Bracket, OrderDesk, RiskCheck, sign
+from engine.trading.orders import Bracket, OrderDesk, OrderHooks, sign
 from engine.trading.sizing import TargetWeight, make_sizing
 from engine.trading.stats import EngineStats, EquityPoint, equity_point
 from feeds.messages import Bar, Fill, Heartbeat, Message, Order, Quote, Trade
@@ -63,6 +63,18 @@ class SessionHook(Protocol):
     exchange day and the first data of the next, no bar close in flight."""
 
     async def new_session(self, engine: Engine, last_ts: int, next_ts: int) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EngineHooks:
+    """What the engine calls outside itself, given at construction (the typed object of the
+    engine's wiring): the order desk's hooks (the live daemon's journal, publisher and
+    pre-trade risk gate) and the work at each change of exchange day (`session`: after
+    the old day's STOP; re-evolution swaps the traded rule there, engine/live/
+    reevolution.py). None: nothing is called."""
+
+    orders: OrderHooks = OrderHooks()
+    session: SessionHook | None = None
 
 
 @dataclass
@@ -95,20 +107,13 @@ class Engine:
     strategy: Strategy
     config: EngineConfig = field(default_factory=EngineConfig)
     option_book: Any = None
-    #: called with every order and fill (the live daemon journals and publishes them)
-    on_order: InitVar[Callable[[Order], None] | None] = None
-    on_fill: InitVar[Callable[[Fill], None] | None] = None
-    #: pre-trade risk check (sym, side, quantity, reason, price, ts) -> allowed; the live
-    #: daemon's limits (engine/live/risk_gate.py). None: every order goes to the broker
-    risk_check: InitVar[RiskCheck | None] = None
-    #: called at every change of exchange day in the data, after the old day's STOP
-    #: (re-evolution swaps the traded rule there: engine/live/reevolution.py); None: nothing
-    session_hook: SessionHook | None = None
+    #: what the engine calls outside itself (EngineHooks): given here, never assigned later
+    hooks: EngineHooks = field(default_factory=lambda: EngineHooks())
 
-    def __post_init__(self, on_order: Callable[[Order], None] | None,
-                      on_fill: Callable[[Fill], None] | None,
-                      risk_check: RiskCheck | None) -> None:
+    def __post_init__(self) -> None:
         cfg = self.config
+        #: called at every change of exchange day in the data, after the old day's STOP
+        self.session_hook = self.hooks.session
         b = cfg.broker
         n = len(self.symbols)
         self.clock = BarClock(cfg.bar_seconds, cfg.timezone)
@@ -127,11 +132,7 @@ class Engine:
             self.broker, n, b.fill, self.stats,
             Bracket(b.stop_loss, b.take_profit, b.trailing_stop),
             {s: i.tick_size for s, i in cfg.instruments.items() if i.tick_size},
-            self._day_end)
-        self.orders.on_exit = self._entry_void
-        self.orders.on_order, self.orders.on_fill = on_order, on_fill
-        self.orders.risk_check = risk_check
-        self.orders.on_entry_void = self._entry_void
+            self._day_end, self.hooks.orders, self._entry_void)
         self.sym_index: dict[str, int] = {s: i for i, s in enumerate(self.symbols)}
         # per symbol: does a tick need more than the bar update? NOT_FLAGGED: no; SPOT_ONLY:
         # only its option groups' spot (the option book's hook, called from the hot loop

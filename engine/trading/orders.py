@@ -97,13 +97,34 @@ def _never(ts: int) -> int:
     return 0
 
 
+def _no_symbol(sym: int) -> None:
+    """The entry-void hook of a desk without an engine (tests): nothing to fall back."""
+
+
+@dataclass(frozen=True, slots=True)
+class OrderHooks:
+    """What the order desk calls outside the engine, given at construction. None: nothing.
+
+    The live daemon journals and publishes every order and fill (`on_order`, `on_fill`) and
+    every state change of a working order (`on_state`); `risk_check` (sym, side, quantity,
+    reason, price, ts) -> allowed is its pre-trade gate (engine/live/risk_gate.py); without
+    one every order goes to the broker."""
+
+    on_order: Callable[[Order], None] | None = None
+    on_fill: Callable[[Fill], None] | None = None
+    on_state: Callable[[StateChange], None] | None = None
+    risk_check: RiskCheck | None = None
+
+
 class OrderDesk:
     """Places orders with the broker and keeps each symbol's pending and working ones."""
 
     def __init__(self, broker: PaperBroker, n: int, fill: str, stats: EngineStats,
                  bracket: Bracket | None = None,
                  tick_sizes: dict[str, float] | None = None,
-                 day_end: Callable[[int], int] = _never) -> None:
+                 day_end: Callable[[int], int] = _never,
+                 hooks: OrderHooks | None = None,
+                 on_entry_void: Callable[[int], None] = _no_symbol) -> None:
         self.broker = broker
         self.stats = stats
         self.fill_on_close = fill in ("signal-close", "bar-close")
@@ -116,19 +137,15 @@ class OrderDesk:
         #: the data time (ns) a DAY order accepted at `ts` expires at (the exchange's day end)
         self.day_end = day_end
         self._group = 0
-        #: called with every order state change (the live daemon journals them)
-        self.on_state: Callable[[StateChange], None] | None = None
-        #: called with the symbol of a working order's fill (an exit closed the position,
-        #: a strategy's own order moved it): the intended position becomes what is held
-        self.on_exit: Callable[[int], None] = lambda sym: None
-        #: called with every order and fill (the live daemon journals and publishes them)
-        self.on_order: Callable[[Order], None] | None = None
-        self.on_fill: Callable[[Fill], None] | None = None
-        #: None: every order goes to the broker (engine/live/risk_gate.py sets the daemon's limits)
-        self.risk_check: RiskCheck | None = None
-        #: called with the symbol of an entry that came to nothing (refused, unaffordable):
-        #: the intended position falls back to what is held
-        self.on_entry_void: Callable[[int], None] = lambda sym: None
+        hooks = hooks or OrderHooks()
+        # plain attributes, read on the hot path (one attribute load, no indirection)
+        self.on_state = hooks.on_state
+        self.on_order, self.on_fill = hooks.on_order, hooks.on_fill
+        self.risk_check = hooks.risk_check
+        #: called with the symbol of an entry that came to nothing (refused, unaffordable)
+        #: and of a working order's fill (an exit closed the position, a strategy's own
+        #: order moved it): the intended position becomes what is held
+        self.on_entry_void = self.on_exit = on_entry_void
 
     def add_symbol(self) -> None:
         self.pending.append([])

@@ -27,7 +27,7 @@ from engine.affinity import FEED_ENV, cpus_from_env, pin_from_env
 from engine.errors import UserError
 from engine.gcpause import startup_objects_frozen
 from engine.settings.config import EngineConfig
-from engine.trading.core import Engine, SessionHook
+from engine.trading.core import Engine, EngineHooks, SessionHook
 from feeds.publish import publish_source
 from feeds.records import Source
 from feeds.transport import Publisher, Subscriber
@@ -259,7 +259,7 @@ async def replay_async(
     frozen = contextlib.ExitStack()
     try:
         engine = Engine(list(feed.source.symbols), strategy, config, option_book=option_book,
-                        session_hook=session_hook)
+                        hooks=EngineHooks(session=session_hook))
         if trade_from is not None:
             engine.warm_until(trade_from)
         frozen.enter_context(startup_objects_frozen())  # no full collection walks them

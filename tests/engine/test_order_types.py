@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from engine.settings.config import BrokerConfig, EngineConfig, InstrumentConfig
 from engine.trading.broker import PaperBroker
-from engine.trading.core import Engine
+from engine.trading.core import Engine, EngineHooks
 from engine.trading.order_types import OrderState, OrderType, TimeInForce
-from engine.trading.orders import OrderDesk, StateChange
+from engine.trading.orders import OrderDesk, OrderHooks, StateChange
 from engine.trading.stats import EngineStats
 from feeds.messages import Bar, Trade
 from strategies.base import OrderRequest
@@ -29,12 +30,22 @@ NS = 1_000_000_000
 DAY_NS = 86_400 * NS
 
 
-def _desk(**kw: object) -> tuple[OrderDesk, list[StateChange]]:
+def _journaled(journal: Any, orders: bool = True) -> EngineHooks:
+    """The daemon's wiring of a journal: orders, fills and order states recorded."""
+    return EngineHooks(OrderHooks(
+        on_order=journal.record_order if orders else None,
+        on_fill=lambda f: None if journal.record_fill(f) else None,
+        on_state=journal.record_order_state))
+
+
+def _desk(day_end: Callable[[int], int] | None = None, tick_sizes: dict[str, float] | None = None
+          ) -> tuple[OrderDesk, list[StateChange]]:
     broker = PaperBroker(["A"], sizing="fixed", quantity=10.0, commission=0.0,
                          allow_short=True, cash=100_000.0)
-    desk = OrderDesk(broker, 1, "next-open", EngineStats(), **kw)  # type: ignore[arg-type]
     states: list[StateChange] = []
-    desk.on_state = states.append
+    desk = OrderDesk(broker, 1, "next-open", EngineStats(), tick_sizes=tick_sizes,
+                     day_end=day_end or (lambda ts: 0),  # 0: no day end (the desk's default)
+                     hooks=OrderHooks(on_state=states.append))
     return desk, states
 
 
@@ -181,8 +192,7 @@ def test_a_gap_through_the_stop_fills_at_the_open_and_cancels_the_target() -> No
     ohlc = [(100, 101, 99, 100), (100, 102, 99, 100), (90, 92, 89, 91), (91, 150, 90, 140)]
     cfg = EngineConfig(broker=BrokerConfig(fill="next-open", sizing="fixed", quantity=10.0,
                                            commission=0.0, stop_loss=0.05, take_profit=0.1))
-    eng = Engine(["A"], Long(), cfg)
-    eng.orders.on_state = states.append
+    eng = Engine(["A"], Long(), cfg, hooks=EngineHooks(OrderHooks(on_state=states.append)))
 
     async def go() -> None:
         await eng.process(_bars(ohlc))
@@ -285,18 +295,14 @@ def test_order_states_are_journaled_restored_and_exported(tmp_path: Path) -> Non
     unbroken = _replay(ohlc, stop_loss=0.05, take_profit=0.2)
 
     journal = Journal(tmp_path / "j.sqlite")
-    first = Engine(["A"], Long(), cfg, on_order=journal.record_order,
-                   on_fill=lambda f: None if journal.record_fill(f) else None)
-    first.orders.on_state = journal.record_order_state
+    first = Engine(["A"], Long(), cfg, hooks=_journaled(journal))
     bars = _bars(ohlc)
     asyncio.run(first.process(bars[:3]))  # stopped before the stop's bar
     journal.close()
 
     journal = Journal(tmp_path / "j.sqlite")
     state = journal.load()
-    second = Engine(["A"], Long(), cfg,
-                    on_fill=lambda f: None if journal.record_fill(f) else None)
-    second.orders.on_state = journal.record_order_state
+    second = Engine(["A"], Long(), cfg, hooks=_journaled(journal, orders=False))
     second.restore(state.orders, state.fills)
     assert second.orders.restore_working(
         [StateChange.from_row(r) for r in journal.order_states()]) == 2
@@ -346,9 +352,8 @@ class _Orders:
 def test_a_strategy_places_limit_stop_and_ioc_orders() -> None:
     cfg = EngineConfig(broker=BrokerConfig(fill="next-open", sizing="fixed", quantity=1.0,
                                            commission=0.0))
-    eng = Engine(["A"], _Orders(), cfg)
     states: list[StateChange] = []
-    eng.orders.on_state = states.append
+    eng = Engine(["A"], _Orders(), cfg, hooks=EngineHooks(OrderHooks(on_state=states.append)))
 
     async def go() -> None:
         await eng.process(_bars([(100, 101, 99, 100), (99, 100, 96, 97), (97, 98, 94, 96),
@@ -375,9 +380,7 @@ def test_a_trailing_stop_resumes_from_its_journaled_price(tmp_path: Path) -> Non
                                            commission=0.0, trailing_stop=0.10))
     unbroken = _replay(ohlc, trailing_stop=0.10)
     journal = Journal(tmp_path / "j.sqlite")
-    first = Engine(["A"], Long(), cfg, on_order=journal.record_order,
-                   on_fill=lambda f: None if journal.record_fill(f) else None)
-    first.orders.on_state = journal.record_order_state
+    first = Engine(["A"], Long(), cfg, hooks=_journaled(journal))
     bars = _bars(ohlc)
     asyncio.run(first.process(bars[:4]))
     state = journal.load()

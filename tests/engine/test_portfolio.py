@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from engine.phases import Phase
 from engine.settings.config import BrokerConfig, EngineConfig, InstrumentConfig
-from engine.trading.core import Engine
+from engine.trading.core import Engine, EngineHooks
+from engine.trading.orders import OrderHooks
 from feeds.messages import Bar, Fill, Trade
 from strategies.base import BookView
 from strategies.sma_cross import SmaCross, parse_sma_cross
@@ -220,8 +221,10 @@ def test_accounting_invariants_at_every_equity_row(seed: int, sizing: str, fill:
                           quantity=40.0, short_margin=margin, fraction=0.3)
     cfg = EngineConfig(bar_seconds=60, broker=broker,
                        instruments={"B": InstrumentConfig(multiplier=mult)})
-    eng = _InvariantEngine(syms, Signals(rows), cfg)
-    eng.orders.on_fill = lambda fill: _check_entry(eng, fill)
+    checked: list[Engine] = []  # the engine the hook checks, once it exists
+    eng = _InvariantEngine(syms, Signals(rows), cfg, hooks=EngineHooks(OrderHooks(
+        on_fill=lambda fill: _check_entry(checked[0], fill))))
+    checked.append(eng)
     _run(eng, _daily_bars(prices))
     held: dict[str, float] = {}
     for f in eng.broker.fills:

@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from engine.live.risk_gate import RiskGate
 from engine.settings.config import BrokerConfig, EngineConfig
 from engine.settings.risk import RiskLimits
-from engine.trading.core import Engine
+from engine.trading.core import Engine, EngineHooks
+from engine.trading.orders import OrderHooks
 from feeds.messages import Fill, Heartbeat, Order, RiskRejection, Trade
 from feeds.synthetic import SyntheticMarket
 from strategies.sma_cross import SmaCross
@@ -32,6 +33,15 @@ from tests.live_procs import ROOT, collect, endpoints, run_feed, start_daemon, s
 NS = 1_000_000_000
 
 
+def _gated(symbols: list[str], strategy: Any, cfg: EngineConfig, gate: RiskGate,
+           **hooks: Any) -> Engine:
+    """An engine whose order desk asks `gate` before every order (as the daemon wires it)."""
+    eng = Engine(symbols, strategy, cfg,
+                 hooks=EngineHooks(OrderHooks(risk_check=gate.check, **hooks)))
+    gate.watch(eng)
+    return eng
+
+
 def _run(limits: RiskLimits, *, quantity: float = 100.0, n_symbols: int = 4,
          n_ticks: int = 20_000) -> tuple[Engine, RiskGate, list[Order], list[Fill]]:
     cfg = EngineConfig(bar_seconds=60.0,
@@ -39,9 +49,8 @@ def _run(limits: RiskLimits, *, quantity: float = 100.0, n_symbols: int = 4,
     trades = trade_messages(SyntheticMarket(n_symbols=n_symbols, n_ticks=n_ticks, seed=8))
     orders: list[Order] = []
     fills: list[Fill] = []
-    eng = Engine([], SmaCross(5, 10), cfg, on_order=orders.append, on_fill=fills.append)
     gate = RiskGate(limits)
-    gate.attach(eng)
+    eng = _gated([], SmaCross(5, 10), cfg, gate, on_order=orders.append, on_fill=fills.append)
     tripped = []
 
     async def go() -> None:
@@ -236,8 +245,7 @@ def test_a_switch_of_sides_cannot_carry_the_position_past_max_position() -> None
     the next tick's price (50) from the cash the close freed, 300 shares against a limit of
     250 before the fix."""
     cfg = EngineConfig(bar_seconds=1, broker=BrokerConfig(fill="next-tick", commission=0))
-    engine = Engine(["A"], _Scripted([-1, 1, 1, 1]), cfg)
-    RiskGate(RiskLimits(max_position=250)).attach(engine)
+    engine = _gated(["A"], _Scripted([-1, 1, 1, 1]), cfg, RiskGate(RiskLimits(max_position=250)))
     positions = _scripted_positions(engine, [100, 100, 50, 50, 50, 50])
     assert -100.0 in positions  # it did go short first
     assert max(abs(p) for p in positions) <= 250
@@ -249,16 +257,14 @@ def test_an_entry_filled_after_a_gap_stays_within_max_gross_notional() -> None:
     the next tick, 150: 7,500 of notional before the fix, 40 shares (6,000) after."""
     cfg = EngineConfig(bar_seconds=1, broker=BrokerConfig(fill="next-tick", sizing="fixed",
                                                           quantity=50, commission=0))
-    engine = Engine(["A"], _Scripted([1]), cfg)
     gate = RiskGate(RiskLimits(max_gross_notional=6_000))
-    gate.attach(engine)
+    engine = _gated(["A"], _Scripted([1]), cfg, gate)
     positions = _scripted_positions(engine, [100, 150, 150])
     assert "max_gross_notional" not in gate.rejected  # the gate itself said yes
     assert engine.broker.fills and engine.broker.fills[0].price == 150.0
     assert positions[-1] == 40.0  # floor(6,000 / 150)
     # nothing is left of the limit: the next gap up refuses the whole entry and counts it
-    engine2 = Engine(["A"], _Scripted([1]), cfg)
-    RiskGate(RiskLimits(max_gross_notional=6_000)).attach(engine2)
+    engine2 = _gated(["A"], _Scripted([1]), cfg, RiskGate(RiskLimits(max_gross_notional=6_000)))
     assert _scripted_positions(engine2, [100, 7_000, 7_000])[-1] == 0.0
     assert engine2.broker.refused == {"max_gross_notional": 1}
 
@@ -268,9 +274,8 @@ def _losing_day(limits: RiskLimits, opening: list[Any]) -> tuple[Engine, RiskGat
     cfg = EngineConfig(bar_seconds=60.0,
                        broker=BrokerConfig(sizing="fixed", quantity=100.0, commission=1.0))
     trades = trade_messages(SyntheticMarket(n_symbols=4, n_ticks=20_000, seed=8))
-    eng = Engine([], SmaCross(5, 10), cfg)
     gate = RiskGate(limits)
-    gate.attach(eng)
+    eng = _gated([], SmaCross(5, 10), cfg, gate)
 
     async def go() -> None:
         await eng.process(opening)
@@ -299,9 +304,8 @@ def test_the_kill_switch_trips_on_the_first_day_after_an_opening_heartbeat() -> 
 
 def test_a_new_symbol_at_a_price_of_1e_minus_9_cannot_open_a_huge_position() -> None:
     cfg = EngineConfig(bar_seconds=1, broker=BrokerConfig(fill="next-tick"))
-    engine = Engine(["A"], _Scripted([-1]), cfg)
     gate = RiskGate(RiskLimits())  # the defaults
-    gate.attach(engine)
+    engine = _gated(["A"], _Scripted([-1]), cfg, gate)
     positions = _scripted_positions(engine, [1e-9] * 6)
     assert max(abs(p) for p in positions) == 0.0
     assert gate.rejected.get("min_price", 0) > 0
@@ -315,10 +319,9 @@ def test_default_limits_bound_every_order_at_any_price(exponent: float, side: in
                                                        fill: str) -> None:
     price = 10.0 ** exponent
     cfg = EngineConfig(bar_seconds=1, broker=BrokerConfig(fill=fill))  # type: ignore[arg-type]
-    engine = Engine(["A"], _Scripted([side]), cfg)
     lim = RiskLimits()
     gate = RiskGate(lim)
-    gate.attach(engine)
+    engine = _gated(["A"], _Scripted([side]), cfg, gate)
     _scripted_positions(engine, [price] * 6)
     for f in engine.broker.fills:
         assert f.price >= lim.min_price

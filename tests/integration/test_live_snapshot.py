@@ -13,7 +13,8 @@ import pytest
 from engine.live import snapshot_format
 from engine.live.snapshot import WarmupGuard, capture, restore
 from engine.settings.config import EngineConfig
-from engine.trading.core import Engine
+from engine.trading.core import Engine, EngineHooks
+from engine.trading.orders import OrderHooks
 from feeds.messages import Fill, Order, Trade
 from feeds.synthetic import SyntheticMarket
 from feeds.validation import Validator
@@ -25,7 +26,7 @@ TRADES = trade_messages(SyntheticMarket(n_symbols=4, n_ticks=12_000, seed=21))
 
 def _engine(symbols: list[str], orders: list[Order], fills: list[Fill]) -> Engine:
     return Engine(symbols, SmaCross(5, 10), EngineConfig(bar_seconds=60.0),
-                  on_order=orders.append, on_fill=fills.append)
+                  hooks=EngineHooks(OrderHooks(on_order=orders.append, on_fill=fills.append)))
 
 
 async def _feed(eng: Engine, v: Validator, trades: list[Trade]) -> None:
