@@ -167,10 +167,24 @@ class OrderDesk:
             qty = self.broker.entry_quantity(sym, side, price)
         if reason == "close" and self.has_working[sym]:
             self.cancel_exits(sym, ts)  # the signal's close is decided first
-        if qty <= 0 or (self.risk_check is not None
-                        and not self.risk_check(sym, side, qty, reason, price, ts)):
+        if not self._submit(sym, side, qty, reason, price, ts):
             if reason == "enter":
                 self.on_entry_void(sym)
+            return False
+        return not self.fill_on_close
+
+    def rebalance(self, sym: int, side: int, qty: float, price: float, ts: int) -> bool:
+        """Trade `qty` of a held position towards a target weight (never across zero);
+        True when the order waits for the symbol's next price, as `place`."""
+        return self._submit(sym, side, qty, "rebalance", price, ts) and not self.fill_on_close
+
+    def _submit(self, sym: int, side: int, qty: float, reason: str, price: float,
+                ts: int) -> bool:
+        """A market order past the risk check: filled now (fills on the close) or pending
+        until the symbol's next price (`fill_on_close` says which). False: refused
+        (nothing placed)."""
+        if qty <= 0 or (self.risk_check is not None
+                        and not self.risk_check(sym, side, qty, reason, price, ts)):
             return False
         order = self.broker.new_order(ts, sym, side, qty, reason)
         self.stats.orders += 1
@@ -178,26 +192,9 @@ class OrderDesk:
             self.on_order(order)
         if self.fill_on_close:
             self.execute(order, sym, price, ts)
-            return False
-        self.pending[sym].append(order)
-        self.has_pending[sym] = True
-        return True
-
-    def rebalance(self, sym: int, side: int, qty: float, price: float, ts: int) -> bool:
-        """Trade `qty` of a held position towards a target weight (never across zero);
-        True when the order waits for the symbol's next price, as `place`."""
-        if qty <= 0 or (self.risk_check is not None
-                        and not self.risk_check(sym, side, qty, "rebalance", price, ts)):
-            return False
-        order = self.broker.new_order(ts, sym, side, qty, "rebalance")
-        self.stats.orders += 1
-        if self.on_order is not None:
-            self.on_order(order)
-        if self.fill_on_close:
-            self.execute(order, sym, price, ts)
-            return False
-        self.pending[sym].append(order)
-        self.has_pending[sym] = True
+        else:
+            self.pending[sym].append(order)
+            self.has_pending[sym] = True
         return True
 
     def fill_pending(self, sym: int, price: float, ts: int) -> None:
