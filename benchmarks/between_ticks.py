@@ -53,7 +53,7 @@ import numpy as np  # noqa: E402
 
 from benchmarks.common import scoped_env  # noqa: E402
 from engine.config import EngineConfig, load_config  # noqa: E402
-from engine.option_book import OptionBook, OptionGroupConfig  # noqa: E402
+from engine.options.book import OptionBook, OptionGroupConfig  # noqa: E402
 from engine.replay import replay  # noqa: E402
 from feeds.datadir import data_dir  # noqa: E402
 from feeds.messages import OptionGroupValues, OptionValue  # noqa: E402
@@ -313,8 +313,8 @@ def launch_capacity(groups: list[OptionGroupConfig], gpu: str, name: str
                     ) -> list[dict[str, Any]]:
     """The pricer alone, no engine: median launch -> results seen (µs) of one batch of the
     groups, and batches per second with k launches kept in flight (the GPU's ceiling)."""
-    from engine.option_book import build_group
-    from engine.option_worker import _AllWarm
+    from engine.options.book import build_group
+    from engine.options.worker import _AllWarm
     from gpu.option_batch import BatchPricer
 
     grps = [build_group(c, "cpu", False, _AllWarm()) for c in groups]

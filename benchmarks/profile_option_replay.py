@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.config import load_config  # noqa: E402
-from engine.option_book import OptionBook  # noqa: E402
+from engine.options.book import OptionBook  # noqa: E402
 from engine.replay import replay  # noqa: E402
 from feeds.datadir import data_dir  # noqa: E402
 from feeds.sources import open_sources, parse_date  # noqa: E402

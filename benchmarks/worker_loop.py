@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import gpu_name, log, scoped_env, write_json  # noqa: E402
 from engine.config import load_config  # noqa: E402
-from engine.option_worker import WorkerClient  # noqa: E402
+from engine.options.worker import WorkerClient  # noqa: E402
 
 VARIANTS: list[tuple[str, dict[str, str]]] = [
     ("numba launcher, rows regathered, a request every tick (before)",

@@ -17,7 +17,7 @@ from engine.bounds import require_non_negative, require_positive
 from engine.errors import UserError
 from engine.gpu_settings import GpuSettings
 from engine.live_options import LiveOptions
-from engine.option_book import OptionGroupConfig
+from engine.options.book import OptionGroupConfig
 from engine.reevolve_settings import ReevolveSettings
 from engine.risk import RiskLimits
 from feeds.validation import ValidationLimits

@@ -163,7 +163,7 @@ class Daemon:
         self.risk = RiskGate(cfg.risk)
         option_book = None
         if cfg.options:  # option groups repriced after each underlying tick, values published
-            from engine.option_book import OptionBook
+            from engine.options.book import OptionBook
 
             option_book = OptionBook(list(cfg.options), device=self.device,
                                      timezone=cfg.timezone)

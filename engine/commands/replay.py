@@ -264,7 +264,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     option_book = None
     if cfg.options:
-        from engine.option_book import OptionBook
+        from engine.options.book import OptionBook
 
         option_book = OptionBook(list(cfg.options), device=cfg.device, timezone=cfg.timezone)
 
@@ -519,7 +519,7 @@ def summary(r: dict[str, Any]) -> str:
 
 def _options_line(o: dict[str, Any]) -> str:
     """The option groups in words: repricings, spots coalesced, latency (report.json's
-    `options`, `engine/option_book.py`)."""
+    `options`, `engine/options/book.py`)."""
     def us(x: float | None) -> str:
         return "n/a" if x is None else f"{x:,.0f} µs"
 

@@ -10,7 +10,7 @@ import msgspec
 import numpy as np
 import pytest
 
-from engine.option_book import (
+from engine.options.book import (
     OptionBook,
     OptionGroupConfig,
     OptionPricingStalled,
@@ -169,7 +169,7 @@ async def test_contracts_expired_before_the_tick_date_are_reported_once(
                             grid="seed")
     book = OptionBook([cfg], device="cpu")
     ts = int(dt.datetime(2013, 10, 7, 15, tzinfo=dt.UTC).timestamp()) * 1_000_000_000
-    with caplog.at_level("WARNING", logger="engine.option_book"):
+    with caplog.at_level("WARNING", logger="engine.options.book"):
         for i in range(3):
             book.on_underlying_tick("SPY", 165.0 + i, ts + i * 1_000_000)
             await book.drain()

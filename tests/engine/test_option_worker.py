@@ -9,8 +9,8 @@ import msgspec
 import numpy as np
 import pytest
 
-from engine.option_book import OptionBook, OptionGroupConfig
-from engine.option_worker import WorkerClient
+from engine.options.book import OptionBook, OptionGroupConfig
+from engine.options.worker import WorkerClient
 from feeds.messages import OptionGroupValues
 from gpu.device import cuda_present
 from gpu.options import make_grid, price_options
@@ -118,7 +118,7 @@ def test_cuda_workers_on_two_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
     """OPTION_WORKER_GPUS=2 on CUDA: two worker processes, each told its own device
     (CUDA_VISIBLE_DEVICES), each pricing its underlying; the simulator in CI (which ignores
     the device id), two real GPUs where the machine has them."""
-    from engine.option_worker import MultiWorkerClient
+    from engine.options.worker import MultiWorkerClient
     from gpu.device import cuda_simulated
 
     if not cuda_present():
@@ -146,7 +146,7 @@ def test_cuda_workers_on_two_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
 def stopped_client() -> WorkerClient:
     """The engine's side of two groups (ABC, DEF) with real shared memory, its worker
     stopped and both WANT flags lowered by hand, so only the client writes."""
-    from engine.option_worker import HEADER, SLOT, STOP, WANT
+    from engine.options.worker import HEADER, SLOT, STOP, WANT
 
     client = WorkerClient([cfg("ABC", (100.0,)), cfg("DEF", (40.0,))], "cpu", "UTC")
     q = client._q
@@ -163,7 +163,7 @@ def test_held_ticks_count_per_group_and_collect_finished_results(
     memory): with OPTION_REQUEST_EVERY=2 each group writes a request on every 2nd of its
     own held ticks, whatever the other underlying does; a held tick takes a result the
     worker published; poll() sends the newest held tick."""
-    from engine.option_worker import (
+    from engine.options.worker import (
         HEADER,
         REQ_SLOT,
         REQ_SPOT,
@@ -209,7 +209,7 @@ def test_every_tick_writes_request_n_into_slot_n_mod_2(monkeypatch: pytest.Monke
                                                        ) -> None:
     """The default protocol's inlined write, read back as the worker reads it (the worker
     stopped, real shared memory): request n is in slot n % 2 and REQ says n."""
-    from engine.option_worker import (
+    from engine.options.worker import (
         HEADER,
         REQ,
         REQ_SLOT,
@@ -245,7 +245,7 @@ def test_split_groups_keeps_underlyings_whole_and_balances(seed: int) -> None:
     """Every group on exactly one worker, an underlying's groups together, no empty
     worker, and the greedy bound: the fullest worker holds at most the emptiest one's
     options plus the largest underlying's."""
-    from engine.option_worker import _sizes, split_groups
+    from engine.options.worker import _sizes, split_groups
 
     rng = np.random.default_rng(seed)
     names = [f"U{i}" for i in range(int(rng.integers(1, 9)))]
@@ -273,7 +273,7 @@ def test_two_cpu_workers_price_bit_for_bit_in_one_sequence(
     """OPTION_WORKER_GPUS=3 with two underlyings: two worker processes (no empty one),
     each pricing its underlying's group; values equal the reference, the newest spot is
     priced last, messages carry one sequence across the workers, counts add up."""
-    from engine.option_worker import MultiWorkerClient
+    from engine.options.worker import MultiWorkerClient
 
     monkeypatch.setenv("OPTION_WORKER_GPUS", "3")
     configs = {"ABC": cfg("ABC", (90.0, 100.0, 110.0)), "DEF": cfg("DEF", (35.0, 45.0))}
@@ -295,7 +295,7 @@ def test_two_cpu_workers_price_bit_for_bit_in_one_sequence(
 
 def test_bad_worker_gpu_settings_are_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.errors import UserError
-    from engine.option_worker import open_workers
+    from engine.options.worker import open_workers
 
     configs = [cfg("ABC", (100.0,)), cfg("DEF", (40.0,))]
     for bad in ("0", "-2", "two", "", "1.5"):

@@ -67,7 +67,7 @@ def _start(cfg: EngineConfig) -> None:
     out.close()
     ctx.destroy(linger=0)
     if cfg.options:
-        from engine.option_book import OptionBook
+        from engine.options.book import OptionBook
 
         OptionBook(list(cfg.options), device="cpu", timezone=cfg.timezone)
 

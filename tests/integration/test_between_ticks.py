@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from engine.config import EngineConfig
-from engine.option_book import OptionBook, OptionGroupConfig
+from engine.options.book import OptionBook, OptionGroupConfig
 from engine.replay import replay
 from feeds.messages import OptionGroupValues, OptionValue, encode, make_decoder
 from feeds.synthetic import SyntheticMarket
@@ -269,7 +269,7 @@ def test_worker_failure_is_a_clear_error_and_close_frees_everything(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    from engine.option_worker import WorkerClient
+    from engine.options.worker import WorkerClient
     from gpu.device import cuda_simulated
 
     if not cuda_simulated():

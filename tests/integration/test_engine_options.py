@@ -11,7 +11,7 @@ import pytest
 import run_engine
 from engine.config import EngineConfig, load_config
 from engine.errors import UserError
-from engine.option_book import OptionBook, OptionGroupConfig
+from engine.options.book import OptionBook, OptionGroupConfig
 from engine.replay import replay
 from engine.report import build_report
 from feeds.messages import OptionValue

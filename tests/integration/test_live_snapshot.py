@@ -196,7 +196,7 @@ def test_restore_flags_underlyings_for_this_runs_option_book() -> None:
     restored into an engine whose option book prices that symbol: the flags are derived
     again, so every later tick of the underlying still reaches the book."""
     from engine.core import SPOT_ONLY
-    from engine.option_book import OptionBook, OptionGroupConfig
+    from engine.options.book import OptionBook, OptionGroupConfig
 
     sym = TRADES[0].symbol
     mine = [t for t in TRADES if t.symbol == sym]

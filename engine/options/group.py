@@ -1,5 +1,5 @@
 """One option group: its configuration and its state while priced, built by one recipe
-for both dispatches (`engine.option_book` in process, `engine.option_worker` in a worker
+for both dispatches (`engine.options.book` in process, `engine.options.worker` in a worker
 process), so that neither module imports the other's internals (no import cycle)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from gpu.instruments import MarketInputs, OptionContracts, check_dividend_yield
 from gpu.options import GRIDS, FdPricingEngine, OptionGroupPricer, make_grid
 
 # the book's logger, as before these pieces moved here: the expiry warning keeps its name
-log = logging.getLogger("engine.option_book")
+log = logging.getLogger("engine.options.book")
 
 
 class OptionGroupConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

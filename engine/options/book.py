@@ -3,7 +3,7 @@
 A group (`OptionGroupConfig`) is the options on one underlying: the product of its strikes,
 expiries and rights. Two ways to dispatch the repricings (`dispatch=`):
 
-- "process" (the default on CUDA): a GPU worker process (`engine.option_worker`) owns the
+- "process" (the default on CUDA): a GPU worker process (`engine.options.worker`) owns the
   pricers; `on_underlying_tick` only writes the newest spot into shared memory (about a
   microsecond) and `poll()` reads finished results from it. The launch, the event polling
   and the copying cost the engine's interpreter nothing (with one interpreter every
@@ -31,9 +31,9 @@ import numpy as np
 
 from engine.errors import UserError
 
-# the group's pieces live in engine.option_group (the worker builds groups by the same
+# the group's pieces live in engine.options.group (the worker builds groups by the same
 # recipe without importing the book); they stay importable from here, hence the noqa
-from engine.option_group import (  # noqa: F401
+from engine.options.group import (  # noqa: F401
     OptionGroupConfig,
     PricedGroup,
     _tick_date,
@@ -115,7 +115,7 @@ class OptionBook:
         #: loop. The worker process's (OPTION_TAP_EVERY); in-process dispatch keeps 0
         self.tap_every = 0
         if dispatch == "process":
-            from engine.option_worker import open_workers
+            from engine.options.worker import open_workers
 
             self._worker = open_workers(list(groups), self.device, timezone)
             # the engine calls the worker's request directly: no layer on the tick path

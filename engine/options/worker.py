@@ -67,7 +67,7 @@ rewritten for request n + 2). Shared-memory layout (int64 unless noted):
     per group g, float64[3, n_g]: price, delta, gamma of the newest finished repricing
 
 Values are the same pricer's (`OptionGroupPricer`), built by the same recipe
-(`engine.option_group.build_group`), so they equal the in-process ones for the same spot;
+(`engine.options.group.build_group`), so they equal the in-process ones for the same spot;
 which spots get priced depends on timing.
 """
 
@@ -179,7 +179,7 @@ class WorkerClient:
         returns once the worker is started; `wait_ready` then waits for it (several
         workers compile and warm up side by side)."""
         from engine.affinity import WORKER_ENV, cpus_from_env
-        from engine.option_group import contract_symbols
+        from engine.options.group import contract_symbols
 
         worker_settings()  # a bad OPTION_WORKER_* value: the user's error, before any start
         cpus_from_env(WORKER_ENV)
@@ -234,13 +234,13 @@ class WorkerClient:
         """Start the worker process on the shared memory and hand it its groups."""
         # a fresh interpreter (CUDA does not survive fork, and multiprocessing's spawn would
         # re-import the caller's __main__); the groups travel as JSON on stdin
-        root = str(Path(__file__).resolve().parent.parent)
+        root = str(Path(__file__).resolve().parents[2])
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         if visible_devices is not None:
             env["CUDA_VISIBLE_DEVICES"] = visible_devices
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "engine.option_worker", self._shm.name, device, timezone,
+            [sys.executable, "-m", "engine.options.worker", self._shm.name, device, timezone,
              str(os.getpid())],
             stdin=subprocess.PIPE, env=env, cwd=root)
         # registered before the payload is written: a child that dies at once (broken pipe)
@@ -745,7 +745,7 @@ class _Server:
 
     def __init__(self, shm: shared_memory.SharedMemory, q: Any, configs: list[Any],
                  device: str, tz: Any) -> None:
-        from engine.option_group import build_group, prepare_launch
+        from engine.options.group import build_group, prepare_launch
 
         self.prepare_launch = prepare_launch
         self.q = q
@@ -956,8 +956,8 @@ def per_option(msgs: list[OptionValue | OptionGroupValues]) -> list[OptionValue]
 
 
 def main(argv: list[str]) -> None:
-    """`python -m engine.option_worker SHM DEVICE TIMEZONE PARENT_PID` (groups on stdin)."""
-    from engine.option_group import OptionGroupConfig
+    """`python -m engine.options.worker SHM DEVICE TIMEZONE PARENT_PID` (groups on stdin)."""
+    from engine.options.group import OptionGroupConfig
 
     shm_name, device, timezone, parent = argv
     configs = msgspec.json.decode(sys.stdin.buffer.read(), type=list[OptionGroupConfig])
