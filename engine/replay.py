@@ -28,6 +28,7 @@ from engine.config import EngineConfig
 from engine.core import Engine, SessionHook
 from engine.errors import UserError
 from engine.gcpause import startup_objects_frozen
+from engine.options.protocol import OptionPricing
 from feeds.publish import publish_source
 from feeds.records import Source
 from feeds.transport import Publisher, Subscriber
@@ -237,7 +238,7 @@ async def replay_async(
     factory: SourceFactory,
     strategy: Strategy,
     config: EngineConfig | None = None,
-    option_book: Any = None,
+    option_book: OptionPricing | None = None,
     progress: Callable[[int], None] | None = None,
     publish_rate: float = 0.0,
     trade_from: int | None = None,
@@ -304,7 +305,7 @@ async def replay_async(
 
 
 def replay(factory: SourceFactory, strategy: Strategy, config: EngineConfig | None = None,
-           option_book: Any = None, progress: Callable[[int], None] | None = None,
+           option_book: OptionPricing | None = None, progress: Callable[[int], None] | None = None,
            publish_rate: float = 0.0, trade_from: int | None = None,
            session_hook: SessionHook | None = None) -> ReplayResult:
     return asyncio.run(replay_async(factory, strategy, config, option_book, progress,

@@ -264,9 +264,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     option_book = None
     if cfg.options:
-        from engine.options.book import OptionBook
+        from engine.options.book import open_option_book
 
-        option_book = OptionBook(list(cfg.options), device=cfg.device, timezone=cfg.timezone)
+        option_book = open_option_book(list(cfg.options), device=cfg.device, timezone=cfg.timezone)
 
     def progress(n: int) -> None:
         if not args.quiet:  # -q: no progress lines

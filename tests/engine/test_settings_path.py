@@ -234,7 +234,7 @@ def test_gpu_table_reaches_the_reading_sites(tmp_path: Path,
     the same environment)."""
     from engine.config import load_config
     from engine.gpu_settings import ENV, export_env
-    from engine.options.worker import tap_every, worker_settings
+    from engine.options.worker_settings import tap_every, worker_settings
     from gpu.device import fd_max_registers, fd_solver
     from gpu.gp_decider import cpu_serial_max_decisions
 
@@ -256,7 +256,7 @@ def test_gpu_table_reaches_the_reading_sites(tmp_path: Path,
 
 def test_gpu_defaults_equal_the_reading_sites_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.gpu_settings import ENV, GpuSettings
-    from engine.options.worker import tap_every, worker_gpus, worker_settings
+    from engine.options.worker_settings import tap_every, worker_gpus, worker_settings
     from gpu.device import fd_max_registers, fd_solver
     from gpu.gp_decider import cpu_serial_max_decisions
 

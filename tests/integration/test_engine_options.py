@@ -11,7 +11,8 @@ import pytest
 import run_engine
 from engine.config import EngineConfig, load_config
 from engine.errors import UserError
-from engine.options.book import OptionBook, OptionGroupConfig
+from engine.options.book import open_option_book
+from engine.options.group import OptionGroupConfig
 from engine.replay import replay
 from engine.report import build_report
 from feeds.messages import OptionValue
@@ -20,12 +21,12 @@ from gpu.options import black_scholes
 from strategies.sma_cross import SmaCross
 
 
-def test_replay_reprices_option_group_on_underlying_ticks() -> None:
+def test_replay_reprices_option_group_on_spots() -> None:
     strikes = (20.0, 25.0, 30.0)  # around SYN000's price in this market (about 25)
     group = OptionGroupConfig(underlying="SYN000", strikes=strikes, expiries=(30, 90),
                               rights=("C", "P"), style="european", vol=0.3, rate=0.02,
                               grid="default", messages="option")
-    book = OptionBook([group], device="cpu")
+    book = open_option_book([group], device="cpu")
     market = functools.partial(SyntheticMarket, n_symbols=3, n_ticks=6000, seed=9)
     res = replay(market, SmaCross(), EngineConfig(), option_book=book)
     rep = build_report(res, "sma")
@@ -69,7 +70,7 @@ def test_options_in_toml_config(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("n", [1])
 def test_option_book_underlyings(n: int) -> None:
-    book = OptionBook([OptionGroupConfig(underlying="A", strikes=(1.0,), expiries=(10,))],
+    book = open_option_book([OptionGroupConfig(underlying="A", strikes=(1.0,), expiries=(10,))],
                       device="cpu")
     assert book.underlyings == {"A"}
 
