@@ -98,8 +98,6 @@ class _Batch:
         self.latency_ns = 0.0  # launch -> results seen, smoothed: paces the launches
 
 
-
-
 def _batches(groups: list[Any], device: str) -> list[_Batch]:
     """One batch per group; with OPTION_WORKER_BATCH=1 groups of the same grid share one."""
     from gpu.option_batch import BatchPricer
@@ -286,7 +284,6 @@ def _serve(shm: shared_memory.SharedMemory, q: Any, configs: list[Any], device: 
         if times is not None and timing_to:
             times.write(f"{timing_to}.{os.getpid()}",
                         [b.latency_ns for b in server.batches], server.waits or ())
-
 
 
 def worker_main(shm_name: str, configs: list[Any], device: str, timezone: str,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import time
 
 import msgspec
 import numpy as np
@@ -312,3 +313,45 @@ def test_bad_worker_gpu_settings_are_one_line(monkeypatch: pytest.MonkeyPatch) -
     with pytest.raises(UserError, match="OPTION_WORKER_GPUS=2 but CUDA_VISIBLE_DEVICES "
                                         "lists 1 device"):
         open_workers(configs, "cuda", "UTC")
+
+
+def test_results_collected_during_ticks_keep_one_sequence_across_workers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two CPU workers: a result taken by a tick (the client collects a finished repricing
+    on its next request) gets the next number of the one sequence, as one taken by poll():
+    no two messages share a number, whichever worker and whichever path took them."""
+    from engine.options.worker_layout import HEADER, RES_REQ, SLOT
+    from engine.options.worker_pool import MultiWorkerClient
+
+    monkeypatch.setenv("OPTION_WORKER_GPUS", "2")
+    configs = [cfg("ABC", (100.0,)), cfg("DEF", (40.0,))]
+    book = WorkerOptions(configs, "cpu", "America/New_York")
+    client = book.client
+    assert isinstance(client, MultiWorkerClient)
+
+    def priced() -> None:  # until every requested spot has been published by its worker
+        for _ in range(3000):
+            if all(c._q[HEADER + SLOT * g + RES_REQ] == c._requests[g]
+                   for c in client.clients for g in range(c.layout.n_groups)):
+                return
+            time.sleep(0.01)
+        raise AssertionError("the workers did not price in 30 s")
+
+    try:
+        got = []
+        book.on_spot("ABC", 100.0, TS0)
+        book.on_spot("DEF", 40.0, TS0)
+        priced()
+        got += book.poll()  # ABC's and DEF's first results, taken by poll()
+        for i in range(1, 4):
+            book.on_spot("ABC", 100.0 + i, TS0 + i)  # takes ABC's previous result
+            book.on_spot("DEF", 40.0 + i, TS0 + i)  # takes DEF's
+            got += book.poll()
+            priced()
+        got += asyncio.run(book.drain())
+        assert len(got) == 8
+        assert [m.seq for m in got] == list(range(1, 9))
+        assert sorted(m.spot for m in got) == sorted(
+            [100.0 + i for i in range(4)] + [40.0 + i for i in range(4)])
+    finally:
+        book.close()
