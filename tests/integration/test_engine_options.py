@@ -21,7 +21,7 @@ from gpu.options import black_scholes
 from strategies.sma_cross import SmaCross
 
 
-def test_replay_reprices_option_group_on_spots() -> None:
+def test_replay_reprices_option_group_on_underlying_ticks() -> None:
     strikes = (20.0, 25.0, 30.0)  # around SYN000's price in this market (about 25)
     group = OptionGroupConfig(underlying="SYN000", strikes=strikes, expiries=(30, 90),
                               rights=("C", "P"), style="european", vol=0.3, rate=0.02,
