@@ -52,7 +52,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 
 from benchmarks.common import scoped_env  # noqa: E402
-from engine.option_book import OptionBook, OptionGroupConfig  # noqa: E402
+from engine.options.book import open_option_book
+from engine.options.group import OptionGroupConfig  # noqa: E402
 from engine.settings.config import EngineConfig, load_config  # noqa: E402
 from engine.trading.replay import replay  # noqa: E402
 from feeds.datadir import data_dir  # noqa: E402
@@ -185,7 +186,7 @@ def run_row(name: str, factory: functools.partial[Any], groups: list[OptionGroup
     if groups:
         # read by the pricers (in this process, or inherited by the worker process)
         os.environ["GPU_OPTIONS_PREBIND"] = "1" if prebind else "0"
-        book = OptionBook(groups, device=device, dispatch=dispatch)
+        book = open_option_book(groups, device=device, dispatch=dispatch)
     startup = time.perf_counter() - t_start
     try:
         cfg = EngineConfig(transport=transport,  # type: ignore[arg-type]
@@ -313,11 +314,12 @@ def launch_capacity(groups: list[OptionGroupConfig], gpu: str, name: str
                     ) -> list[dict[str, Any]]:
     """The pricer alone, no engine: median launch -> results seen (µs) of one batch of the
     groups, and batches per second with k launches kept in flight (the GPU's ceiling)."""
-    from engine.option_book import build_group
-    from engine.option_worker import _AllWarm
+
+    from engine.options.group import build_group
+    from engine.options.worker_server import AllWarm
     from gpu.options.batch import BatchPricer
 
-    grps = [build_group(c, "cpu", False, _AllWarm()) for c in groups]
+    grps = [build_group(c, "cpu", False, AllWarm()) for c in groups]
     rows = [g.pricer.params for g in grps]
     for r in rows:
         r[:, 0] = 0.97 * r[:, 1].mean()  # spot near the strikes

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine.option_book import OptionBook  # noqa: E402
+from engine.options.book import open_option_book  # noqa: E402
 from engine.settings.config import load_config  # noqa: E402
 from engine.trading.replay import replay  # noqa: E402
 from feeds.datadir import data_dir  # noqa: E402
@@ -32,7 +32,7 @@ def main() -> None:
     spy = data_dir() / "lean_ticks_2013-10" / "equity" / "usa" / "tick" / "spy"
     factory = functools.partial(open_sources, [str(spy)], start=parse_date(args.day),
                                 end=parse_date(args.day, end_of_day=True))
-    book = OptionBook(list(cfg.options), device=args.device)
+    book = open_option_book(list(cfg.options), device=args.device)
     prof = cProfile.Profile()
     prof.enable()
     res = replay(factory, SmaCross(), cfg, option_book=book)

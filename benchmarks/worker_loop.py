@@ -38,8 +38,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+
 from benchmarks.common import gpu_name, log, scoped_env, write_json  # noqa: E402
-from engine.option_worker import WorkerClient  # noqa: E402
+from engine.options.worker_client import WorkerClient  # noqa: E402
 from engine.settings.config import load_config  # noqa: E402
 
 VARIANTS: list[tuple[str, dict[str, str]]] = [
@@ -68,7 +69,7 @@ def drive(client: WorkerClient, seconds: float) -> dict[str, Any]:
     before = client.stats()["worker_repricings"]
     while True:
         for _ in range(16):
-            client.on_underlying_tick("SPY", float(steps[requests & 0xFFFFF]),
+            client.on_spot("SPY", float(steps[requests & 0xFFFFF]),
                                       ts0 + requests * 10_000)
             requests += 1
         client.poll()

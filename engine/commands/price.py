@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from engine.chain_pricing import ChainValuation, atm_vols, generated_chain, value_chain
 from engine.errors import UserError
+from engine.options.chain_pricing import ChainValuation, atm_vols, generated_chain, value_chain
 from engine.reporting.plots import plot_smile
 from engine.settings.resolve import deprecated_alias
 from feeds.option_chain import OptionChain, read_chain

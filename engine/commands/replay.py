@@ -264,9 +264,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     option_book = None
     if cfg.options:
-        from engine.option_book import OptionBook
+        from engine.options.book import open_option_book
 
-        option_book = OptionBook(list(cfg.options), device=cfg.device, timezone=cfg.timezone)
+        option_book = open_option_book(list(cfg.options), device=cfg.device, timezone=cfg.timezone)
 
     def progress(n: int) -> None:
         if not args.quiet:  # -q: no progress lines
@@ -519,7 +519,7 @@ def summary(r: dict[str, Any]) -> str:
 
 def _options_line(o: dict[str, Any]) -> str:
     """The option groups in words: repricings, spots coalesced, latency (report.json's
-    `options`, `engine/option_book.py`)."""
+    `options`, `engine/options/book.py`)."""
     def us(x: float | None) -> str:
         return "n/a" if x is None else f"{x:,.0f} µs"
 

@@ -163,10 +163,10 @@ class Daemon:
         self.risk = RiskGate(cfg.risk)
         option_book = None
         if cfg.options:  # option groups repriced after each underlying tick, values published
-            from engine.option_book import OptionBook
+            from engine.options.book import open_option_book
 
-            option_book = OptionBook(list(cfg.options), device=self.device,
-                                     timezone=cfg.timezone)
+            option_book = open_option_book(list(cfg.options), device=self.device,
+                                           timezone=cfg.timezone)
         snap = state.snapshot
         if snap is not None and snap.state.get("strategy_name") != strategy.name:
             log.warning("snapshot taken with strategy %s, now %s: starting cold",

@@ -14,7 +14,7 @@ from typing import Literal
 import msgspec
 
 from engine.errors import UserError
-from engine.option_book import OptionGroupConfig
+from engine.options.book import OptionGroupConfig
 from engine.settings.bounds import require_non_negative, require_positive
 from engine.settings.gpu import GpuSettings
 from engine.settings.live import LiveOptions

@@ -1,7 +1,8 @@
 """The `[gpu]` table of the engine's TOML: GPU, option-worker and CPU-placement knobs.
 
-Design. These knobs were environment variables read where they act (engine/option_worker.py,
-gpu/launch.py, gpu/device.py, gpu/options/batch.py, gpu/gp/decider.py, engine/affinity.py),
+Design. These knobs were environment variables read where they act
+(engine/options/worker_settings.py, gpu/launch.py, gpu/device.py, gpu/options/batch.py,
+gpu/gp/decider.py, engine/affinity.py),
 some of them inside the GPU worker process, which inherits the engine's environment. They are
 now one typed struct with a default per field, so a config file holds them like every other
 setting and a bad value is a one-line error when the file is read. The reading sites stay as

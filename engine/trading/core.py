@@ -26,6 +26,7 @@ from zoneinfo import ZoneInfo
 import numpy as np
 
 from engine.errors import StrategyError
+from engine.options.protocol import OptionPricing, SpotSink
 from engine.phases import Phase, SessionSchedule
 from engine.settings.config import EngineConfig
 from engine.trading.bars import BarClock, OpenBars, bar_open_ts
@@ -106,7 +107,8 @@ class Engine:
     symbols: list[str]
     strategy: Strategy
     config: EngineConfig = field(default_factory=EngineConfig)
-    option_book: Any = None
+    #: the option groups' pricing (`engine.options`), in this process or a worker's
+    option_book: OptionPricing | None = None
     #: what the engine calls outside itself (EngineHooks): given here, never assigned later
     hooks: EngineHooks = field(default_factory=lambda: EngineHooks())
 
@@ -140,7 +142,11 @@ class Engine:
         # rare per-tick work of _on_flagged_tick
         self._flagged = [FLAGGED] * n
         self._underlying = [False] * n
+        #: the one way a spot reaches the option book: the hot loop, the rare path, the
+        #: validator's tap and each batch's newest all hand their spots to this
+        self._option_spot: SpotSink = _no_option_tick
         if self.option_book is not None:
+            self._option_spot = self.option_book.on_spot
             for s in self.option_book.underlyings:
                 if s in self.sym_index:
                     self._underlying[self.sym_index[s]] = True
@@ -151,7 +157,7 @@ class Engine:
         # validation (`validated`); the hot loop does nothing for an underlying then.
         # Otherwise every underlying tick goes to the book from the hot loop, which feeds
         # the worker only while a batch is applied.
-        self._tap_every: int = getattr(self.option_book, "tap_every", 0) or 0
+        self._tap_every = self.option_book.tap_every if self.option_book is not None else 0
         self._tapped_by: Validator | None = None
         self.bank = IndicatorBank(max(n, 16))  # spare rows for symbols first seen live
         self._now = 0
@@ -253,11 +259,9 @@ class Engine:
         bars = self.bars
         o, h, l, c, v = bars.o, bars.h, bars.l, bars.c, bars.v
         flagged = self._flagged
-        book = self.option_book
-        option_tick = _no_option_tick
-        if book is not None:
-            book.begin_batch()
-            option_tick = book.on_underlying_tick
+        if self.option_book is not None:
+            self.option_book.begin_batch()
+        option_tick = self._option_spot
         clock = self.clock
         boundary = clock.next_boundary
         n_trades = 0
@@ -305,10 +309,10 @@ class Engine:
         """Where the option book takes spots from validation (`tap_every` > 0): tap this
         validator (once; the one the engine's batches go through), and leave the hot loop
         nothing to do for an underlying. Call `validated` after every batch it validated."""
-        if not self._tap_every or validator is self._tapped_by:
+        if self.option_book is None or not self._tap_every or validator is self._tapped_by:
             return
         validator.tap_trades(self.option_book.underlyings, self._tap_every,
-                             self.option_book.on_underlying_tick)
+                             self._option_spot)
         self._tapped_by = validator
         for sym, underlying in enumerate(self._underlying):
             if underlying:
@@ -319,7 +323,7 @@ class Engine:
         that the tap did not hand out goes to the book now (the newest is always priced;
         every earlier request was older, so the book sees spots in data order)."""
         if validator is self._tapped_by:
-            tick = self.option_book.on_underlying_tick
+            tick = self._option_spot
             for m in validator.untapped_newest():
                 tick(m.symbol, m.price, m.ts)
 
@@ -351,7 +355,7 @@ class Engine:
         first = self.bars.first_price
         has_pending = self.orders.has_pending
         if self._underlying[sym] and self._tapped_by is None:  # else: from validation
-            self.option_book.on_underlying_tick(msg.symbol, p, msg.ts)
+            self._option_spot(msg.symbol, p, msg.ts)
         if first[sym] != first[sym]:
             first[sym] = p
         overlapped = self.overlapped

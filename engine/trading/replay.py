@@ -26,6 +26,7 @@ import zmq.asyncio
 from engine.affinity import FEED_ENV, cpus_from_env, pin_from_env
 from engine.errors import UserError
 from engine.gcpause import startup_objects_frozen
+from engine.options.protocol import OptionPricing
 from engine.settings.config import EngineConfig
 from engine.trading.core import Engine, EngineHooks, SessionHook
 from feeds.publish import publish_source
@@ -237,7 +238,7 @@ async def replay_async(
     factory: SourceFactory,
     strategy: Strategy,
     config: EngineConfig | None = None,
-    option_book: Any = None,
+    option_book: OptionPricing | None = None,
     progress: Callable[[int], None] | None = None,
     publish_rate: float = 0.0,
     trade_from: int | None = None,
@@ -304,7 +305,7 @@ async def replay_async(
 
 
 def replay(factory: SourceFactory, strategy: Strategy, config: EngineConfig | None = None,
-           option_book: Any = None, progress: Callable[[int], None] | None = None,
+           option_book: OptionPricing | None = None, progress: Callable[[int], None] | None = None,
            publish_rate: float = 0.0, trade_from: int | None = None,
            session_hook: SessionHook | None = None) -> ReplayResult:
     return asyncio.run(replay_async(factory, strategy, config, option_book, progress,

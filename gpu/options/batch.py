@@ -1,6 +1,6 @@
 """One launch reprices every option group of a grid that has a new spot, several launches in flight.
 
-The GPU worker process (`engine.option_worker`) keeps, per grid, a `BatchPricer` with a few
+The GPU worker process (`engine.options.worker_server`) keeps, per grid, a `BatchPricer` with a few
 launch slots. Each slot owns its buffers (mapped host memory for the parameter rows and the
 results, so neither needs a copy), its stream and its event. `launch(slot, parts)` gathers
 the parameter rows of the groups being repriced (each group's rows with its new spot

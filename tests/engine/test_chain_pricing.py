@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.chain_pricing import generated_chain, value_chain
 from engine.errors import UserError
+from engine.options.chain_pricing import generated_chain, value_chain
 from gpu.options.engines import FdPricingEngine
 from gpu.options.implied_vol import IVStatus
 from gpu.options.instruments import MarketInputs, OptionContracts

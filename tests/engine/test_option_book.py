@@ -1,4 +1,5 @@
-"""OptionBook: groups repriced on underlying ticks, results by event polling, in asyncio."""
+"""Options in the engine's process (`open_option_book`, dispatch "inline"): groups repriced
+on underlying ticks, results by event polling, in asyncio."""
 
 from __future__ import annotations
 
@@ -10,15 +11,15 @@ import msgspec
 import numpy as np
 import pytest
 
-from engine.option_book import (
-    OptionBook,
+from engine.options.book import open_option_book
+from engine.options.group import (
     OptionGroupConfig,
-    OptionPricingStalled,
     build_group,
     contract_symbols,
     group_contracts,
     prepare_launch,
 )
+from engine.options.protocol import OptionPricingStalled
 from feeds.messages import OptionGroupValues, OptionValue, encode, make_decoder
 from gpu.device import cuda_present
 from gpu.options.engines import black_scholes, make_grid, price_options
@@ -82,11 +83,11 @@ def test_config_rejects_unknown_fields_and_bad_values() -> None:
 
 def test_cpu_book_prices_in_background_and_drain_returns_messages() -> None:
     cfg = small_group(grid="default", price_steps=0, time_steps=0)
-    book = OptionBook([cfg], device="cpu")
+    book = open_option_book([cfg], device="cpu")
     assert book.underlyings == {"ABC"}
-    book.on_underlying_tick("XYZ", 100.0, TS0)  # not an underlying of ours
-    book.on_underlying_tick("ABC", float("nan"), TS0)  # a bad price is never priced
-    book.on_underlying_tick("ABC", 101.0, TS0)
+    book.on_spot("XYZ", 100.0, TS0)  # not an underlying of ours
+    book.on_spot("ABC", float("nan"), TS0)  # a bad price is never priced
+    book.on_spot("ABC", 101.0, TS0)
     msgs = contracts(asyncio.run(book.drain()))  # the CPU twin ran on a worker thread
     assert len(msgs) == 4 and all(isinstance(m, OptionValue) for m in msgs)
     assert [m.seq for m in msgs] == [1, 2, 3, 4]
@@ -110,10 +111,10 @@ def test_cpu_book_prices_in_background_and_drain_returns_messages() -> None:
 
 def test_dated_expiries_shrink_with_the_tick_date() -> None:
     cfg = small_group(expiries=(dt.date(2024, 3, 31),), strikes=(100.0,), rights=("P",))
-    book = OptionBook([cfg], device="cpu")
-    book.on_underlying_tick("ABC", 100.0, TS0)  # 2024-03-01: 30 days
+    book = open_option_book([cfg], device="cpu")
+    book.on_spot("ABC", 100.0, TS0)  # 2024-03-01: 30 days
     (first,) = contracts(asyncio.run(book.drain()))
-    book.on_underlying_tick("ABC", 100.0, TS0 + 10 * 86_400 * NS)  # 20 days
+    book.on_spot("ABC", 100.0, TS0 + 10 * 86_400 * NS)  # 20 days
     (second,) = contracts(asyncio.run(book.drain()))
     np.testing.assert_allclose(first.price, expected(100.0, cfg, 30 / 365))
     np.testing.assert_allclose(second.price, expected(100.0, cfg, 20 / 365))
@@ -124,14 +125,14 @@ def test_dated_expiries_shrink_with_the_tick_date() -> None:
 async def test_cuda_book_coalesces_ticks_and_awaits_by_polling() -> None:
     cfg = small_group(strikes=(100.0,), rights=("P",))
     other = small_group(underlying="DEF", strikes=(50.0,), rights=("C",))
-    book = OptionBook([cfg, other], device="cuda", dispatch="inline")
+    book = open_option_book([cfg, other], device="cuda", dispatch="inline")
     assert book.underlyings == {"ABC", "DEF"}
-    book.on_underlying_tick("ABC", 99.0, TS0)
+    book.on_spot("ABC", 99.0, TS0)
     assert book.in_flight == 1
     # while ABC is in flight, newer ticks are remembered, only the newest survives
-    book.on_underlying_tick("ABC", 98.0, TS0 + 1)
-    book.on_underlying_tick("ABC", 97.0, TS0 + 2)
-    book.on_underlying_tick("DEF", 51.0, TS0 + 3)
+    book.on_spot("ABC", 98.0, TS0 + 1)
+    book.on_spot("ABC", 97.0, TS0 + 2)
+    book.on_spot("DEF", 51.0, TS0 + 3)
     msgs = contracts(await book.drain())
     assert book.in_flight == 0
     by = {(m.symbol, m.ts): m for m in msgs}
@@ -151,10 +152,10 @@ async def test_cuda_book_coalesces_ticks_and_awaits_by_polling() -> None:
 async def test_engine_loop_keeps_running_while_groups_reprice() -> None:
     """A consumer loop feeding ticks and polling between them, as the engine does."""
     cfg = small_group(strikes=(100.0,), rights=("C",))
-    book = OptionBook([cfg], device="cuda", dispatch="inline")
+    book = open_option_book([cfg], device="cuda", dispatch="inline")
     got: list[OptionValue] = []
     for i, spot in enumerate((100.0, 100.5, 101.0)):
-        book.on_underlying_tick("ABC", spot, TS0 + i)
+        book.on_spot("ABC", spot, TS0 + i)
         await asyncio.sleep(0)
         got.extend(contracts(book.poll()))
     got.extend(contracts(await book.drain()))
@@ -167,11 +168,11 @@ async def test_contracts_expired_before_the_tick_date_are_reported_once(
     cfg = OptionGroupConfig(underlying="SPY", strikes=(160.0, 170.0),
                             expiries=(dt.date(2013, 10, 4), dt.date(2013, 11, 15)),
                             grid="seed")
-    book = OptionBook([cfg], device="cpu")
+    book = open_option_book([cfg], device="cpu")
     ts = int(dt.datetime(2013, 10, 7, 15, tzinfo=dt.UTC).timestamp()) * 1_000_000_000
-    with caplog.at_level("WARNING", logger="engine.option_book"):
+    with caplog.at_level("WARNING", logger="engine.options"):
         for i in range(3):
-            book.on_underlying_tick("SPY", 165.0 + i, ts + i * 1_000_000)
+            book.on_spot("SPY", 165.0 + i, ts + i * 1_000_000)
             await book.drain()
     warned = [r.getMessage() for r in caplog.records if "expired" in r.getMessage()]
     assert len(warned) == 1 and "4 contract(s)" in warned[0]  # 2 strikes x C/P, Oct 4
@@ -203,8 +204,8 @@ def test_drain_gives_up_on_repricings_that_do_not_finish_in_time() -> None:
     # 400 options on the fine grid: the thread takes far longer than the first poll
     strikes = tuple(float(k) for k in range(60, 160, 1)) + tuple(k + 0.5 for k in range(60, 160))
     cfg = small_group(grid="fine", price_steps=0, time_steps=0, strikes=strikes)
-    book = OptionBook([cfg], device="cpu")
-    book.on_underlying_tick("ABC", 101.0, TS0)
+    book = open_option_book([cfg], device="cpu")
+    book.on_spot("ABC", 101.0, TS0)
     assert book.in_flight
     with pytest.raises(OptionPricingStalled, match="1 option group repricing"):
         asyncio.run(book.drain(timeout_s=0.0))
@@ -213,15 +214,15 @@ def test_drain_gives_up_on_repricings_that_do_not_finish_in_time() -> None:
 
 def test_a_group_whose_underlying_never_ticks_is_named(caplog: pytest.LogCaptureFixture
                                                        ) -> None:
-    book = OptionBook([small_group(), small_group(underlying="XYZ")], device="cpu")
-    book.on_underlying_tick("ABC", 101.0, TS0)
-    book.on_underlying_tick("XYZ", float("nan"), TS0)  # a bad price prices nothing either
+    book = open_option_book([small_group(), small_group(underlying="XYZ")], device="cpu")
+    book.on_spot("ABC", 101.0, TS0)
+    book.on_spot("XYZ", float("nan"), TS0)  # a bad price prices nothing either
     asyncio.run(book.drain())
     with caplog.at_level("WARNING"):
         summary = book.summary()
     assert summary["never_priced"] == ["XYZ"]
     assert "never priced" in caplog.text and "XYZ" in caplog.text
-    book.on_underlying_tick("XYZ", 50.0, TS0)
+    book.on_spot("XYZ", 50.0, TS0)
     asyncio.run(book.drain())
     assert book.summary()["never_priced"] == []
 
@@ -236,7 +237,7 @@ async def test_engine_hands_every_underlying_tick_to_the_book_on_either_tick_pat
     from feeds.messages import Trade
     from strategies.sma_cross import SmaCross
 
-    book = OptionBook([small_group(strikes=(100.0,), rights=("C",))], device="cpu",
+    book = open_option_book([small_group(strikes=(100.0,), rights=("C",))], device="cpu",
                       dispatch="inline")
     eng = Engine(["ABC", "XYZ"], SmaCross(), EngineConfig(), option_book=book)
     abc, xyz = eng.sym_index["ABC"], eng.sym_index["XYZ"]
@@ -254,7 +255,7 @@ async def test_engine_hands_every_underlying_tick_to_the_book_on_either_tick_pat
     await eng.process(trades(("ABC", 101.5), ("ABC", 102.0)))  # fills, then SPOT_ONLY
     assert eng._flagged[abc] == SPOT_ONLY
     assert eng.stats.fills == 1
-    assert book._ticks == 5  # every ABC tick, none of XYZ's
+    assert book.summary()["ticks"] == 5  # every ABC tick, none of XYZ's
     await book.drain()
     book.close()
 

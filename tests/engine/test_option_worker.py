@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import time
 
 import msgspec
 import numpy as np
 import pytest
 
-from engine.option_book import OptionBook, OptionGroupConfig
-from engine.option_worker import WorkerClient
+from engine.options.book import open_option_book
+from engine.options.group import OptionGroupConfig
+from engine.options.protocol import OptionPricing
+from engine.options.worker_client import WorkerClient
+from engine.options.worker_options import WorkerOptions
 from feeds.messages import OptionGroupValues
 from gpu.device import cuda_present
 from gpu.options.engines import make_grid, price_options
@@ -38,7 +42,7 @@ def reference(spot: float, c: OptionGroupConfig) -> tuple[np.ndarray, np.ndarray
     return v.price, v.delta
 
 
-def run_walk(book: OptionBook, n: int, seed: int) -> tuple[list[OptionGroupValues],
+def run_walk(book: OptionPricing, n: int, seed: int) -> tuple[list[OptionGroupValues],
                                                             dict[str, list[float]]]:
     rng = np.random.default_rng(seed)
     got: list[OptionGroupValues] = []
@@ -47,7 +51,7 @@ def run_walk(book: OptionBook, n: int, seed: int) -> tuple[list[OptionGroupValue
         sym = "ABC" if rng.random() < 0.6 else "DEF"
         spot = float((100.0 if sym == "ABC" else 40.0) * np.exp(rng.normal(0, 0.02)))
         asked[sym].append(spot)
-        book.on_underlying_tick(sym, spot, TS0 + i * NS)
+        book.on_spot(sym, spot, TS0 + i * NS)
         if i % 7 == 0:
             got.extend(m for m in book.poll() if isinstance(m, OptionGroupValues))
     got.extend(m for m in asyncio.run(book.drain()) if isinstance(m, OptionGroupValues))
@@ -82,7 +86,7 @@ def test_cpu_worker_batches_groups_of_one_grid_bit_for_bit(
     monkeypatch.setenv("OPTION_WORKER_BATCH", batch)
     monkeypatch.setenv("OPTION_REQUEST_EVERY", every)
     configs = {"ABC": cfg("ABC", (90.0, 100.0, 110.0)), "DEF": cfg("DEF", (35.0, 45.0))}
-    book = OptionBook(list(configs.values()), device="cpu", dispatch="process")
+    book = open_option_book(list(configs.values()), device="cpu", dispatch="process")
     try:
         got, asked = run_walk(book, 400, 5)
         check(got, asked, configs, exact=True)
@@ -106,7 +110,7 @@ def test_cuda_worker_with_launches_in_flight_in_the_simulator(
     monkeypatch.setenv("OPTION_WORKER_BATCH", "1")
     configs = {"ABC": cfg("ABC", (95.0, 105.0), expiries=(30,)),
                "DEF": cfg("DEF", (40.0,), expiries=(7, 90))}
-    book = OptionBook(list(configs.values()), device="cuda", dispatch="process")
+    book = open_option_book(list(configs.values()), device="cuda", dispatch="process")
     try:
         got, asked = run_walk(book, 40, 8)
         check(got, asked, configs, exact=False)
@@ -118,7 +122,7 @@ def test_cuda_workers_on_two_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
     """OPTION_WORKER_GPUS=2 on CUDA: two worker processes, each told its own device
     (CUDA_VISIBLE_DEVICES), each pricing its underlying; the simulator in CI (which ignores
     the device id), two real GPUs where the machine has them."""
-    from engine.option_worker import MultiWorkerClient
+    from engine.options.worker_pool import MultiWorkerClient
     from gpu.device import cuda_simulated
 
     if not cuda_present():
@@ -132,10 +136,10 @@ def test_cuda_workers_on_two_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPTION_WORKER_GPUS", "2")
     configs = {"ABC": cfg("ABC", (95.0, 105.0), expiries=(30,)),
                "DEF": cfg("DEF", (40.0,), expiries=(7, 90))}
-    book = OptionBook(list(configs.values()), device="cuda", dispatch="process")
+    book = WorkerOptions(list(configs.values()), "cuda", "America/New_York")
     try:
-        assert isinstance(book._worker, MultiWorkerClient)
-        assert [c.visible_devices for c in book._worker.clients] == ["0", "1"]
+        assert isinstance(book.client, MultiWorkerClient)
+        assert [c.visible_devices for c in book.client.clients] == ["0", "1"]
         got, asked = run_walk(book, 40, 9)
         check(got, asked, configs, exact=False)
         assert [m.seq for m in got] == list(range(1, len(got) + 1))
@@ -146,7 +150,7 @@ def test_cuda_workers_on_two_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
 def stopped_client() -> WorkerClient:
     """The engine's side of two groups (ABC, DEF) with real shared memory, its worker
     stopped and both WANT flags lowered by hand, so only the client writes."""
-    from engine.option_worker import HEADER, SLOT, STOP, WANT
+    from engine.options.worker_layout import HEADER, SLOT, STOP, WANT
 
     client = WorkerClient([cfg("ABC", (100.0,)), cfg("DEF", (40.0,))], "cpu", "UTC")
     q = client._q
@@ -163,7 +167,7 @@ def test_held_ticks_count_per_group_and_collect_finished_results(
     memory): with OPTION_REQUEST_EVERY=2 each group writes a request on every 2nd of its
     own held ticks, whatever the other underlying does; a held tick takes a result the
     worker published; poll() sends the newest held tick."""
-    from engine.option_worker import (
+    from engine.options.worker_layout import (
         HEADER,
         REQ_SLOT,
         REQ_SPOT,
@@ -180,21 +184,21 @@ def test_held_ticks_count_per_group_and_collect_finished_results(
     try:
         q = client._q
         for i in range(3):  # A, B, A, B, A, B
-            client.on_underlying_tick("ABC", 100.0 + i, TS0 + i)
-            client.on_underlying_tick("DEF", 40.0 + i, TS0 + i)
+            client.on_spot("ABC", 100.0 + i, TS0 + i)
+            client.on_spot("DEF", 40.0 + i, TS0 + i)
         assert client._requests == [1, 1]  # the 2nd tick of each; the 3rd is held
         assert client._pending[0] == (102.0, TS0 + 2)
         b = HEADER + SLOT * 0  # the worker publishes a result for ABC (seqlock even)
         q[b + RES_TS], q[b + RES_T0] = TS0, 1
         q[b + RES] = 2
-        client.on_underlying_tick("ABC", 103.0, TS0 + 3)  # held (4th), and collects
+        client.on_spot("ABC", 103.0, TS0 + 3)  # held (4th), and collects
         assert client.repricings == 1
         assert client._requests == [2, 1]  # the 4th tick is the 2nd held one: sent
-        client.on_underlying_tick("DEF", 43.0, TS0 + 3)  # DEF's 2nd held tick: sent
+        client.on_spot("DEF", 43.0, TS0 + 3)  # DEF's 2nd held tick: sent
         assert client._requests == [2, 2] and client._pending[1] is None
-        client.on_underlying_tick("DEF", 44.0, TS0 + 4)
+        client.on_spot("DEF", 44.0, TS0 + 4)
         assert client._pending[1] is not None
-        client.batch_t0 = 12345  # the engine's batch began then (OptionBook.begin_batch)
+        client.batch_t0 = 12345  # the engine's batch began then (WorkerClient.begin_batch)
         client.poll()  # the newest held tick goes out with the poll, dated from its batch
         assert client._requests == [2, 3] and client._pending[1] is None
         s1 = HEADER + SLOT * 1 + REQ_SLOT * (3 & 1)
@@ -209,7 +213,7 @@ def test_every_tick_writes_request_n_into_slot_n_mod_2(monkeypatch: pytest.Monke
                                                        ) -> None:
     """The default protocol's inlined write, read back as the worker reads it (the worker
     stopped, real shared memory): request n is in slot n % 2 and REQ says n."""
-    from engine.option_worker import (
+    from engine.options.worker_layout import (
         HEADER,
         REQ,
         REQ_SLOT,
@@ -224,7 +228,7 @@ def test_every_tick_writes_request_n_into_slot_n_mod_2(monkeypatch: pytest.Monke
     try:
         q = client._q
         for i in range(5):
-            client.on_underlying_tick("DEF", 40.0 + i, TS0 + i)
+            client.on_spot("DEF", 40.0 + i, TS0 + i)
             b = HEADER + SLOT * 1
             n = q[b + REQ]
             assert n == i + 1
@@ -245,7 +249,8 @@ def test_split_groups_keeps_underlyings_whole_and_balances(seed: int) -> None:
     """Every group on exactly one worker, an underlying's groups together, no empty
     worker, and the greedy bound: the fullest worker holds at most the emptiest one's
     options plus the largest underlying's."""
-    from engine.option_worker import _sizes, split_groups
+    from engine.options.worker_layout import group_sizes
+    from engine.options.worker_pool import split_groups
 
     rng = np.random.default_rng(seed)
     names = [f"U{i}" for i in range(int(rng.integers(1, 9)))]
@@ -259,7 +264,7 @@ def test_split_groups_keeps_underlyings_whole_and_balances(seed: int) -> None:
     owner = {configs[g].underlying: w for w, share in enumerate(shares) for g in share}
     for w, share in enumerate(shares):
         assert all(owner[configs[g].underlying] == w for g in share)
-    sizes = _sizes(configs)
+    sizes = group_sizes(configs)
     per_underlying: dict[str, int] = {}
     for g, c in enumerate(configs):
         per_underlying[c.underlying] = per_underlying.get(c.underlying, 0) + sizes[g]
@@ -273,13 +278,13 @@ def test_two_cpu_workers_price_bit_for_bit_in_one_sequence(
     """OPTION_WORKER_GPUS=3 with two underlyings: two worker processes (no empty one),
     each pricing its underlying's group; values equal the reference, the newest spot is
     priced last, messages carry one sequence across the workers, counts add up."""
-    from engine.option_worker import MultiWorkerClient
+    from engine.options.worker_pool import MultiWorkerClient
 
     monkeypatch.setenv("OPTION_WORKER_GPUS", "3")
     configs = {"ABC": cfg("ABC", (90.0, 100.0, 110.0)), "DEF": cfg("DEF", (35.0, 45.0))}
-    book = OptionBook(list(configs.values()), device="cpu", dispatch="process")
+    book = WorkerOptions(list(configs.values()), "cpu", "America/New_York")
     try:
-        worker = book._worker
+        worker = book.client
         assert isinstance(worker, MultiWorkerClient) and len(worker.clients) == 2
         assert sorted(sorted(c.underlyings) for c in worker.clients) == [["ABC"], ["DEF"]]
         got, asked = run_walk(book, 300, 8)
@@ -295,7 +300,7 @@ def test_two_cpu_workers_price_bit_for_bit_in_one_sequence(
 
 def test_bad_worker_gpu_settings_are_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.errors import UserError
-    from engine.option_worker import open_workers
+    from engine.options.worker_pool import open_workers
 
     configs = [cfg("ABC", (100.0,)), cfg("DEF", (40.0,))]
     for bad in ("0", "-2", "two", "", "1.5"):
@@ -308,3 +313,45 @@ def test_bad_worker_gpu_settings_are_one_line(monkeypatch: pytest.MonkeyPatch) -
     with pytest.raises(UserError, match="OPTION_WORKER_GPUS=2 but CUDA_VISIBLE_DEVICES "
                                         "lists 1 device"):
         open_workers(configs, "cuda", "UTC")
+
+
+def test_results_collected_during_ticks_keep_one_sequence_across_workers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two CPU workers: a result taken by a tick (the client collects a finished repricing
+    on its next request) gets the next number of the one sequence, as one taken by poll():
+    no two messages share a number, whichever worker and whichever path took them."""
+    from engine.options.worker_layout import HEADER, RES_REQ, SLOT
+    from engine.options.worker_pool import MultiWorkerClient
+
+    monkeypatch.setenv("OPTION_WORKER_GPUS", "2")
+    configs = [cfg("ABC", (100.0,)), cfg("DEF", (40.0,))]
+    book = WorkerOptions(configs, "cpu", "America/New_York")
+    client = book.client
+    assert isinstance(client, MultiWorkerClient)
+
+    def priced() -> None:  # until every requested spot has been published by its worker
+        for _ in range(3000):
+            if all(c._q[HEADER + SLOT * g + RES_REQ] == c._requests[g]
+                   for c in client.clients for g in range(c.layout.n_groups)):
+                return
+            time.sleep(0.01)
+        raise AssertionError("the workers did not price in 30 s")
+
+    try:
+        got = []
+        book.on_spot("ABC", 100.0, TS0)
+        book.on_spot("DEF", 40.0, TS0)
+        priced()
+        got += book.poll()  # ABC's and DEF's first results, taken by poll()
+        for i in range(1, 4):
+            book.on_spot("ABC", 100.0 + i, TS0 + i)  # takes ABC's previous result
+            book.on_spot("DEF", 40.0 + i, TS0 + i)  # takes DEF's
+            got += book.poll()
+            priced()
+        got += asyncio.run(book.drain())
+        assert len(got) == 8
+        assert [m.seq for m in got] == list(range(1, 9))
+        assert sorted(m.spot for m in got) == sorted(
+            [100.0 + i for i in range(4)] + [40.0 + i for i in range(4)])
+    finally:
+        book.close()

@@ -67,9 +67,9 @@ def _start(cfg: EngineConfig) -> None:
     out.close()
     ctx.destroy(linger=0)
     if cfg.options:
-        from engine.option_book import OptionBook
+        from engine.options.book import open_option_book
 
-        OptionBook(list(cfg.options), device="cpu", timezone=cfg.timezone)
+        open_option_book(list(cfg.options), device="cpu", timezone=cfg.timezone)
 
 
 def test_the_walk_finds_the_daemons_integer_settings() -> None:

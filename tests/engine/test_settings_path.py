@@ -232,7 +232,8 @@ def test_gpu_table_reaches_the_reading_sites(tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """The modules that read the knobs see the file's values (the GPU worker inherits
     the same environment)."""
-    from engine.option_worker import tap_every, worker_settings
+
+    from engine.options.worker_settings import tap_every, worker_settings
     from engine.settings.config import load_config
     from engine.settings.gpu import ENV, export_env
     from gpu.device import fd_max_registers, fd_solver
@@ -255,7 +256,8 @@ def test_gpu_table_reaches_the_reading_sites(tmp_path: Path,
 
 
 def test_gpu_defaults_equal_the_reading_sites_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
-    from engine.option_worker import tap_every, worker_gpus, worker_settings
+
+    from engine.options.worker_settings import tap_every, worker_gpus, worker_settings
     from engine.settings.gpu import ENV, GpuSettings
     from gpu.device import fd_max_registers, fd_solver
     from gpu.gp.decider import cpu_serial_max_decisions

@@ -237,7 +237,7 @@ def test_a_strategy_that_raises_ends_the_replay_with_one_line(
 def test_bars_and_dates_use_the_exchange_clock() -> None:
     """4-hour bars built from ticks start at New York midnight (UTC bars would cut at
     20:00 or 19:00 New York); the option book's date is New York's."""
-    from engine.option_book import _tick_date
+    from engine.options.group import _tick_date
     from strategies.sma_cross import SmaCross
 
     day = dt.date(2024, 3, 5)

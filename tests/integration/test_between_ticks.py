@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import functools
+from zoneinfo import ZoneInfo
 
 import msgspec
 import numpy as np
 import pytest
 
-from engine.option_book import OptionBook, OptionGroupConfig
+from engine.options.book import EXCHANGE_TZ, open_option_book
+from engine.options.group import OptionGroupConfig
 from engine.settings.config import EngineConfig
 from engine.trading.replay import replay
 from feeds.messages import OptionGroupValues, OptionValue, encode, make_decoder
@@ -70,10 +72,10 @@ def test_group_message_round_trips_and_expands_to_per_contract_values() -> None:
 
 
 def test_group_messages_carry_the_same_values_as_per_contract_messages() -> None:
-    grouped = OptionBook([group()], device="cpu")
-    single = OptionBook([group(messages="option")], device="cpu")
+    grouped = open_option_book([group()], device="cpu")
+    single = open_option_book([group(messages="option")], device="cpu")
     for book in (grouped, single):
-        book.on_underlying_tick("ABC", 104.0, TS0)
+        book.on_spot("ABC", 104.0, TS0)
     (msg,) = asyncio.run(grouped.drain())
     per = [m for m in asyncio.run(single.drain()) if isinstance(m, OptionValue)]
     assert isinstance(msg, OptionGroupValues) and len(per) == 12
@@ -95,7 +97,7 @@ def test_worker_process_prices_the_newest_spot_like_the_cpu_twin() -> None:
     of spots with bad prices mixed in, two groups on two underlyings, one dated."""
     dated = group(underlying="DEF", strikes=(50.0,), expiries=(dt.date(2024, 3, 31),),
                   rights=("P",), style="american", grid="seed")
-    book = OptionBook([group(), dated], device="cpu", dispatch="process")
+    book = open_option_book([group(), dated], device="cpu", dispatch="process")
     try:
         assert book.dispatch == "process" and book.underlyings == {"ABC", "DEF"}
         rng = np.random.default_rng(11)
@@ -108,8 +110,8 @@ def test_worker_process_prices_the_newest_spot_like_the_cpu_twin() -> None:
                 spot = float(rng.choice([np.nan, -spot, 0.0, np.inf]))
             else:
                 asked[sym].append(spot)
-            book.on_underlying_tick(sym, spot, TS0 + i * NS)
-            book.on_underlying_tick("XYZ", 10.0, TS0)  # no group: ignored
+            book.on_spot(sym, spot, TS0 + i * NS)
+            book.on_spot("XYZ", 10.0, TS0)  # no group: ignored
             if i % 50 == 0:
                 got.extend(groups_only(book.poll()))
         got.extend(groups_only(asyncio.run(book.drain())))
@@ -126,7 +128,7 @@ def test_worker_process_prices_the_newest_spot_like_the_cpu_twin() -> None:
             assert m.prices().tolist() == p.tolist()
             assert m.deltas().tolist() == d.tolist() and m.gammas().tolist() == g.tolist()
         for m in by["DEF"]:  # the date rolled inside the worker: 30 days on 2024-03-01
-            day = dt.datetime.fromtimestamp(m.ts // NS, tz=book.tz).date()
+            day = dt.datetime.fromtimestamp(m.ts // NS, tz=ZoneInfo(EXCHANGE_TZ)).date()
             p, _, _ = reference(m.spot, dated, [(dt.date(2024, 3, 31) - day).days / 365])
             assert m.prices().tolist() == p.tolist()
         s = book.summary()
@@ -142,7 +144,7 @@ def test_worker_process_prices_the_newest_spot_like_the_cpu_twin() -> None:
 
 def test_replay_with_a_worker_process_publishes_group_messages() -> None:
     cfg = group(underlying="SYN000", strikes=(20.0, 25.0, 30.0))
-    book = OptionBook([cfg], device="cpu", dispatch="process")
+    book = open_option_book([cfg], device="cpu", dispatch="process")
     try:
         market = functools.partial(SyntheticMarket, n_symbols=3, n_ticks=5000, seed=9)
         res = replay(market, SmaCross(), EngineConfig(), option_book=book)
@@ -158,18 +160,18 @@ def test_replay_with_a_worker_process_publishes_group_messages() -> None:
 
 def test_dispatch_and_messages_reject_unknown_values() -> None:
     with pytest.raises(ValueError, match="dispatch"):
-        OptionBook([group()], device="cpu", dispatch="threads")
+        open_option_book([group()], device="cpu", dispatch="threads")
     with pytest.raises(msgspec.ValidationError, match="messages"):
         group(messages="each")
 
 
 @pytest.mark.gpu
 def test_cuda_worker_process_matches_the_cpu_twin() -> None:
-    book = OptionBook([group(style="american", grid="seed")], device="cuda")
+    book = open_option_book([group(style="american", grid="seed")], device="cuda")
     try:
         assert book.dispatch == "process"
         for i, spot in enumerate(np.linspace(95, 105, 200)):
-            book.on_underlying_tick("ABC", float(spot), TS0 + i)
+            book.on_spot("ABC", float(spot), TS0 + i)
         msgs = groups_only(asyncio.run(book.drain()))
         assert msgs[-1].spot == 105.0
         for m in msgs:
@@ -250,11 +252,11 @@ def test_cuda_worker_process_in_the_simulator_agrees_with_the_cpu_twin() -> None
         pytest.skip("no CUDA device or simulator")
     cfg = group(strikes=(95.0, 105.0), expiries=(30,), rights=("P",), style="american",
                 grid="seed", price_steps=16, time_steps=3)
-    book = OptionBook([cfg], device="cuda")
+    book = open_option_book([cfg], device="cuda")
     try:
         assert book.dispatch == "process"
         for i, spot in enumerate((99.0, 101.0, 103.0)):
-            book.on_underlying_tick("ABC", spot, TS0 + i)
+            book.on_spot("ABC", spot, TS0 + i)
         msgs = groups_only(asyncio.run(book.drain()))
         assert msgs[-1].spot == 103.0 and msgs[-1].ts == TS0 + 2
         for m in msgs:
@@ -269,7 +271,7 @@ def test_worker_failure_is_a_clear_error_and_close_frees_everything(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    from engine.option_worker import WorkerClient
+    from engine.options.worker_client import WorkerClient
     from gpu.device import cuda_simulated
 
     if not cuda_simulated():
@@ -278,10 +280,13 @@ def test_worker_failure_is_a_clear_error_and_close_frees_everything(
     with pytest.raises(RuntimeError, match="option worker failed"):
         WorkerClient([group()], "cuda", "America/New_York")
     monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
-    book = OptionBook([group()], device="cpu", dispatch="process")
-    worker = book._worker
+    from engine.options.worker_options import WorkerOptions
+
+    book = WorkerOptions([group()], "cpu", "America/New_York")
+    worker = book.client
+    assert isinstance(worker, WorkerClient)
     name = worker._shm.name
-    book.on_underlying_tick("ABC", 101.0, TS0)
+    book.on_spot("ABC", 101.0, TS0)
     asyncio.run(book.drain())
     book.close()
     assert worker._proc.poll() is not None  # the process ended
@@ -306,7 +311,7 @@ def test_bad_worker_setting_is_a_user_error_before_the_worker_starts(
 
     monkeypatch.setenv(name, value)
     with pytest.raises(UserError, match=name):
-        OptionBook([group()], device="cpu", dispatch="process")
+        open_option_book([group()], device="cpu", dispatch="process")
 
 
 def test_newer_spot_wait_is_the_brute_force_per_tick_wait() -> None:
@@ -360,15 +365,15 @@ def test_engine_hands_the_worker_validated_spots_in_data_order(
 
     monkeypatch.setenv("OPTION_TAP_EVERY", "3")
     cfg = group(strikes=(100.0,), expiries=(30,), rights=("C",))
-    book = OptionBook([cfg], device="cpu", dispatch="process")
+    book = open_option_book([cfg], device="cpu", dispatch="process")
     asked: list[tuple[str, float, int]] = []
-    to_worker = book.on_underlying_tick
+    to_worker = book.on_spot
 
     def recorded(symbol: str, spot: float, ts: int) -> None:
         asked.append((symbol, spot, ts))
         to_worker(symbol, spot, ts)
 
-    book.on_underlying_tick = recorded  # type: ignore[method-assign]
+    book.on_spot = recorded  # type: ignore[method-assign]
     try:
         assert book.tap_every == 3
         eng = Engine(["ABC", "XYZ"], SmaCross(), EngineConfig(), option_book=book)

@@ -10,7 +10,8 @@ import pytest
 
 import run_engine
 from engine.errors import UserError
-from engine.option_book import OptionBook, OptionGroupConfig
+from engine.options.book import open_option_book
+from engine.options.group import OptionGroupConfig
 from engine.reporting.report import build_report
 from engine.settings.config import EngineConfig, load_config
 from engine.trading.replay import replay
@@ -25,7 +26,7 @@ def test_replay_reprices_option_group_on_underlying_ticks() -> None:
     group = OptionGroupConfig(underlying="SYN000", strikes=strikes, expiries=(30, 90),
                               rights=("C", "P"), style="european", vol=0.3, rate=0.02,
                               grid="default", messages="option")
-    book = OptionBook([group], device="cpu")
+    book = open_option_book([group], device="cpu")
     market = functools.partial(SyntheticMarket, n_symbols=3, n_ticks=6000, seed=9)
     res = replay(market, SmaCross(), EngineConfig(), option_book=book)
     rep = build_report(res, "sma")
@@ -69,7 +70,7 @@ def test_options_in_toml_config(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("n", [1])
 def test_option_book_underlyings(n: int) -> None:
-    book = OptionBook([OptionGroupConfig(underlying="A", strikes=(1.0,), expiries=(10,))],
+    book = open_option_book([OptionGroupConfig(underlying="A", strikes=(1.0,), expiries=(10,))],
                       device="cpu")
     assert book.underlyings == {"A"}
 

@@ -196,7 +196,9 @@ def test_restore_flags_underlyings_for_this_runs_option_book() -> None:
     """A snapshot taken without option groups (its tick flags say a symbol needs nothing)
     restored into an engine whose option book prices that symbol: the flags are derived
     again, so every later tick of the underlying still reaches the book."""
-    from engine.option_book import OptionBook, OptionGroupConfig
+
+    from engine.options.book import open_option_book
+    from engine.options.group import OptionGroupConfig
     from engine.trading.core import SPOT_ONLY
 
     sym = TRADES[0].symbol
@@ -208,14 +210,14 @@ def test_restore_flags_underlyings_for_this_runs_option_book() -> None:
     group = OptionGroupConfig(underlying=sym, strikes=(mine[0].price,), expiries=(30,),
                               rights=("C",), style="european", vol=0.2, rate=0.01,
                               grid="seed")
-    book = OptionBook([group], device="cpu", dispatch="inline")
+    book = open_option_book([group], device="cpu", dispatch="inline")
     try:
         second = Engine(list(state["symbols"]), SmaCross(5, 10),
                         EngineConfig(bar_seconds=60.0), option_book=book)
         restore(second, Validator(), state, [], [], 0, 0)
         assert second._flagged[second.sym_index[sym]] == SPOT_ONLY
-        asked = book._ticks
+        asked = book.summary()["ticks"]
         asyncio.run(_feed(second, Validator(), mine[500:600]))
-        assert book._ticks - asked == 100  # every later tick of the underlying
+        assert book.summary()["ticks"] - asked == 100  # type: ignore[operator]  # every later tick of the underlying
     finally:
         book.close()

@@ -1,6 +1,6 @@
 """One option group: its configuration and its state while priced, built by one recipe
-for both dispatches (`engine.option_book` in process, `engine.option_worker` in a worker
-process), so that neither module imports the other's internals (no import cycle)."""
+for both implementations (`engine.options.in_process` in the engine's process,
+`engine.options.worker_server` in a worker process)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from feeds.option_chain import DAYS_PER_YEAR, option_symbol
 from gpu.options.engines import GRIDS, FdPricingEngine, OptionGroupPricer, make_grid
 from gpu.options.instruments import MarketInputs, OptionContracts, check_dividend_yield
 
-# the book's logger, as before these pieces moved here: the expiry warning keeps its name
-log = logging.getLogger("engine.option_book")
+# the options' logger (the never-priced warning is on it too)
+log = logging.getLogger("engine.options")
 
 
 class OptionGroupConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
