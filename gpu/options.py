@@ -32,13 +32,13 @@ benchmarks/results/devbox-2026-11-25-options-accuracy/):
   across its spread, and a long volatile one runs off the domain. Its time error is that
   of a handful of Crank–Nicolson steps (for a linear scheme the product of CN steps does
   not depend on their order, so grading the steps does not help a European option).
-- default: uniform in S over the strike and the spot ± 6σ√T in log price (capped at ×6):
-  the same nodes per standard deviation for every expiry; fixed 48 steps (T does not set
-  the resolution, σ√T does); Richardson extrapolation of American options (their time
-  error is first order).
+- default: uniform in S over the strike and the spot ± 5.5σ√T in log price (capped at
+  ×6), 160 nodes: the same nodes per standard deviation for every expiry; fixed 40 steps
+  (T does not set the resolution, σ√T does); Richardson extrapolation of American options
+  (their time error is first order).
 - fine: the same design with 512 nodes and 128 steps (cap ×10).
-A named grid is never less accurate than a coarser one on the reference
-(tests/gpu/test_options_dividends.py).
+GRIDS lists them from the coarsest to the finest, and a named grid is never less accurate
+than a coarser one on the reference (tests/gpu/test_options_dividends.py).
 """
 
 from __future__ import annotations
@@ -118,11 +118,16 @@ GRIDS: dict[str, FdGrid] = {
     # [0, 3K], Δt = 0.02 year, plain CN start (a one-week option gets one time step and a
     # handful of nodes across its spread; a two-year volatile one runs off the domain)
     "seed": FdGrid("seed", 150, 0.02, 0, 1, 0, core.DOMAIN_STRIKE_MULTIPLE, 3.0, 0.0),
-    # 192 nodes over K and S0 ± 6σ√T (capped at ×6): the same relative resolution for a
-    # one-week and a two-year option; 48 steps with one Rannacher step, and American rows
-    # extrapolated with a 24-step pass (Richardson): the American time error is first
-    # order, and cancelling it costs fewer steps than halving Δt twice
-    "default": FdGrid("default", 191, 0.0, 48, 1, 1, core.DOMAIN_LOG_WIDTH, 6.0, 6.0,
+    # 160 nodes over K and S0 ± 5.5σ√T (capped at ×6): the same relative resolution for a
+    # one-week and a two-year option; 40 steps with one Rannacher step, and American rows
+    # extrapolated with a 20-step pass (Richardson): the American time error is first
+    # order, and cancelling it costs fewer steps than halving Δt twice. From a sweep on
+    # the reference (2026-11-25, CPU twin): 192 nodes over ±6σ√T, 48 steps: RRMSE 5.8e-5;
+    # 160 over ±5.5σ√T, 40 steps: 7.2e-5 for five rows per lane instead of six and 60
+    # marched steps instead of 72 (32 steps: 9.8e-5). Fewer nodes over a narrower span
+    # (96 over ±3.5σ√T: 7.3e-5) fit the reference but miss 0.1 % on a two-year σ = 0.5
+    # call at 4× the spot, where the ×6 cap spreads the uniform nodes thin
+    "default": FdGrid("default", 159, 0.0, 40, 1, 1, core.DOMAIN_LOG_WIDTH, 6.0, 5.5,
                       richardson=True),
     # the same design at about twice the resolution in S and 2.7 times in time
     "fine": FdGrid("fine", 511, 0.0, 128, 1, 1, core.DOMAIN_LOG_WIDTH, 10.0, 6.0,
@@ -253,7 +258,8 @@ def price_params(
     stream = cuda.stream()
     d_params = cuda.to_device(params, stream=stream)
     d_out = cuda.device_array((n, core.N_OUT), dtype=np.float64, stream=stream)
-    kernel, threads = core.fd_kernel(g.price_steps)
+    kernel, threads = core.fd_kernel(g.price_steps,
+                                     split_passes=core.split_passes(g.richardson, n))
     kernel[n, threads, stream](d_params, d_out, *g.kernel_args())
     out = d_out.copy_to_host(stream=stream)
     stream.synchronize()
@@ -368,7 +374,8 @@ class OptionGroupPricer:
             self._event = cuda.event(timing=False)  # type: ignore[call-arg]
         except TypeError:  # the CUDA simulator's Event takes no arguments
             self._event = cuda.event()
-        self._kernel, self._threads = core.fd_kernel(self.grid.price_steps, self.solver)
+        self._kernel, self._threads = core.fd_kernel(
+            self.grid.price_steps, self.solver, core.split_passes(self.grid.richardson, self.n))
         self._bound: Any = None
         #: True when launches skip numba's per-call argument typing (see _bind_launch)
         self.prebound = False
