@@ -52,6 +52,7 @@ import numpy.typing as npt
 from gpu import options_core as core
 from gpu.device import fd_solver, quiet_event_polling, resolve_device
 from gpu.instruments import MarketInputs, OptionContracts, check_dividend_yield
+from gpu.launch import bind, event_query, event_recorder, untimed_event
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -370,15 +371,18 @@ class OptionGroupPricer:
         self.params[:] = params
         self._out[:] = np.nan
         self._stream = cuda.stream()
-        try:
-            self._event = cuda.event(timing=False)  # type: ignore[call-arg]
-        except TypeError:  # the CUDA simulator's Event takes no arguments
-            self._event = cuda.event()
+        self._event = untimed_event()
+        # the event's record and query as single driver calls (numba's query raises and
+        # logs an error on every not-ready poll: microseconds each)
+        self._record = event_recorder(self._event, self._stream)
+        self._query = event_query(self._event)
         self._kernel, self._threads = core.fd_kernel(
             self.grid.price_steps, self.solver, core.split_passes(self.grid.richardson, self.n))
         self._bound: Any = None
         #: True when launches skip numba's per-call argument typing (see _bind_launch)
         self.prebound = False
+        #: how a bound launch reaches the driver ("ctypes", "cuda.core") or None
+        self.launcher: str | None = None
         if os.environ.get("GPU_OPTIONS_PREBIND", "1") != "0":
             self._bind_launch()
 
@@ -386,55 +390,34 @@ class OptionGroupPricer:
         return (self._params_dev, self._out_dev, *self._args)
 
     def _bind_launch(self) -> None:
-        """Pre-bind the launch: numba types every argument and prepares it as ctypes on
-        each call (tens of microseconds of Python); the arguments here never change (the
-        same mapped arrays, the same grid scalars), so prepare them once and keep the
-        driver launch. Uses numba-cuda's internals (0.30.x), so it is verified: one
-        ordinary launch and one bound launch must give bit-identical results, else the
-        ordinary path stays (and a warning says so)."""
+        """Pre-bind the launch (`gpu.launch.bind`): numba types every argument and
+        prepares it as ctypes on each call (tens of microseconds of Python); the arguments
+        here never change (the same mapped arrays, the same grid scalars), so they are
+        prepared once and each launch is one driver call. It uses numba-cuda's internals,
+        so it is verified: one ordinary launch and one bound launch must give bit-identical
+        results, else the ordinary path stays (and a warning says so)."""
         import logging
 
         log = logging.getLogger(__name__)
         if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1":
             return  # the simulator has no driver launch to bind
-        try:
-            import numba.cuda.dispatcher
-
-            nd: Any = numba.cuda.dispatcher  # internals mypy's stubs do not list
-
-            # an ordinary launch compiles (or loads) the kernel and gives the reference
-            self._kernel[self.n, self._threads, self._stream](*self._launch_args())
-            self._stream.synchronize()
-            reference = self._out.copy()
-            overloads = list(getattr(self._kernel, "overloads", {}).values())
-            if len(overloads) != 1:
-                return  # the CUDA simulator, or an unexpected dispatcher
-            kern = overloads[0]
-            retr: list[Any] = []
-            kernelargs: list[Any] = []
-            for ty, val in zip(kern.argument_types, self._launch_args(), strict=True):
-                kern._prepare_args(ty, val, self._stream, retr, kernelargs)
-            if retr or kern.debug:
-                return  # write-backs or debug checks need numba's own launch
-            coop = "is_cooperative" if nd.CUDA_CORE_GE_1_0 else "cooperative_launch"
-            config = nd.LaunchConfig(grid=self.n, block=self._threads, shmem_size=0,
-                                     **{coop: kern.cooperative})
-            func = kern._codelibrary.get_cufunc().kernel
-            launch, stream = nd.launch, self._stream
-
-            def bound() -> None:
-                launch(stream, config, func, *kernelargs)
-
-            self._out[:] = np.nan
-            bound()
-            self._stream.synchronize()
-            if not np.array_equal(self._out, reference, equal_nan=True):
-                log.warning("option pricer: the pre-bound launch disagrees; not used")
-                return
-            self._bound = bound
-            self.prebound = True
-        except Exception as exc:  # noqa: BLE001 - any internals mismatch: the ordinary path
-            log.warning("option pricer: launches not pre-bound (%s)", exc)
+        # an ordinary launch compiles (or loads) the kernel and gives the reference
+        self._kernel[self.n, self._threads, self._stream](*self._launch_args())
+        self._stream.synchronize()
+        reference = self._out.copy()
+        go = bind(self._kernel, self._launch_args(), self._stream, self._threads)
+        if go is None:
+            return
+        self._out[:] = np.nan
+        go(self.n)
+        self._stream.synchronize()
+        if not np.array_equal(self._out, reference, equal_nan=True):
+            log.warning("option pricer: the pre-bound launch disagrees; not used")
+            return
+        n = self.n
+        self._bound = lambda: go(n)
+        self.prebound = True
+        self.launcher = getattr(go, "driver", None)
 
     @property
     def in_flight(self) -> bool:
@@ -475,7 +458,7 @@ class OptionGroupPricer:
             self._bound()
         else:
             self._kernel[self.n, self._threads, self._stream](*self._launch_args())
-        self._event.record(self._stream)
+        self._record()
         self._in_flight = True
 
     def done(self) -> bool:
@@ -484,9 +467,8 @@ class OptionGroupPricer:
             return True
         if self._event is None:
             return self._future is None or bool(self._future.done())
-        query = getattr(self._event, "query", None)
-        # the CUDA simulator's Event has no query(); it runs launches synchronously
-        return True if query is None else bool(query())
+        # (the CUDA simulator's Event has no query(); it runs launches synchronously)
+        return self._query()
 
     def wait(self) -> None:
         """Block until the launched repricing has finished (benchmarks, shutdown)."""

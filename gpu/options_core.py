@@ -19,8 +19,8 @@ Two backends over the same per-node functions (compiled by gpu/twin.py):
   - "lanes" (the default, `fd_lanes_kernel`): one warp per option, lane l owning P
     consecutive rows; Thomas's sweeps run over a lane's rows and are carried across the
     lanes by scans (warp shuffles; shared memory in the simulator). O(N) work per step.
-    A launch of up to SPLIT_PASSES_MAX_OPTIONS options on a Richardson grid gives each
-    option two warps, one per march (`split_passes`).
+    A launch of up to SPLIT_PASSES_MAX_OPTIONS options (0 by default: off) on a Richardson
+    grid gives each option two warps, one per march (`split_passes`).
   - "pcr" (`fd_price_kernel`): one block per option, one thread per grid node; parallel
     cyclic reduction (PCR) in shared memory. The matrix is the same for every step of a
     phase, so the PCR elimination factors of each level are computed once per phase and
@@ -1346,9 +1346,13 @@ def fd_kernel(
 
 
 #: launches of at most this many options run an option's two Richardson marches on two
-#: warps (about one march's latency instead of one and a half); larger launches keep one
-#: warp per option, whose registers are then never idle while the coarse march is done
-SPLIT_PASSES_MAX_OPTIONS = 4096
+#: warps (one march's chain of steps instead of one and a half); larger launches keep one
+#: warp per option, whose registers are then never idle while the coarse march is done.
+#: 0, off: on the H100 (2026-11-25, default grid, 254 registers a thread, so 8 blocks an
+#: SM) two warps an option halve the options resident at once, and a 1,000-option group
+#: took 118 µs split against 109 µs not (one launch's wait on the host, p50); under a
+#: 112-register cap, 107 µs split against 128 µs not. Kept for such builds and tested.
+SPLIT_PASSES_MAX_OPTIONS = 0
 
 
 def split_passes(richardson: bool, options: int) -> bool:
