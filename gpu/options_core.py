@@ -922,7 +922,7 @@ def threads_per_option(price_steps: int) -> int:
 # a lane sweeps its own rows, five Hillis–Steele levels carry the sweep across lanes, and
 # a lane adds the carried-in value times a product kept per phase. The boundary values'
 # e^(−rτ) and e^(−qτ) are carried from step to step by one multiplication each (on the
-# H100 a second sweep from the carried-in value, in place of the products, measured 0.4-1.3%
+# H100 a second sweep from the carried-in value, in place of the products, measured 0.1-1.3%
 # slower and used as many registers). The LU pivots of the
 # phase's matrix come once per phase from a scan of 2×2 matrix products (float64).
 # Work per step is O(N) (PCR's is O(N log N)) and the 32-thread barriers are cheap, so
