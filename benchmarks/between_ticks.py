@@ -13,7 +13,8 @@ Rows (the same replay over ipc, sma-cross strategy, one process per row's engine
   and from the engine's hot loop on every tick (OPTION_TAP_EVERY=0, before); the default
   worker with the FD kernel's PCR solver (GPU_FD_SOLVER=pcr, before 11-23's fifth session:
   every other row runs the lanes solver, except the 11-22 worker's, which is all before);
-and the 10 x 1,000 case: ten groups of 1,000 American options on ten synthetic underlyings
+and the 10 x 1,000 case: ten groups of 1,000 American options (--grid, default "default")
+on ten synthetic underlyings
 that tick about every millisecond of data time, without the groups, with the 11-22 worker,
 then the cheap query, one launch for all groups with a new spot, 2 and 3 launches in flight.
 For every row: ticks/s, ratio to the no-group row, repricings, tick -> values latency (p50,
@@ -424,6 +425,9 @@ def _args() -> argparse.Namespace:
                          "worker pinned to different physical cores; both: every row twice")
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs of every row (interleaved rounds; medians reported)")
+    ap.add_argument("--grid", default="default",
+                    help="FD grid of the 10 x 1,000 groups (gpu.options.engines.GRIDS; before "
+                         "2026-11-25's goal-3 run: seed)")
     ap.add_argument("--json", type=Path, default=None)
     return ap.parse_args()
 
@@ -449,7 +453,7 @@ def _workloads(args: argparse.Namespace) -> tuple[Row, Row]:
         OptionGroupConfig(underlying=f"SYN{i:03d}",
                           strikes=tuple(np.geomspace(5, 400, 50).tolist()),
                           expiries=(7, 14, 30, 60, 90, 120, 180, 270, 365, 730),
-                          style="american", vol=0.25, rate=0.02, grid="seed")
+                          style="american", vol=0.25, rate=0.02, grid=args.grid)
         for i in range(10)]
     return (Row(workload, workload, factory, [group]),
             Row("10 synthetic", "10 synthetic", big_factory, big_groups))

@@ -71,7 +71,9 @@ def time_gpu(params: np.ndarray, grid: FdGrid, repeats: int) -> dict[str, float]
     from numba import cuda
 
     n = params.shape[0]
-    kernel, threads = core.fd_kernel(grid.price_steps)  # GPU_FD_SOLVER's (default lanes)
+    # GPU_FD_SOLVER's (default lanes), as the engine launches it for n options
+    kernel, threads = core.fd_kernel(grid.price_steps,
+                                     split_passes=core.split_passes(grid.richardson, n))
     args = grid.kernel_args()
     stream = cuda.stream()
     d_params = cuda.to_device(params, stream=stream)

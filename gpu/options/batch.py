@@ -96,7 +96,9 @@ class BatchPricer:
         #: OPTION_BATCH_IN_PLACE=0: always regather the rows (benchmarks compare both)
         self.in_place = os.environ.get("OPTION_BATCH_IN_PLACE", "1") != "0"
         if self.device == "cuda":
-            self._kernel, self._threads = core.fd_kernel(self.grid.price_steps, self.solver)
+            self._kernel, self._threads = core.fd_kernel(
+                self.grid.price_steps, self.solver,
+                core.split_passes(self.grid.richardson, self.total))
             self._bind()
 
     @property

@@ -19,6 +19,8 @@ Two backends over the same per-node functions (compiled by gpu/twin.py):
   - "lanes" (the default, `fd_lanes_kernel`): one warp per option, lane l owning P
     consecutive rows; Thomas's sweeps run over a lane's rows and are carried across the
     lanes by scans (warp shuffles; shared memory in the simulator). O(N) work per step.
+    A launch of up to SPLIT_PASSES_MAX_OPTIONS options (0 by default: off) on a Richardson
+    grid gives each option two warps, one per march (`split_passes`).
   - "pcr" (`fd_price_kernel`): one block per option, one thread per grid node; parallel
     cyclic reduction (PCR) in shared memory. The matrix is the same for every step of a
     phase, so the PCR elimination factors of each level are computed once per phase and
@@ -306,8 +308,23 @@ def boundary_values(
     V(S_hi) = 0. Call: V(S_lo) = 0, V(S_hi) = S_hi e^(−qτ) − K e^(−rτ) (American: at
     least S_hi − K).
     """
-    disc_k = strike * math.exp(-rate * tau)
-    carry = math.exp(-div * tau)
+    return boundary_values_discounted(strike, math.exp(-rate * tau), math.exp(-div * tau),
+                                      s_lo, s_hi, is_call, is_american)
+
+
+def boundary_values_discounted(
+    strike: float,
+    discount: float,
+    carry: float,
+    s_lo: float,
+    s_hi: float,
+    is_call: bool,
+    is_american: bool,
+) -> tuple[float, float]:
+    """`boundary_values` from the factors e^(−rτ) (`discount`) and e^(−qτ) (`carry`): the
+    lanes kernel carries them from step to step by one multiplication each (e^(−rΔτ),
+    e^(−qΔτ)) instead of two float64 exponentials per step on every lane."""
+    disc_k = strike * discount
     if is_call:
         v_hi = s_hi * carry - disc_k
         if is_american:
@@ -384,6 +401,7 @@ _CORE = (
     richardson_weight,
     early_exercise,
     payoff,
+    boundary_values_discounted,
     boundary_values,
     interpolate_at_spot,
     pcr_factors,
@@ -427,6 +445,7 @@ _payoff_smoothing_gpu = _gpu_ns["payoff_smoothing"]
 _payoff_gpu = _gpu_ns["payoff"]
 _early_exercise_gpu = _gpu_ns["early_exercise"]
 _boundary_values_gpu = _gpu_ns["boundary_values"]
+_boundary_discounted_gpu = _gpu_ns["boundary_values_discounted"]
 _interpolate_gpu = _gpu_ns["interpolate_at_spot"]
 _pcr_factors_gpu = _gpu_ns["pcr_factors"]
 _rannacher_phase_cpu = _cpu_ns["rannacher_phase"]
@@ -896,11 +915,15 @@ def threads_per_option(price_steps: int) -> int:
 
 
 # =========================================================================================
-# CUDA kernel, lanes layout: one 32-thread block per option; lane l owns the P consecutive
+# CUDA kernel, lanes layout: one warp per option march (a block of one warp, or of two when
+# the Richardson marches run side by side); lane l owns the P consecutive
 # grid rows l·P .. l·P+P−1 (rows past node N are identity rows). Each step solves the
 # tridiagonal system by Thomas's algorithm, its two sweeps run as scans across the lanes:
 # a lane sweeps its own rows, five Hillis–Steele levels carry the sweep across lanes, and
-# a lane adds the carried-in value times a product kept per phase. The LU pivots of the
+# a lane adds the carried-in value times a product kept per phase. The boundary values'
+# e^(−rτ) and e^(−qτ) are carried from step to step by one multiplication each (on the
+# H100 a second sweep from the carried-in value, in place of the products, measured 0.1-1.3%
+# slower and used as many registers). The LU pivots of the
 # phase's matrix come once per phase from a scan of 2×2 matrix products (float64).
 # Work per step is O(N) (PCR's is O(N log N)) and the 32-thread barriers are cheap, so
 # large groups price several times faster; one option's latency is about PCR's.
@@ -922,7 +945,16 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
     """The lanes kernel for P = `rows` rows per lane (P fixes the per-lane arrays). Each
     step's exchanges between lanes go through warp shuffles (`shuffle`, a real GPU) or
     through shared memory and barriers (numba's CUDA simulator has no shuffles; the
-    arithmetic is the same)."""
+    arithmetic is the same).
+
+    Launched with one warp per option, the warp runs an option's marches one after the
+    other; with two (`fd_kernel(..., split_passes=True)`), an option extrapolated in time
+    (`time_passes` = 2) has its coarse march on the second warp while the first runs the
+    grid's, so the option is done after one march's time instead of one and a half; the
+    second warp of any other option returns at once. Each warp's exchanges stay within
+    the warp (`cuda.syncwarp`; the simulator's block-wide barriers wait only for live
+    threads, and each warp has its own shared buffers), and one block barrier hands the
+    coarse values over."""
     P = rows
     SHUFFLE = shuffle
 
@@ -942,23 +974,26 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
         richardson: bool,
     ) -> None:
         opt: int = cuda.blockIdx.x  # type: ignore[assignment]
-        lane: int = cuda.threadIdx.x  # type: ignore[assignment]
+        tid: int = cuda.threadIdx.x  # type: ignore[assignment]
+        n_warps: int = cuda.blockDim.x // LANES  # type: ignore[operator]
+        lane = tid % LANES
+        warp = tid // LANES
         row = cuda.shared.array(N_PARAMS, np.float64)
         sh_v = cuda.shared.array(LANES_MAX_ROWS, np.float32)
-        edge_first = cuda.shared.array(LANES, np.float32)
-        edge_last = cuda.shared.array(LANES, np.float32)
-        buf = cuda.shared.array((2, LANES), np.float32)
-        mbuf = cuda.shared.array((2, 4, LANES), np.float64)
-        c_last = cuda.shared.array(LANES, np.float64)
+        sh_vc = cuda.shared.array(LANES_MAX_ROWS, np.float32)  # the coarse march's values
+        edge_first = cuda.shared.array((2, LANES), np.float32)
+        edge_last = cuda.shared.array((2, LANES), np.float32)
+        buf = cuda.shared.array((2, 2, LANES), np.float32)
+        mbuf = cuda.shared.array((2, 2, 4, LANES), np.float64)
+        c_last = cuda.shared.array((2, LANES), np.float64)
         v = cuda.local.array(P, np.float32)
-        v_coarse = cuda.local.array(P, np.float32)  # the Richardson pass's node values
         pay = cuda.local.array(P, np.float32)
         e_lo = cuda.local.array(P, np.float32)
         e_di = cuda.local.array(P, np.float32)
         e_up = cuda.local.array(P, np.float32)
         fwd = cuda.local.array(P, np.float32)  # −l_r: y_r = d_r + fwd_r·y_{r−1}
-        fwd_cum = cuda.local.array(P, np.float32)  # Π fwd from the lane's first row to r
         bwd = cuda.local.array(P, np.float32)  # −c_r/u_r: x_r = y_r/u_r + bwd_r·x_{r+1}
+        fwd_cum = cuda.local.array(P, np.float32)  # Π fwd from the lane's first row to r
         bwd_cum = cuda.local.array(P, np.float32)  # Π bwd from r to the lane's last row
         inv_u = cuda.local.array(P, np.float32)
         work = cuda.local.array(P, np.float32)
@@ -967,12 +1002,12 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
         c64 = cuda.local.array(P, np.float64)
         fwd_level = cuda.local.array(SCAN_LEVELS, np.float32)
         bwd_level = cuda.local.array(SCAN_LEVELS, np.float32)
-        if lane < N_PARAMS:
-            row[lane] = params[opt, lane]
+        if tid < N_PARAMS:
+            row[tid] = params[opt, tid]
         cuda.syncthreads()  # type: ignore[call-arg]
         spot, strike, expiry, vol, rate, div, is_call, is_american = _row_in_shared(row)
         if expiry <= 0.0 or vol <= 0.0:  # the same for the whole block
-            if lane == 0:
+            if tid == 0:
                 _write_closed_form(out, opt, spot, strike, expiry, vol, rate, div, is_call,
                                    is_american)
             return
@@ -982,15 +1017,22 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
         s_hi = s_lo + n * ds
         m_grid = _time_steps_gpu(expiry, dt_target, fixed_steps, min_steps)
         passes = _time_passes_gpu(richardson, is_american, m_grid)
+        split = n_warps == 2 and passes == 2  # the same for the whole block
+        if warp > 0 and not split:
+            return
+        first_pass = 0
+        end_pass = passes
+        if split:  # warp 0: the grid's march (pass 1); warp 1: the coarse one (pass 0)
+            first_pass = 1 - warp
+            end_pass = first_pass + 1
         first = lane * P
         j_strike = int(math.floor((strike - s_lo) / ds + 0.5))
-        for pass_ in range(passes):  # the same count for the whole block
+        for pass_ in range(first_pass, end_pass):  # the same count for the whole warp
             m = _pass_steps_gpu(pass_, passes, m_grid)
             dt = expiry / m
             n_implicit = min(rannacher, m)
             for j in range(P):
                 r = first + j
-                v_coarse[j] = v[j]
                 v[j] = np.float32(0.0)
                 pay[j] = np.float32(0.0)
                 if r <= n:
@@ -1031,11 +1073,14 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
                         e_up[j] = np.float32(x_up)
                 # LU pivots u_r = p_r/p_{r−1}, p_r = b_r·p_{r−1} − a_r·c_{r−1}·p_{r−2}: each lane
                 # multiplies its rows' 2×2 matrices, a scan multiplies across the lanes
-                c_last[lane] = c64[P - 1]
-                cuda.syncthreads()
+                c_last[warp, lane] = c64[P - 1]
+                if SHUFFLE:
+                    cuda.syncwarp()
+                else:
+                    cuda.syncthreads()
                 c_prev = 0.0
                 if lane > 0:
-                    c_prev = c_last[lane - 1]
+                    c_prev = c_last[warp, lane - 1]
                 q00 = 1.0
                 q01 = 0.0
                 q10 = 0.0
@@ -1057,17 +1102,20 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
                     cp = c64[j]
                 for level in range(SCAN_LEVELS):
                     k = level % 2
-                    mbuf[k, 0, lane] = q00
-                    mbuf[k, 1, lane] = q01
-                    mbuf[k, 2, lane] = q10
-                    mbuf[k, 3, lane] = q11
-                    cuda.syncthreads()
+                    mbuf[warp, k, 0, lane] = q00
+                    mbuf[warp, k, 1, lane] = q01
+                    mbuf[warp, k, 2, lane] = q10
+                    mbuf[warp, k, 3, lane] = q11
+                    if SHUFFLE:
+                        cuda.syncwarp()
+                    else:
+                        cuda.syncthreads()
                     stride = 1 << level
                     if lane >= stride:  # this lane's product applies after the earlier one
-                        r00 = mbuf[k, 0, lane - stride]
-                        r01 = mbuf[k, 1, lane - stride]
-                        r10 = mbuf[k, 2, lane - stride]
-                        r11 = mbuf[k, 3, lane - stride]
+                        r00 = mbuf[warp, k, 0, lane - stride]
+                        r01 = mbuf[warp, k, 1, lane - stride]
+                        r10 = mbuf[warp, k, 2, lane - stride]
+                        r11 = mbuf[warp, k, 3, lane - stride]
                         n00 = q00 * r00 + q01 * r10
                         n01 = q00 * r01 + q01 * r11
                         n10 = q10 * r00 + q11 * r10
@@ -1078,14 +1126,17 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
                         q10 = n10 / big
                         q11 = n11 / big
                 k = SCAN_LEVELS % 2
-                mbuf[k, 0, lane] = q00
-                mbuf[k, 2, lane] = q10
-                cuda.syncthreads()
+                mbuf[warp, k, 0, lane] = q00
+                mbuf[warp, k, 2, lane] = q10
+                if SHUFFLE:
+                    cuda.syncwarp()
+                else:
+                    cuda.syncthreads()
                 u_prev = 1.0
                 if lane > 0:  # (p_{first−1}, p_{first−2}) = the earlier lanes' product·(1, 0)
-                    u_prev = mbuf[k, 0, lane - 1] / mbuf[k, 2, lane - 1]
+                    u_prev = mbuf[warp, k, 0, lane - 1] / mbuf[warp, k, 2, lane - 1]
                 cp = c_prev
-                f_cum = np.float32(1.0)
+                f_all = np.float32(1.0)  # Π fwd over this lane's rows
                 for j in range(P):
                     t = a64[j] * cp
                     f = 0.0
@@ -1095,35 +1146,44 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
                     if a64[j] != 0.0:
                         f = -a64[j] / u_prev
                     fwd[j] = np.float32(f)
-                    f_cum *= np.float32(f)
-                    fwd_cum[j] = f_cum
+                    f_all *= np.float32(f)
+                    fwd_cum[j] = f_all
                     inv_u[j] = np.float32(1.0 / u)
                     bwd[j] = np.float32(-c64[j] / u)
                     u_prev = u
                     cp = c64[j]
-                g_cum = np.float32(1.0)
+                g_all = np.float32(1.0)  # Π bwd over this lane's rows
                 for jj in range(P):
                     j = P - 1 - jj
-                    g_cum *= bwd[j]
-                    bwd_cum[j] = g_cum
+                    g_all *= bwd[j]
+                    bwd_cum[j] = g_all
                 # the scans' multipliers of each level (they depend on the matrix only)
-                f_all = f_cum
-                g_all = g_cum
                 for level in range(SCAN_LEVELS):
                     k = level % 2
-                    buf[k, lane] = f_all
-                    mbuf[k, 0, lane] = np.float64(g_all)
-                    cuda.syncthreads()
+                    buf[warp, k, lane] = f_all
+                    mbuf[warp, k, 0, lane] = np.float64(g_all)
+                    if SHUFFLE:
+                        cuda.syncwarp()
+                    else:
+                        cuda.syncthreads()
                     stride = 1 << level
                     fwd_level[level] = f_all
                     bwd_level[level] = g_all
                     if lane >= stride:
-                        f_all *= buf[k, lane - stride]
+                        f_all *= buf[warp, k, lane - stride]
                     if lane + stride < LANES:
-                        g_all *= np.float32(mbuf[k, 0, lane + stride])
-                cuda.syncthreads()
+                        g_all *= np.float32(mbuf[warp, k, 0, lane + stride])
+                if SHUFFLE:
+                    cuda.syncwarp()
+                else:
+                    cuda.syncthreads()
+                # e^(−rτ) and e^(−qτ) of the boundary values, carried step to step
+                discount = math.exp(-rate * tau0)
+                carry_q = math.exp(-div * tau0)
+                discount_step = math.exp(-rate * step_dt)
+                carry_step = math.exp(-div * step_dt)
 
-                for step in range(n_steps):
+                for _step in range(n_steps):
                     v_before = np.float32(0.0)
                     v_after = np.float32(0.0)
                     if SHUFFLE:
@@ -1134,21 +1194,22 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
                         if lane < LANES - 1:
                             v_after = from_above
                     else:
-                        edge_first[lane] = v[0]
-                        edge_last[lane] = v[P - 1]
+                        edge_first[warp, lane] = v[0]
+                        edge_last[warp, lane] = v[P - 1]
                         cuda.syncthreads()
                         if lane > 0:
-                            v_before = edge_last[lane - 1]
+                            v_before = edge_last[warp, lane - 1]
                         if lane < LANES - 1:
-                            v_after = edge_first[lane + 1]
-                    # every lane computes the boundary values (no divergent exp in the loop)
-                    tau = tau0 + (step + 1) * step_dt
-                    v_lo, v_hi = _boundary_values_gpu(
-                        strike, tau, rate, div, s_lo, s_hi, is_call, is_american
+                            v_after = edge_first[warp, lane + 1]
+                    # every lane computes the boundary values (no divergence in the loop)
+                    discount *= discount_step
+                    carry_q *= carry_step
+                    v_lo, v_hi = _boundary_discounted_gpu(
+                        strike, discount, carry_q, s_lo, s_hi, is_call, is_american
                     )
                     d_lo = np.float32(v_lo)
                     d_hi = np.float32(v_hi)
-                    # right-hand side, then the forward sweep over this lane's rows
+                    # right-hand side, then the forward sweep over this lane's rows from 0
                     y = np.float32(0.0)
                     for j in range(P):
                         r = first + j
@@ -1180,16 +1241,16 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
                     else:
                         for level in range(SCAN_LEVELS):
                             k = level % 2
-                            buf[k, lane] = acc
+                            buf[warp, k, lane] = acc
                             cuda.syncthreads()
                             stride = 1 << level
                             if lane >= stride:
-                                acc += fwd_level[level] * buf[k, lane - stride]
+                                acc += fwd_level[level] * buf[warp, k, lane - stride]
                         k = SCAN_LEVELS % 2
-                        buf[k, lane] = acc
+                        buf[warp, k, lane] = acc
                         cuda.syncthreads()
                         if lane > 0:
-                            carry = buf[k, lane - 1]
+                            carry = buf[warp, k, lane - 1]
                     # backward sweep over this lane's rows (with the carried-in forward value)
                     x = np.float32(0.0)
                     for jj in range(P):
@@ -1211,28 +1272,38 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
                     else:
                         for level in range(SCAN_LEVELS):
                             k = level % 2  # buffer 0: the carry above was read from buffer 1
-                            buf[k, lane] = acc
+                            buf[warp, k, lane] = acc
                             cuda.syncthreads()
                             stride = 1 << level
                             if lane + stride < LANES:
-                                acc += bwd_level[level] * buf[k, lane + stride]
+                                acc += bwd_level[level] * buf[warp, k, lane + stride]
                         k = SCAN_LEVELS % 2
-                        buf[k, lane] = acc
+                        buf[warp, k, lane] = acc
                         cuda.syncthreads()
                         if lane < LANES - 1:
-                            carry = buf[k, lane + 1]
+                            carry = buf[warp, k, lane + 1]
                     for j in range(P):
                         x = work[j] + bwd_cum[j] * carry
                         if is_american and first + j <= n:
                             x = max(x, pay[j])
                         v[j] = x
-        if passes == 2:
+            if pass_ < passes - 1:  # the coarse march, kept for the extrapolation
+                for j in range(P):
+                    sh_vc[first + j] = v[j]
+        if split:  # the coarse warp's values are in shared memory; it is done
+            cuda.syncthreads()
+            if warp > 0:
+                return
+        if passes == 2:  # a lane reads back its own rows, or the coarse warp's after the barrier
             w = np.float32(_richardson_weight_gpu(m_grid))
             for j in range(P):
-                v[j] = v[j] + w * (v[j] - v_coarse[j])
+                v[j] = v[j] + w * (v[j] - sh_vc[first + j])
         for j in range(P):
             sh_v[first + j] = v[j]
-        cuda.syncthreads()
+        if SHUFFLE:
+            cuda.syncwarp()
+        else:
+            cuda.syncthreads()
         if lane == 0:
             _write_values_at_spot(sh_v, out, opt, spot, strike, is_call, is_american, s_lo,
                                   ds, n)
@@ -1261,9 +1332,29 @@ def fd_lanes_kernel(price_steps: int, shuffle: bool | None = None) -> Any:
     return kern
 
 
-def fd_kernel(price_steps: int, solver: str | None = None) -> tuple[Any, int]:
+def fd_kernel(
+    price_steps: int, solver: str | None = None, split_passes: bool = False
+) -> tuple[Any, int]:
     """(compiled FD kernel, threads per block) for `price_steps`; launch one block per
-    option row. Both solvers take the same arguments and fill the same outputs."""
+    option row. Both solvers take the same arguments and fill the same outputs.
+    `split_passes` (lanes only): two warps per option, the Richardson marches side by side
+    (lower latency for a grid with `richardson`; see `split_passes`)."""
     if fd_solver(solver) == "pcr":
         return fd_price_kernel(), threads_per_option(price_steps)
-    return fd_lanes_kernel(price_steps), LANES
+    return fd_lanes_kernel(price_steps), LANES * (2 if split_passes else 1)
+
+
+#: launches of at most this many options run an option's two Richardson marches on two
+#: warps (one march's chain of steps instead of one and a half); larger launches keep one
+#: warp per option, whose registers are then never idle while the coarse march is done.
+#: 0, off: on the H100 (2026-11-25, default grid, 254 registers a thread, so 8 blocks an
+#: SM) two warps an option halve the options resident at once, and a 1,000-option group
+#: took 118 µs split against 109 µs not (one launch's wait on the host, p50); under a
+#: 112-register cap, 107 µs split against 128 µs not. Kept for such builds and tested.
+SPLIT_PASSES_MAX_OPTIONS = 0
+
+
+def split_passes(richardson: bool, options: int) -> bool:
+    """Whether a lanes launch of `options` rows on a grid with `richardson` uses two warps
+    per option (at most SPLIT_PASSES_MAX_OPTIONS rows)."""
+    return richardson and options <= SPLIT_PASSES_MAX_OPTIONS

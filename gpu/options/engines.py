@@ -32,13 +32,13 @@ benchmarks/results/devbox-2026-11-25-options-accuracy/):
   across its spread, and a long volatile one runs off the domain. Its time error is that
   of a handful of Crank–Nicolson steps (for a linear scheme the product of CN steps does
   not depend on their order, so grading the steps does not help a European option).
-- default: uniform in S over the strike and the spot ± 6σ√T in log price (capped at ×6):
-  the same nodes per standard deviation for every expiry; fixed 48 steps (T does not set
-  the resolution, σ√T does); Richardson extrapolation of American options (their time
-  error is first order).
+- default: uniform in S over the strike and the spot ± 5.5σ√T in log price (capped at
+  ×6), 160 nodes: the same nodes per standard deviation for every expiry; fixed 40 steps
+  (T does not set the resolution, σ√T does); Richardson extrapolation of American options
+  (their time error is first order).
 - fine: the same design with 512 nodes and 128 steps (cap ×10).
-A named grid is never less accurate than a coarser one on the reference
-(tests/gpu/test_options_dividends.py).
+GRIDS lists them from the coarsest to the finest, and a named grid is never less accurate
+than a coarser one on the reference (tests/gpu/test_options_dividends.py).
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpu.device import fd_solver, quiet_event_polling, resolve_device
+from gpu.launch import bind, event_query, event_recorder, untimed_event
 from gpu.options import core
 from gpu.options.instruments import MarketInputs, OptionContracts, check_dividend_yield
 
@@ -118,11 +119,16 @@ GRIDS: dict[str, FdGrid] = {
     # [0, 3K], Δt = 0.02 year, plain CN start (a one-week option gets one time step and a
     # handful of nodes across its spread; a two-year volatile one runs off the domain)
     "seed": FdGrid("seed", 150, 0.02, 0, 1, 0, core.DOMAIN_STRIKE_MULTIPLE, 3.0, 0.0),
-    # 192 nodes over K and S0 ± 6σ√T (capped at ×6): the same relative resolution for a
-    # one-week and a two-year option; 48 steps with one Rannacher step, and American rows
-    # extrapolated with a 24-step pass (Richardson): the American time error is first
-    # order, and cancelling it costs fewer steps than halving Δt twice
-    "default": FdGrid("default", 191, 0.0, 48, 1, 1, core.DOMAIN_LOG_WIDTH, 6.0, 6.0,
+    # 160 nodes over K and S0 ± 5.5σ√T (capped at ×6): the same relative resolution for a
+    # one-week and a two-year option; 40 steps with one Rannacher step, and American rows
+    # extrapolated with a 20-step pass (Richardson): the American time error is first
+    # order, and cancelling it costs fewer steps than halving Δt twice. From a sweep on
+    # the reference (2026-11-25, CPU twin): 192 nodes over ±6σ√T, 48 steps: RRMSE 5.8e-5;
+    # 160 over ±5.5σ√T, 40 steps: 7.2e-5 for five rows per lane instead of six and 60
+    # marched steps instead of 72 (32 steps: 9.8e-5). Fewer nodes over a narrower span
+    # (96 over ±3.5σ√T: 7.3e-5) fit the reference but miss 0.1 % on a two-year σ = 0.5
+    # call at 4× the spot, where the ×6 cap spreads the uniform nodes thin
+    "default": FdGrid("default", 159, 0.0, 40, 1, 1, core.DOMAIN_LOG_WIDTH, 6.0, 5.5,
                       richardson=True),
     # the same design at about twice the resolution in S and 2.7 times in time
     "fine": FdGrid("fine", 511, 0.0, 128, 1, 1, core.DOMAIN_LOG_WIDTH, 10.0, 6.0,
@@ -253,7 +259,8 @@ def price_params(
     stream = cuda.stream()
     d_params = cuda.to_device(params, stream=stream)
     d_out = cuda.device_array((n, core.N_OUT), dtype=np.float64, stream=stream)
-    kernel, threads = core.fd_kernel(g.price_steps)
+    kernel, threads = core.fd_kernel(g.price_steps,
+                                     split_passes=core.split_passes(g.richardson, n))
     kernel[n, threads, stream](d_params, d_out, *g.kernel_args())
     out = d_out.copy_to_host(stream=stream)
     stream.synchronize()
@@ -364,14 +371,18 @@ class OptionGroupPricer:
         self.params[:] = params
         self._out[:] = np.nan
         self._stream = cuda.stream()
-        try:
-            self._event = cuda.event(timing=False)  # type: ignore[call-arg]
-        except TypeError:  # the CUDA simulator's Event takes no arguments
-            self._event = cuda.event()
-        self._kernel, self._threads = core.fd_kernel(self.grid.price_steps, self.solver)
+        self._event = untimed_event()
+        # the event's record and query as single driver calls (numba's query raises and
+        # logs an error on every not-ready poll: microseconds each)
+        self._record = event_recorder(self._event, self._stream)
+        self._query = event_query(self._event)
+        self._kernel, self._threads = core.fd_kernel(
+            self.grid.price_steps, self.solver, core.split_passes(self.grid.richardson, self.n))
         self._bound: Any = None
         #: True when launches skip numba's per-call argument typing (see _bind_launch)
         self.prebound = False
+        #: how a bound launch reaches the driver ("ctypes", "cuda.core") or None
+        self.launcher: str | None = None
         if os.environ.get("GPU_OPTIONS_PREBIND", "1") != "0":
             self._bind_launch()
 
@@ -379,55 +390,34 @@ class OptionGroupPricer:
         return (self._params_dev, self._out_dev, *self._args)
 
     def _bind_launch(self) -> None:
-        """Pre-bind the launch: numba types every argument and prepares it as ctypes on
-        each call (tens of microseconds of Python); the arguments here never change (the
-        same mapped arrays, the same grid scalars), so prepare them once and keep the
-        driver launch. Uses numba-cuda's internals (0.30.x), so it is verified: one
-        ordinary launch and one bound launch must give bit-identical results, else the
-        ordinary path stays (and a warning says so)."""
+        """Pre-bind the launch (`gpu.launch.bind`): numba types every argument and
+        prepares it as ctypes on each call (tens of microseconds of Python); the arguments
+        here never change (the same mapped arrays, the same grid scalars), so they are
+        prepared once and each launch is one driver call. It uses numba-cuda's internals,
+        so it is verified: one ordinary launch and one bound launch must give bit-identical
+        results, else the ordinary path stays (and a warning says so)."""
         import logging
 
         log = logging.getLogger(__name__)
         if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1":
             return  # the simulator has no driver launch to bind
-        try:
-            import numba.cuda.dispatcher
-
-            nd: Any = numba.cuda.dispatcher  # internals mypy's stubs do not list
-
-            # an ordinary launch compiles (or loads) the kernel and gives the reference
-            self._kernel[self.n, self._threads, self._stream](*self._launch_args())
-            self._stream.synchronize()
-            reference = self._out.copy()
-            overloads = list(getattr(self._kernel, "overloads", {}).values())
-            if len(overloads) != 1:
-                return  # the CUDA simulator, or an unexpected dispatcher
-            kern = overloads[0]
-            retr: list[Any] = []
-            kernelargs: list[Any] = []
-            for ty, val in zip(kern.argument_types, self._launch_args(), strict=True):
-                kern._prepare_args(ty, val, self._stream, retr, kernelargs)
-            if retr or kern.debug:
-                return  # write-backs or debug checks need numba's own launch
-            coop = "is_cooperative" if nd.CUDA_CORE_GE_1_0 else "cooperative_launch"
-            config = nd.LaunchConfig(grid=self.n, block=self._threads, shmem_size=0,
-                                     **{coop: kern.cooperative})
-            func = kern._codelibrary.get_cufunc().kernel
-            launch, stream = nd.launch, self._stream
-
-            def bound() -> None:
-                launch(stream, config, func, *kernelargs)
-
-            self._out[:] = np.nan
-            bound()
-            self._stream.synchronize()
-            if not np.array_equal(self._out, reference, equal_nan=True):
-                log.warning("option pricer: the pre-bound launch disagrees; not used")
-                return
-            self._bound = bound
-            self.prebound = True
-        except Exception as exc:  # noqa: BLE001 - any internals mismatch: the ordinary path
-            log.warning("option pricer: launches not pre-bound (%s)", exc)
+        # an ordinary launch compiles (or loads) the kernel and gives the reference
+        self._kernel[self.n, self._threads, self._stream](*self._launch_args())
+        self._stream.synchronize()
+        reference = self._out.copy()
+        go = bind(self._kernel, self._launch_args(), self._stream, self._threads)
+        if go is None:
+            return
+        self._out[:] = np.nan
+        go(self.n)
+        self._stream.synchronize()
+        if not np.array_equal(self._out, reference, equal_nan=True):
+            log.warning("option pricer: the pre-bound launch disagrees; not used")
+            return
+        n = self.n
+        self._bound = lambda: go(n)
+        self.prebound = True
+        self.launcher = getattr(go, "driver", None)
 
     @property
     def in_flight(self) -> bool:
@@ -468,7 +458,7 @@ class OptionGroupPricer:
             self._bound()
         else:
             self._kernel[self.n, self._threads, self._stream](*self._launch_args())
-        self._event.record(self._stream)
+        self._record()
         self._in_flight = True
 
     def done(self) -> bool:
@@ -477,9 +467,8 @@ class OptionGroupPricer:
             return True
         if self._event is None:
             return self._future is None or bool(self._future.done())
-        query = getattr(self._event, "query", None)
-        # the CUDA simulator's Event has no query(); it runs launches synchronously
-        return True if query is None else bool(query())
+        # (the CUDA simulator's Event has no query(); it runs launches synchronously)
+        return self._query()
 
     def wait(self) -> None:
         """Block until the launched repricing has finished (benchmarks, shutdown)."""

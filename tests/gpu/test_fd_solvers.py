@@ -45,6 +45,32 @@ def test_lanes_solver_matches_cpu_twin_across_rows_per_lane(
             np.testing.assert_allclose(got[:, core.GAMMA], cpu.gamma, rtol=1e-3, atol=1e-4)
 
 
+@needs_cuda
+@pytest.mark.parametrize(("price_steps", "time_steps"), [(40, 3), (70, 4)])
+def test_split_passes_price_like_one_warp(price_steps: int, time_steps: int) -> None:
+    """Two warps per option (the Richardson marches side by side) give the one-warp
+    launch's values bit for bit, for American rows (two marches; 3 steps: a coarse march
+    of one step, all Rannacher) and European ones in the same launch (the second warp
+    returns at once), and the float64 twin's to float32 rounding."""
+    from numba import cuda
+
+    grid = make_grid("default", price_steps=price_steps, time_steps=time_steps)
+    assert grid.richardson and not core.split_passes(False, 4)
+    params = random_params(4, seed=price_steps)  # rows 2, 3 American, 0, 1 European
+    params[:, core.DIVIDEND] = 0.03  # so the American call is exercised early too
+    outs = []
+    for split in (False, True):
+        kernel, threads = core.fd_kernel(price_steps, "lanes", split_passes=split)
+        assert threads == core.LANES * (2 if split else 1)
+        d_out = cuda.device_array((4, core.N_OUT))
+        kernel[4, threads](cuda.to_device(params), d_out, *grid.kernel_args())
+        outs.append(d_out.copy_to_host())
+    np.testing.assert_array_equal(outs[1], outs[0])
+    cpu = price_params(params, grid, "cpu")
+    np.testing.assert_allclose(outs[1][:, core.PRICE], cpu.price, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(outs[1][:, core.DELTA], cpu.delta, rtol=1e-4, atol=1e-4)
+
+
 def test_bad_fd_solver_setting_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     for bad in ("thomas", "", "LANES"):
         monkeypatch.setenv("GPU_FD_SOLVER", bad)
