@@ -30,7 +30,8 @@ LAYERS = {"engine": 2, "strategies": 1, "gpu": 0, "feeds": 0}
 #: rooms inside a package, by rank: a room imports only rooms of a lower rank (modules of
 #: the package outside these rooms, e.g. engine.errors, are shared by all)
 ROOMS = {
-    "engine": {"commands": 4, "api": 4, "reporting": 3, "live": 2, "trading": 1, "settings": 0},
+    "engine": {"commands": 5, "api": 5, "reporting": 4, "live": 3, "trading": 2, "settings": 1,
+               "options": 0},
     "gpu": {"gp": 2, "options": 2, "ising": 2, "timeseries": 2, "subset": 2, "indicators": 1,
             "warm_start": 1, "device": 0, "twin": 0, "launch": 0},
 }
