@@ -1,32 +1,30 @@
-"""GPU work between ticks: replay throughput with option groups, before and after each change.
+"""GPU work between ticks: replay throughput with option groups, in the current configuration.
 
-Rows (the same replay over ipc, sma-cross strategy, one process per row's engine):
-- no option group;
-- the group on the CPU twin (in-process, worker thread);
-- the group on CUDA dispatched in-process ("inline"), one OptionValue per contract (before);
-- inline, one OptionGroupValues message per repricing; inline pre-bound;
-- in a GPU worker process fed through shared memory, per-contract then group messages;
-- the worker as of 2026-11-22 (one launch in flight per group, numba's event query), then
-  each change of this round on top: the driver's event query without numba's exception,
-  2, 3 and 4 launches in flight (gpu/options/batch.py); the default worker with spots from
-  validation (the default since 11-23's fourth session: every 8th, and every 4th and 16th)
-  and from the engine's hot loop on every tick (OPTION_TAP_EVERY=0, before); the default
-  worker with the FD kernel's PCR solver (GPU_FD_SOLVER=pcr, before 11-23's fifth session:
-  every other row runs the lanes solver, except the 11-22 worker's, which is all before);
-and the 10 x 1,000 case: ten groups of 1,000 American options (--grid, default "default")
-on ten synthetic underlyings
-that tick about every millisecond of data time, without the groups, with the 11-22 worker,
-then the cheap query, one launch for all groups with a new spot, 2 and 3 launches in flight.
+Rows (the same replay over ipc, sma-cross strategy, one process per row's engine), each the
+default configuration or one setting changed where a claim of the README compares the two
+(benchmarks/README.md lists the claims):
+- SPY with one group: no option group; the group on the CPU twin (in-process); on CUDA
+  in-process ("inline") against the GPU worker process (the default); the default worker
+  with spots from the engine's hot loop (OPTION_TAP_EVERY=0) and from validation every 4th
+  and 16th trade (the default: 8th); launches spaced 0.5 and 0 (OPTION_WORKER_SPACING);
+- ten groups of 1,000 American options (--grid, default "default") on ten synthetic
+  underlyings that tick about every millisecond of data time: no group; the default
+  worker; split over 2 GPUs where there are 2; the lanes kernel capped at 128 registers; receive batches of 2,048, 1,024 and
+  512; one launch for all groups (OPTION_WORKER_BATCH=1); spots from the hot loop;
+- the ten groups paced at 1x and 10x their data rate: no group, the default worker,
+  spots from the hot loop, one launch in flight per group.
 For every row: ticks/s, ratio to the no-group row, repricings, tick -> values latency (p50,
 p99; from the spot's hand-over to the worker's client to the results in the engine's
-hands), and the
-largest data-time gap between consecutive repricings of a group (from the published
-messages). Then the GP bar close: CPU twin, CUDA (pre-bound, mapped codes) and CUDA with
-numba's ordinary launch, and what `--device auto` picks; and the event loop's time of an
-overlapped bar close (start, and the signals once ready: the wait is the engine's to fill).
+hands), the largest data-time gap between consecutive repricings of a group and the
+longest a newer spot waited (from the published messages). Then the pricer alone (launch
+capacity, 1-4 launches in flight) and the GP bar close: CPU twin, CUDA (pre-bound, mapped
+codes) and CUDA with numba's ordinary launch, and what `--device auto` picks; and the
+event loop's time of an overlapped bar close (start, and the signals once ready: the wait
+is the engine's to fill).
 
     python benchmarks/between_ticks.py [--quick] [--only NAMES] [--skip NAMES] [--no-gp]
-        [--json PATH]
+        [--repeat N] [--json PATH]
+    python benchmarks/between_ticks.py --pool RUN.json [RUN.json ...]   # rounds pooled
 
 Default workload: the 1.89 M SPY trades of lean_ticks_2013-10 with examples/spy_options.toml
 (102 American options). --quick: a small synthetic market and the CPU twin in place of
@@ -377,19 +375,9 @@ class Row(NamedTuple):
     receive_batch: int = 0
 
 
-#: the worker before this round of changes: one launch in flight per group, numba's query
-WORKER_BEFORE = {"OPTION_WORKER_SLOTS": "1", "OPTION_WORKER_BATCH": "0",
-                 "GPU_FAST_EVENT_QUERY": "0", "GPU_RAW_LAUNCH": "0",
-                 "OPTION_BATCH_IN_PLACE": "0", "OPTION_REQUEST_EVERY": "1",
-                 "OPTION_TAP_EVERY": "0", "GPU_FD_SOLVER": "pcr"}
-#: this round (11-23, second session): rows kept in place, the driver called through ctypes
-NEW_PATH = {"GPU_RAW_LAUNCH": "1", "OPTION_BATCH_IN_PLACE": "1"}
-#: the worker's spots from the engine's hot loop on every tick, as before 11-23's fourth
-#: session (the default now takes them from validation: OPTION_TAP_EVERY)
+#: the worker's spots from the engine's hot loop on every tick (OPTION_TAP_EVERY=0; the
+#: default takes them from validation)
 HOT_LOOP = {"OPTION_TAP_EVERY": "0"}
-#: the FD kernel's PCR solver, block per option, as before 11-23's fifth session (the
-#: default now: the lanes solver, gpu.options.core.fd_lanes_kernel)
-PCR_SOLVER = {"GPU_FD_SOLVER": "pcr"}
 #: the lanes kernel under a 128-register cap (GPU_FD_MAX_REGISTERS; the default: no cap)
 CAP_128 = {"GPU_FD_MAX_REGISTERS": "128"}
 
@@ -429,6 +417,9 @@ def _args() -> argparse.Namespace:
                     help="FD grid of the 10 x 1,000 groups (gpu.options.engines.GRIDS; before "
                          "2026-11-25's goal-3 run: seed)")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--pool", type=Path, nargs="+", default=None, metavar="JSON",
+                    help="run nothing: pool the rounds of these earlier --json files per row "
+                         "(ratio to the same round's replay without options; medians, ranges)")
     return ap.parse_args()
 
 
@@ -461,8 +452,9 @@ def _workloads(args: argparse.Namespace) -> tuple[Row, Row]:
 
 def plan(one: Row, big: Row, gpu: str, paced_ticks: int = 100_000, n_gpus: int = 1
          ) -> list[Row]:
-    """The table's rows: before and after each change, on both workloads; then the
-    10 x 1,000 feed paced at its own data rate (1x: data time runs as wall time, as a
+    """The table's rows: the default configuration on both workloads, beside the settings
+    a claim of the README compares it with (benchmarks/README.md); then the 10 x 1,000 feed
+    paced at its own data rate (1x: data time runs as wall time, as a
     live feed arrives) and at ten times it. With `n_gpus` > 1 the 10 x 1,000 replay also
     runs with its groups split over that many GPU workers (OPTION_WORKER_GPUS)."""
     g1, wl, fac = one.groups, one.workload, one.factory
@@ -471,57 +463,18 @@ def plan(one: Row, big: Row, gpu: str, paced_ticks: int = 100_000, n_gpus: int =
     pfac = functools.partial(big.factory.func, *big.factory.args, **keywords)
     data_rate = keywords["n_symbols"] * keywords["tick_rate"]  # ticks per data second
     paced = [(f"{x}x", x * data_rate) for x in (1, 10)]
-    slots = {k: {**WORKER_BEFORE, "OPTION_WORKER_SLOTS": str(k), "GPU_FAST_EVENT_QUERY": "1",
-                 "OPTION_WORKER_BATCH": "1"} for k in (1, 2, 3, 4)}
     return [
         Row("no group", wl, fac, []),
         Row("CPU group", wl, fac, g1, "cpu", "inline", "option"),
-        Row(f"{gpu} inline, per-contract (before)", wl, fac, g1, gpu, "inline", "option"),
         Row(f"{gpu} inline, group msgs", wl, fac, g1, gpu, "inline", "group"),
-        Row(f"{gpu} inline, per-contract, pre-bound", wl, fac, g1, gpu, "inline", "option",
-            True),
-        Row(f"{gpu} process, per-contract", wl, fac, g1, gpu, "process", "option"),
-        Row(f"{gpu} process, group msgs", wl, fac, g1, gpu, "process", "group"),
-        Row(f"{gpu} process, group msgs, pre-bound (11-22)", wl, fac, g1, gpu, "process",
-            "group", True, WORKER_BEFORE),
-        Row(f"{gpu} process, + cheap event query", wl, fac, g1, gpu, "process", "group",
-            True, slots[1]),
-        *(Row(f"{gpu} process, + {k} launches in flight", wl, fac, g1, gpu, "process",
-              "group", True, slots[k]) for k in (2, 3, 4)),
-        *(Row(f"{gpu} process, {k} launches in flight, not spaced", wl, fac, g1, gpu,
-              "process", "group", True, {**slots[k], "OPTION_WORKER_SPACING": "0"})
-          for k in (2, 3)),
-        Row(f"{gpu} process, 2 launches in flight, yielding worker", wl, fac, g1, gpu,
-            "process", "group", True, {**slots[2], "OPTION_WORKER_YIELD": "1"}),
-        Row(f"{gpu} process, 2 in flight, + rows in place", wl, fac, g1, gpu, "process",
-            "group", True, {**slots[2], "OPTION_BATCH_IN_PLACE": "1"}),
-        *(Row(f"{gpu} process, {k} in flight, + ctypes driver calls", wl, fac, g1, gpu,
-              "process", "group", True, {**slots[k], **NEW_PATH}) for k in (2, 4)),
-        Row(f"{gpu} process, 2 in flight, ctypes, + requests only on demand", wl, fac, g1,
-            gpu, "process", "group", True, {**slots[2], **NEW_PATH, "OPTION_REQUEST_EVERY": "0"}),
-        Row(f"{gpu} process, 2 in flight, ctypes, + on demand or every 4th tick", wl, fac,
-            g1, gpu, "process", "group", True, {**slots[2], **NEW_PATH,
-                                                "OPTION_REQUEST_EVERY": "4"}),
         Row(f"{gpu} process, default worker", wl, fac, g1, gpu, "process", "group", True, {}),
-        Row(f"{gpu} process, default worker, spots from the hot loop (before)", wl, fac, g1,
+        Row(f"{gpu} process, default worker, spots from the hot loop", wl, fac, g1,
             gpu, "process", "group", True, HOT_LOOP),
-        Row(f"{gpu} process, default worker, PCR solver (before)", wl, fac, g1, gpu,
-            "process", "group", True, PCR_SOLVER),
         *(Row(f"{gpu} process, default worker, spots from validation every {k}", wl, fac, g1,
               gpu, "process", "group", True, {"OPTION_TAP_EVERY": str(k)}) for k in (4, 16)),
         *(Row(f"{gpu} process, default worker, launches spaced {f}", wl, fac, g1, gpu,
               "process", "group", True, {"OPTION_WORKER_SPACING": f}) for f in ("0.5", "0")),
-        *(Row(f"{gpu} process, default worker, receive batch {k}", wl, fac, g1, gpu,
-              "process", "group", True, receive_batch=k) for k in (8192, 1024, 256)),
         Row("10x1,000: no group", bwl, bfac, []),
-        Row(f"10x1,000: {gpu} process (11-22)", bwl, bfac, gb, gpu, "process", "group", True,
-            WORKER_BEFORE),
-        Row(f"10x1,000: {gpu} process, + cheap event query", bwl, bfac, gb, gpu, "process",
-            "group", True, {**WORKER_BEFORE, "GPU_FAST_EVENT_QUERY": "1"}),
-        Row(f"10x1,000: {gpu} process, + one launch for all groups", bwl, bfac, gb, gpu,
-            "process", "group", True, slots[1]),
-        *(Row(f"10x1,000: {gpu} process, + {k} launches in flight", bwl, bfac, gb, gpu,
-              "process", "group", True, slots[k]) for k in (2, 3)),
         Row(f"10x1,000: {gpu} process, default worker (2 in flight per group, no batching)",
             bwl, bfac, gb, gpu, "process", "group", True, {}),
         *([Row(f"10x1,000: {gpu} process, default worker, {n_gpus} GPUs", bwl, bfac, gb, gpu,
@@ -533,15 +486,8 @@ def plan(one: Row, big: Row, gpu: str, paced_ticks: int = 100_000, n_gpus: int =
               gpu, "process", "group", True, receive_batch=k) for k in (2048, 1024, 512)),
         Row(f"10x1,000: {gpu} process, one launch for all groups", bwl, bfac, gb, gpu,
             "process", "group", True, {"OPTION_WORKER_BATCH": "1"}),
-        Row(f"10x1,000: {gpu} process, one launch for all groups, capped at 128 registers",
-            bwl, bfac, gb, gpu, "process", "group", True,
-            {"OPTION_WORKER_BATCH": "1", **CAP_128}),
-        Row(f"10x1,000: {gpu} process, 3 launches in flight per group, no batching", bwl,
-            bfac, gb, gpu, "process", "group", True, {**slots[3], "OPTION_WORKER_BATCH": "0"}),
         Row(f"10x1,000: {gpu} process, default worker, spots from the hot loop", bwl, bfac,
             gb, gpu, "process", "group", True, HOT_LOOP),
-        Row(f"10x1,000: {gpu} process, default worker, PCR solver (before)", bwl, bfac,
-            gb, gpu, "process", "group", True, PCR_SOLVER),
         *(r for speed, rate in paced for r in (
             Row(f"10x1,000 paced {speed}: no group", f"10 synthetic paced {speed}", pfac, [],
                 rate=rate),
@@ -551,15 +497,9 @@ def plan(one: Row, big: Row, gpu: str, paced_ticks: int = 100_000, n_gpus: int =
             Row(f"10x1,000 paced {speed}: {gpu} process, default worker, spots from the hot "
                 "loop", f"10 synthetic paced {speed}", pfac, gb, gpu, "process", "group", True,
                 HOT_LOOP, rate=rate),
-            Row(f"10x1,000 paced {speed}: {gpu} process, default worker, PCR solver (before)",
-                f"10 synthetic paced {speed}", pfac, gb, gpu, "process", "group", True,
-                PCR_SOLVER, rate=rate),
             Row(f"10x1,000 paced {speed}: {gpu} process, 1 launch in flight per group",
                 f"10 synthetic paced {speed}", pfac, gb, gpu, "process", "group", True,
-                {"OPTION_WORKER_SLOTS": "1"}, rate=rate),
-            Row(f"10x1,000 paced {speed}: {gpu} process, 1 in flight, requests on demand",
-                f"10 synthetic paced {speed}", pfac, gb, gpu, "process", "group", True,
-                {"OPTION_WORKER_SLOTS": "1", "OPTION_REQUEST_EVERY": "0"}, rate=rate))),
+                {"OPTION_WORKER_SLOTS": "1"}, rate=rate))),
     ]
 
 
@@ -664,6 +604,10 @@ def print_tables(rows: list[dict[str, Any]], gp_rows: list[dict[str, Any]],
 
 def main() -> None:
     args = _args()
+    if args.pool:
+        from benchmarks.pool_rounds import pooled_table
+        print(pooled_table(args.pool))
+        return
     gpu = "cuda" if cuda_present() and not cuda_simulated() and not args.quick else "cpu"
     stamp = datetime.now(UTC)
     node = platform.node()

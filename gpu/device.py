@@ -38,8 +38,9 @@ def fd_solver(choice: str | None = None) -> str:
 def fd_max_registers() -> int:
     """GPU_FD_MAX_REGISTERS: a per-thread register cap for the lanes kernel (0, the
     default: none, the compiler's choice). Fewer registers let more options' warps reside
-    on an SM at once, at the cost of spills: on the H200 a cap of 128 sped up one launch
-    of 10,000 options and slowed launches of 102 and 1,000 (benchmarks/fd_solvers.py)."""
+    on an SM at once, at the cost of spills: which wins depends on the launch's size
+    (benchmarks/fd_solvers.py --caps; measured:
+    benchmarks/results/h200-2026-11-23-session7/README.md)."""
     raw = os.environ.get("GPU_FD_MAX_REGISTERS", "0")
     try:
         cap = int(raw)

@@ -1,7 +1,7 @@
 """A GPU command's first second: create the CUDA context while the CPU works, skip a probe.
 
 Two one-off costs sit in front of the first kernel of a short command such as the headline
-`evolve` (3.9 s in all on the H200 before this module; 3.55 s with it):
+`evolve` (measured: benchmarks/results/h200-2026-11-23-gp/README.md):
 - the CUDA context (about 0.2 s, inside the driver with the GIL released): `start_context`
   creates it on a helper thread while the calling thread loads data and numba's CPU target;
   numba keeps one primary context per device, so the caller's later launches simply use it

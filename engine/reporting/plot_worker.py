@@ -1,11 +1,12 @@
 """A fitness plot drawn by a process started early, so matplotlib's import overlaps the work.
 
-Importing matplotlib and drawing the first figure cost 0.98 s of the headline `evolve`
-run on the H200. `PlotWorker()` spawns one process at the start of a command, which imports
-matplotlib while the command evolves; `fitness(...)` then only sends the numbers and waits
-for the PNG. The command still returns only once the file is written. Where no core is free
-for the worker (fewer than 4), or the process cannot start or dies, the plot is drawn in
-the caller's process exactly as before.
+Importing matplotlib and drawing the first figure cost about a second of a short command
+such as the headline `evolve` (measured: benchmarks/results/h200-2026-11-23-gp/README.md).
+`PlotWorker()` spawns one process at the start of a command, which imports matplotlib
+while the command evolves; `fitness(...)` then only sends the numbers and waits for the
+PNG. The command still returns only once the file is written. Where no core is free for
+the worker (fewer than 4), or the process cannot start or dies, the plot is drawn in the
+caller's process exactly as before.
 """
 
 from __future__ import annotations

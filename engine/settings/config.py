@@ -131,9 +131,8 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     #: messages the engine takes from its socket, at most, before it applies them; 0: the
     #: default, RECEIVE_BATCH. With an option group's spots sent from the engine's hot loop
     #: (OPTION_TAP_EVERY=0) no tick reaches the GPU worker while a batch is received and
-    #: decoded, so smaller batches spread the requests: on the H200 host (2026-11-23, SPY
-    #: with 102 options, 4 rounds) 1,024 gave 80-92k repricings against 58-73k with 8,192,
-    #: at a lower tick rate (median ratio 0.82 against 0.87). Spots from validation (the
+    #: decoded, so smaller batches spread the requests, at some tick rate (measured:
+    #: benchmarks/results/h200-2026-11-23-session3/README.md). Spots from validation (the
     #: default) reach the worker while the batch is received, whatever its size
     receive_batch: int = 0
     #: whether a bar close's strategy evaluation overlaps the ticks after it: "auto" where

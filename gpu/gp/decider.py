@@ -12,13 +12,11 @@ the features straight from mapped host memory, `panel="mapped"`), one pre-bound 
 (`gpu.launch.bind`: numba's per-call argument typing done once per symbol count) writing
 the codes straight into mapped host memory (no copy back), and one reused event polled
 through the driver (`gpu.launch.event_query`); copy, launch and event record are each one
-ctypes call into the driver (`gpu.launch`). Measured on the H200 host (2026-11-23, third
-session, benchmarks/results/h200-2026-11-23-session3), a bar close took 21 µs at 1 rule x
-128 symbols, 30 µs at 1 x 1,000, 33 µs at 50 x 128 and 51 µs at 50 x 1,000, against 14,
-38, 54 and 378 µs for the CPU twin: CUDA is faster from 1,000 symbols or a 50-rule
-ensemble. At 1 x 128 it is not, and cannot be through a launch: an empty kernel's launch
-until its completion is seen by the host took 10.4-13.1 µs there, as long as the CPU
-twin's whole bar close (10.9-14.0 µs; `benchmarks/gp_round_trip.py` splits the round trip).
+ctypes call into the driver (`gpu.launch`). CUDA is faster from 1,000 symbols or a
+50-rule ensemble. At 1 rule x 128 symbols it is not, and cannot be through a launch: an
+empty kernel's launch until its completion is seen by the host takes as long as the CPU
+twin's whole bar close (`benchmarks/gp_round_trip.py` splits the round trip; measured:
+benchmarks/results/h200-2026-11-23-session3/README.md).
 
 `--device auto` does not mean "the GPU whenever there is one": for a few rules over a few
 symbols a launch, two copies and the event polling cost more than the CPU twin's whole
@@ -76,20 +74,14 @@ SERIAL_ENV = "GP_CPU_SERIAL_MAX_DECISIONS"
 def cpu_serial_max_decisions() -> int:
     """GP_CPU_SERIAL_MAX_DECISIONS (an integer >= 0; default 0).
 
-    A trade-off measured on the H200 host (2026-11-23,
-    benchmarks/results/h200-2026-11-23-session7). Alone, with 400 µs of other work between
-    bar closes (benchmarks/gp_cpu_decider.py), the calling thread beat the pool up to
-    2 x 128 decisions: 5.1 against 14.1 µs at 1 x 128, 15.8 against 23.4 at 1 x 1,000,
-    11.7 against 16.7 at 2 x 128 (the pool wins from 4 x 128: 31.2 against 43.5). In the GP
-    replay (128 stocks x 768 days, the best rule) 256 cut the event loop's time per bar
-    close from 343-457 to 183-268 µs, but the replay's wall time grew from 0.57-0.95 s to
-    0.91-2.57 s in all 6 rounds of two runs. The 2-core dev VM showed why (3 rounds each,
-    2026-11-23): with the replay's feed as a thread of the engine's process (`--transport
-    inproc`, the default) the wall time was 1.30-2.67 s serial against 1.06-1.61 s in the
-    pool, with the feed in its own process (`ipc`) 1.11-1.37 s against 1.15-1.82 s: the
-    slowdown comes from sharing the GIL with the in-process feed. So a backtest keeps the
-    pool; a live engine (its feed always another process), where a
-    bar close's latency matters and the wall time does not, can set 256."""
+    A trade-off. Between two bar closes the pool's threads sleep, so on its own the calling
+    thread beats the pool for small closes (up to about 2 x 128 decisions); but in a
+    backtest with the replay's feed as a thread of the engine's process (`--transport
+    inproc`, the default) a serial close shares the GIL with the feed and the replay's wall
+    time grows. So a backtest keeps the pool; a live engine (its feed always another
+    process), where a bar close's latency matters and the wall time does not, can set 256.
+    Measured: benchmarks/results/h200-2026-11-23-session7/README.md
+    (benchmarks/gp_cpu_decider.py, benchmarks/gp_replay.py)."""
     from gpu.device import SettingError
 
     raw = os.environ.get(SERIAL_ENV, "0")
@@ -113,9 +105,8 @@ def mapped_panel_pays(n_programs: int, n_symbols: int) -> bool:
     """Whether the kernel should read the features from mapped host memory rather than
     from a device copy, where no calibration chose (`choose_backend`): every thread reads
     its stock's 31 features over the bus, so a stock's row crosses it once per program.
-    On the H200 host (2026-11-23, benchmarks/gp_round_trip.py) mapped took 20.5 µs
-    against 22.5 with the copy at 1 rule x 128 symbols, but 37.1 against 33.0 at
-    1 x 1,000 and 76 against 33 at 50 x 128."""
+    It pays for one rule over a few hundred symbols (benchmarks/gp_round_trip.py; measured:
+    benchmarks/results/h200-2026-11-23-session3/README.md)."""
     return n_programs == 1 and n_symbols <= 256
 
 
@@ -221,7 +212,8 @@ class AsyncDecider:
         copied to the device, codes written straight into mapped host memory (no copy
         back), one reused event; the launch pre-bound (gpu/launch.py) where it codes like
         numba's. The kernel takes the engine's (n_symbols, 31) layout as it is, so filling
-        the buffer is one contiguous copy (a transpose cost 18 µs at 1,000 symbols)."""
+        the buffer is one contiguous copy (a transpose cost more; measured:
+        benchmarks/results/h200-2026-11-23-session3/README.md)."""
         n = self.programs.shape[0]
         self._mapped = (self.panel == "mapped"
                         or (self.panel == "auto" and mapped_panel_pays(n, n_symbols)))

@@ -25,13 +25,10 @@ same, so the lattices are identical bit for bit:
   per 8 consecutive words of a row (fewer where L/32 is not a multiple of 8); needs L to
   be a multiple of 32.
 
-Measured on one H200 (benchmarks/ising.py, 2026-11-22, before `bitplane` existed):
-multispin 1,028 attempted flips/ns on one 65,536² lattice (1,009 at 32,768², 957 at
-16,384²); the int8 reference 96 (2D) and 65 (3D). Per 65,536² sweep (4.2 ms): Philox
-alone 2.75 ms, the kernel without Philox 3.3 ms, the bytes it must move 2.7 ms at the
-measured 4.0 TB/s; both halves are instruction-issue bound and overlap only partly.
-Below L ≈ 8,192 one lattice is bound by the host's launch cost (≈ 50 µs a launch in
-numba-cuda): batch many lattices per launch.
+Both halves of a `multispin` sweep, the Philox draws and the update, are bound by
+instruction issue rather than by the bytes moved, and overlap only partly. A small
+lattice is bound by the host's launch cost: batch many lattices per launch (measured:
+benchmarks/ising.py, benchmarks/results/h200-2026-11-22/README.md).
 
 Cold start (all spins up). Lattice `n` of an ensemble draws from Philox stream
 `streams[n]`, so a run is reproducible from (seed, streams) whatever the launch shape.

@@ -41,7 +41,8 @@ BLOCK = 256
 SHARED_BYTES_MAX = 48 * 1024
 REDUCTION_BYTES = 2 * BLOCK * 8  # s_value (float64) and s_rank (int64) in _block_search
 LAUNCH_RANKS = 1 << 34
-"""Most combinations per launch (a few seconds on one H200 at the rates measured)."""
+"""Most combinations per launch: a few seconds on one GPU at the rates in
+benchmarks/results/h200-2026-11-22-timeseries-subset/README.md."""
 CALIBRATION_RANKS = 1 << 24
 INT64_MAX = np.iinfo(np.int64).max
 

@@ -27,9 +27,9 @@ Precision: float64 (default) agrees with a plain numpy loop to ~1e-12 relative i
 ~1e-12 of the lag-0 variance in ρ. float32 stores the series and sums within a tile in
 float32 (tiles are added in float64); prices are shifted by p(0) first so that a price
 change of one cent keeps its digits. H is a log-slope between lags whose ratio is
-(Δt+1)/Δt, so a relative error ε of m costs up to ≈ 2εΔt in H. Measured on the 1.89 M SPY
-trades, lags 1 … 1,024 (H200, benchmarks/timeseries.py): float32 H within 2e-5 and ρ within
-6e-7 of the float64 numpy reference; float64 H within 1e-11, ρ within 1e-15.
+(Δt+1)/Δt, so a relative error ε of m costs up to ≈ 2εΔt in H: float32 is for speed,
+float64 for agreement with numpy to rounding (benchmarks/timeseries.py; measured:
+benchmarks/results/h200-2026-11-22-timeseries-subset/README.md).
 """
 
 from __future__ import annotations
