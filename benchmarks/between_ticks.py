@@ -10,7 +10,8 @@ default configuration or one setting changed where a claim of the README compare
 - ten groups of 1,000 American options (--grid, default "default") on ten synthetic
   underlyings that tick about every millisecond of data time: no group; the default
   worker; split over 2 GPUs where there are 2; the lanes kernel capped at 128 registers;
-  receive batches of 2,048, 1,024 and 512; one launch for all groups (OPTION_WORKER_BATCH=1); spots from the hot loop;
+  receive batches of 2,048, 1,024 and 512; one launch for all groups
+  (OPTION_WORKER_BATCH=1); spots from the hot loop;
 - the ten groups paced at 1x and 10x their data rate: no group, the default worker,
   spots from the hot loop, one launch in flight per group.
 For every row: ticks/s, ratio to the no-group row, repricings, tick -> values latency (p50,
