@@ -183,6 +183,8 @@ class Daemon:
         self.engine = Engine(symbols, strategy, cfg, option_book=option_book,
                              on_order=self._on_order, on_fill=self._on_fill,
                              session_hook=self.reevolution)
+        # a bar close's equity point is taken after its orders are published (`_step`)
+        self.engine.defer_equity = True
         self.risk.attach(self.engine)
         self.engine.orders.on_state = self._on_order_state
         v = self.validator
@@ -470,6 +472,7 @@ class Daemon:
             self.journal.rollback()
             raise
         self._publish(t_recv)
+        engine.take_equity_point()  # the bar close's work its orders did not need
         if engine.stats.bar_events - self._bar_events_at_snapshot >= self.opts.snapshot_every_bars:
             # after publishing (off the orders' latency); the state is still exactly the
             # one of the stream positions just committed
