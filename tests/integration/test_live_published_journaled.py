@@ -7,6 +7,8 @@ from __future__ import annotations
 import random
 import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -16,7 +18,15 @@ import pytest
 
 from engine.journal import Journal, JournalError
 from feeds.messages import Fill, Order
-from tests.live_procs import collect, endpoints, fills, orders, start_daemon, start_feed
+from tests.live_procs import (
+    ROOT,
+    collect,
+    endpoints,
+    fills,
+    orders,
+    start_daemon,
+    start_feed,
+)
 
 N = 30_000
 
@@ -89,4 +99,19 @@ def test_journal_sync_sets_sqlite_synchronous(tmp_path: Path, sync: str, pragma:
 def test_an_unknown_journal_sync_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(JournalError, match="sync must be one of normal, full, got 'off'"):
         Journal(tmp_path / "j.db", sync="off")
+    assert not (tmp_path / "j.db").exists()
+
+
+def test_an_unknown_journal_sync_in_the_config_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    cfg = tmp_path / "engine.toml"
+    cfg.write_text("[live]\njournal_sync = \"off\"\n")
+    ticks, out = endpoints()
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "run_engine.py"), "live", "--market-data", ticks,
+         "--orders", out, "--journal", str(tmp_path / "j.db"), "--strategy", "sma-cross:5,10",
+         "--device", "cpu", "--config", str(cfg)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [
+        f"error: config {cfg}: Invalid enum value 'off' - at `$.live.journal_sync`"]
     assert not (tmp_path / "j.db").exists()
