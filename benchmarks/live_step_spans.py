@@ -6,7 +6,10 @@ receives them at 20,000 messages/s, with real SQLite (WAL) and a real orders soc
 
 The order latency is the daemon's own histogram (`Daemon.latency`: step start to the end
 of publishing, so the socket receive is not in it); the spans are wall-clock
-`perf_counter` intervals around each part, medians over the steps that published an order.
+`perf_counter` intervals around each part, medians over the steps that published an order;
+`step_cpu` is the CPU time of such a whole step (`thread_time`, equity point and snapshot
+after publishing included), which other work on a shared machine inflates far less than
+wall-clock time.
 `--roots A B ...` runs each code tree (e.g. the commit before a change and after it) in
 its own process, alternating, `--rounds` times each, on the same frames.
 
@@ -90,8 +93,10 @@ def measure(ticks: int, symbols: int, step: int) -> dict[str, Any]:
             for i in range(0, len(frames), step):
                 cur.clear()
                 n0 = d.orders_out
+                c0 = time.thread_time()
                 await d._step(frames[i:i + step], time.perf_counter(), False)
                 if d.orders_out > n0:
+                    cur["step_cpu"] = time.thread_time() - c0
                     rows.append(dict(cur))
 
         asyncio.run(go())
@@ -101,7 +106,7 @@ def measure(ticks: int, symbols: int, step: int) -> dict[str, Any]:
         out.close()
         journal.close()
         ctx.destroy(linger=0)
-    keys = [k for _, _, k in SPANS]
+    keys = [k for _, _, k in SPANS] + ["step_cpu"]
     spans = {k: round(statistics.median(r.get(k, 0.0) for r in rows) * 1e6, 1) for k in keys}
     return {"order_steps": len(rows), "p50_us": lat["p50_us"], "p99_us": lat["p99_us"],
             "span_median_us": spans}
