@@ -423,6 +423,8 @@ class Engine:
     def _bar_orders(self, sym: int, bar: Bar) -> None:
         """A bar of a symbol with orders: working orders first (an exit attached at this
         open's fill works from the next bar), then pending ones at the open."""
+        if self._equity_due is not None:  # the close this very bar message made
+            self.take_equity_point()
         if self.orders.has_working[sym]:
             self.orders.on_bar(sym, bar.open, bar.high, bar.low, bar.close, bar.ts)
         if self.orders.has_pending[sym]:  # next-open: orders of the last bar fill at this open
