@@ -46,7 +46,7 @@ def _bars(seed: int, n_symbols: int, n_ticks: int, seconds: int = 60) -> list[Me
         else:
             b[1], b[2], b[3] = max(b[1], t.price), min(b[2], t.price), t.price
             b[4] += t.size
-    return [Bar(k, ts, sym, *v, duration_ns=ns)
+    return [Bar(k, ts, sym, v[0], v[1], v[2], v[3], v[4], duration_ns=ns)
             for k, ((ts, sym), v) in enumerate(sorted(bars.items()), 1)]
 
 
