@@ -108,7 +108,7 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
 
         curve = load_keys(args.curve)
     strategy = _load_strategy(args.strategy, cfg.device)
-    journal, state = _open_journal(args.journal)
+    journal, state = _open_journal(args.journal, cfg.live.journal_sync)
     reevolution = None
     if cfg.reevolve.enabled:  # the GP rule re-evolved daily (engine/live/reevolution.py)
         strategy, reevolution = _reevolution(cfg, args, strategy, journal)
@@ -177,10 +177,11 @@ def _load_strategy(spec: str, device: str) -> Any:
         raise UserError(f"cannot load strategy {spec!r}: {type(exc).__name__}: {exc}") from None
 
 
-def _open_journal(path: str) -> tuple[Journal, JournalState]:
-    """The journal, locked, and what it holds (a foreign or unreadable file: one line)."""
+def _open_journal(path: str, sync: str) -> tuple[Journal, JournalState]:
+    """The journal, locked, and what it holds (a foreign or unreadable file: one line);
+    `sync`: [live] journal_sync."""
     try:
-        journal = Journal(path)
+        journal = Journal(path, sync=sync)
     except JournalError as exc:
         raise UserError(str(exc)) from None
     try:

@@ -184,7 +184,9 @@ class Daemon:
                                        on_state=self._on_order_state,
                                        risk_check=self.risk.check),
                             session=self.reevolution)
-        self.engine = Engine(symbols, strategy, cfg, option_book=option_book, hooks=hooks)
+        # a bar close's equity point is taken after its orders are published (`_step`)
+        self.engine = Engine(symbols, strategy, cfg, option_book=option_book, hooks=hooks,
+                             defer_equity=True)
         self.risk.watch(self.engine)
         v = self.validator
         if replay:  # `recover` re-applies the log; the journal's truth comes after it
@@ -471,6 +473,7 @@ class Daemon:
             self.journal.rollback()
             raise
         self._publish(t_recv)
+        engine.take_equity_point()  # the bar close's work its orders did not need
         if engine.stats.bar_events - self._bar_events_at_snapshot >= self.opts.snapshot_every_bars:
             # after publishing (off the orders' latency); the state is still exactly the
             # one of the stream positions just committed

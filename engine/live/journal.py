@@ -95,6 +95,11 @@ ORDER_STATE_COLUMNS = ("state_id", "order_id", "ts", "symbol", "state", "type", 
 INPUT_LOG_FROM = "input_log_from"
 #: meta key: the input log's generation; its live steps are the `input_steps` rows of it
 INPUT_LOG_GEN = "input_log_gen"
+#: the journal's durability ([live] journal_sync) as SQLite's `synchronous` in WAL mode:
+#: "normal" a commit is in the WAL file (the operating system's cache) when it returns, so
+#: it survives the process's death (kill -9 included) but not a power cut or kernel crash;
+#: "full" the WAL is fsynced at every commit, which survives those too
+SYNC_MODES = {"normal": "NORMAL", "full": "FULL"}
 #: SQLite's INTEGER range; other integers are stored as the text of the number in a BLOB
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
@@ -171,7 +176,11 @@ class JournalState:
 
 
 class Journal:
-    def __init__(self, path: str | Path, *, lock: bool = True, readonly: bool = False) -> None:
+    def __init__(self, path: str | Path, *, lock: bool = True, readonly: bool = False,
+                 sync: str = "normal") -> None:
+        if sync not in SYNC_MODES:
+            raise JournalError(f"journal {path}: sync must be one of {', '.join(SYNC_MODES)}, "
+                               f"got {sync!r}")
         self.path = Path(path)
         self._lock_fd: int | None = None
         if readonly:
@@ -195,8 +204,9 @@ class Journal:
             self._refuse_foreign(db)  # before the first write
             if not readonly:
                 db.execute("PRAGMA journal_mode=WAL")
-                # NORMAL in WAL mode: a commit survives a killed process (not a power cut)
-                db.execute("PRAGMA synchronous=NORMAL")
+                # NORMAL in WAL mode: a commit survives a killed process (not a power cut);
+                # FULL: an fsync of the WAL at every commit survives that too (`SYNC_MODES`)
+                db.execute(f"PRAGMA synchronous={SYNC_MODES[sync]}")
                 db.executescript(SCHEMA)
                 db.execute(f"PRAGMA application_id={APPLICATION_ID}")
         except sqlite3.DatabaseError as exc:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 from engine.settings.bounds import MAX_COUNT, require_int_range, require_non_negative
@@ -36,6 +38,13 @@ class LiveOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     #: daemon stopped with SIGTERM; false: such a restart has the last snapshot and the
     #: journaled fills, with the indicator history since the snapshot lost
     log_input: bool = True
+    #: how durable a commit is before the batch's orders and fills are published (SQLite
+    #: WAL's `synchronous`): "normal" writes the commit to the WAL without fsync, so it
+    #: survives the daemon's crash or `kill -9` (the data is in the operating system) but
+    #: not a power cut or a kernel crash, which may lose the last commits, and with them
+    #: orders a reader saw; "full" fsyncs the WAL at every commit (survives those too, at
+    #: the cost of one fsync on every order's path)
+    journal_sync: Literal["normal", "full"] = "normal"
 
     def __post_init__(self) -> None:
         # every integer bounded (issue 24: receive_hwm = 2**31 hung the start-up): the

@@ -67,13 +67,17 @@ class OpenBars:
         self.c[sym], self.v[sym] = bar.close, bar.volume
 
     def push(self, idx: list[int], bank: IndicatorBank) -> None:
-        """Feed the closing bars of `idx` to the indicator bank (one batched update)."""
-        bank.update(
-            np.asarray(idx, np.int32),
-            np.asarray([self.o[i] for i in idx]), np.asarray([self.h[i] for i in idx]),
-            np.asarray([self.l[i] for i in idx]), np.asarray([self.c[i] for i in idx]),
-            np.asarray([self.v[i] for i in idx]),
-        )
+        """Feed the closing bars of `idx` (ascending, as `with_ticks` gives them) to the
+        indicator bank (one batched update). The five price lists become one array in one
+        call and only a part of the symbols is gathered: no Python list per column on a
+        live bar close's path to its orders."""
+        ohlcv = np.array((self.o, self.h, self.l, self.c, self.v), np.float64)
+        if len(idx) == len(self.o):  # every symbol's bar closes: idx is 0..n-1 in order
+            sym = np.arange(len(idx), dtype=np.int32)
+        else:
+            sym = np.asarray(idx, np.int32)
+            ohlcv = ohlcv[:, sym]
+        bank.update(sym, ohlcv[0], ohlcv[1], ohlcv[2], ohlcv[3], ohlcv[4])
 
     def reopen(self, idx: list[int]) -> None:
         """The bars of `idx` closed: the next tick opens a new one."""

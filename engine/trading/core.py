@@ -111,6 +111,10 @@ class Engine:
     option_book: OptionPricing | None = None
     #: what the engine calls outside itself (EngineHooks): given here, never assigned later
     hooks: EngineHooks = field(default_factory=lambda: EngineHooks())
+    #: the live daemon takes a bar close's equity point after it has published the close's
+    #: orders (off their latency): the close's prices wait until `take_equity_point`, which
+    #: everything that may change the broker calls first
+    defer_equity: bool = False
 
     def __post_init__(self) -> None:
         cfg = self.config
@@ -162,6 +166,7 @@ class Engine:
         self.bank = IndicatorBank(max(n, 16))  # spare rows for symbols first seen live
         self._now = 0
         self.equity_curve: list[EquityPoint] = []
+        self._equity_due: tuple[int, list[float], list[float]] | None = None
         self.finished = False
         # newest theoretical values (bounded: a replay may produce tens of millions);
         # the live daemon publishes and clears them after every batch
@@ -231,6 +236,7 @@ class Engine:
     # ------------------------------------------------------------------ registration
     def register(self, symbol: str) -> int:
         """A symbol first seen live gets its own account and indicator state."""
+        self.take_equity_point()  # the close's prices are of the symbols before it
         i = self.broker.add_symbol(symbol)
         self.symbols.append(symbol)
         self.sym_index[symbol] = i
@@ -351,6 +357,8 @@ class Engine:
     def _on_flagged_tick(self, sym: int, msg: Trade) -> None:
         """Rare per-tick work: first trade of a symbol, pending orders, and then the option
         groups of an underlying (whose other ticks go straight to the book: SPOT_ONLY)."""
+        if self._equity_due is not None:  # a fill or a first price may follow
+            self.take_equity_point()
         p = msg.price
         first = self.bars.first_price
         has_pending = self.orders.has_pending
@@ -383,6 +391,8 @@ class Engine:
             self._flagged[sym] = NOT_FLAGGED
 
     async def _on_other(self, msg: Message) -> None:
+        if self._equity_due is not None:  # a quote, a bar or the end of data
+            self.take_equity_point()
         t = type(msg)
         if t is Bar:
             await self._on_bar_message(msg)  # type: ignore[arg-type]
@@ -418,6 +428,8 @@ class Engine:
     def _bar_orders(self, sym: int, bar: Bar) -> None:
         """A bar of a symbol with orders: working orders first (an exit attached at this
         open's fill works from the next bar), then pending ones at the open."""
+        if self._equity_due is not None:  # the close this very bar message made
+            self.take_equity_point()
         if self.orders.has_working[sym]:
             self.orders.on_bar(sym, bar.open, bar.high, bar.low, bar.close, bar.ts)
         if self.orders.has_pending[sym]:  # next-open: orders of the last bar fill at this open
@@ -453,6 +465,7 @@ class Engine:
         hook = self.session_hook
         if (always and hook is None) or self.clock.same_day(last_ts, next_ts):
             return
+        self.take_equity_point()  # the day's STOP and the session hook may trade
         await self.settle()
         if not always:
             self.decisions.clear_all(last_ts, self._place)
@@ -468,6 +481,8 @@ class Engine:
 
         Overlapped (`overlaps`), the strategy's evaluation is only started here and the
         decisions wait for `settle`: the batch's next ticks are applied meanwhile."""
+        if self._equity_due is not None:
+            self.take_equity_point()
         if self.overlapped is not None:
             await self.settle()
         bars = self.bars
@@ -517,7 +532,21 @@ class Engine:
         if self._places_orders:
             self._strategy_orders(bar_ts)
         bars.reopen(idx)
-        self.equity_curve.append(equity_point(self.broker, bars.c, bars.first_price, bar_ts))
+        if self.defer_equity:  # the broker stays as it is until `take_equity_point`
+            self._equity_due = (bar_ts, list(bars.c), list(bars.first_price))
+        else:
+            self.equity_curve.append(equity_point(self.broker, bars.c, bars.first_price,
+                                                  bar_ts))
+
+    def take_equity_point(self) -> None:
+        """The deferred equity point of the last bar close (`defer_equity`), if still due:
+        marked at the close's prices on the broker as the close left it, so the point is
+        the one `_close_bars` would have taken (called before anything changes the broker:
+        a fill, a quote, a new symbol, the next close, a flatten, a day's STOP)."""
+        due = self._equity_due
+        if due is not None:
+            self._equity_due = None
+            self.equity_curve.append(equity_point(self.broker, due[1], due[2], due[0]))
 
     def _warm_bars(self, idx: list[int]) -> None:
         """A warm-up bar close (`warm_until`): indicators only; the first prices seen are
@@ -667,6 +696,7 @@ class Engine:
         else:
             end_ts = self._now
         await self.settle()
+        self.take_equity_point()  # the last close's point, replaced by the liquidation's
         # STOP after the last bar: clear everything at the last known price
         self.decisions.clear_all(end_ts, self._place)
         c = self.bars.c
@@ -694,6 +724,7 @@ class Engine:
         """Sell everything at each symbol's last price now, as the end of data does (a
         walk-forward fold's end, engine/live/reevolution.py), pending orders included; the
         equity point after it, with buy-and-hold sold too, replaces the bar's."""
+        self.take_equity_point()
         self.decisions.clear_all(ts, self._place)
         c = self.bars.c
         for sym in range(len(self.orders.pending)):
@@ -711,6 +742,7 @@ class Engine:
         """Close every position now, as a STOP would (the risk kill switch, an operator).
         Called between batches, where no bar close is overlapped (`process` settles)."""
         assert self.overlapped is None, "flatten inside a batch"
+        self.take_equity_point()
         self.decisions.clear_all(self._now, self._place)
 
     # ------------------------------------------------------------------ restart
