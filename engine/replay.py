@@ -24,12 +24,14 @@ import zmq
 import zmq.asyncio
 
 from engine.affinity import FEED_ENV, cpus_from_env, pin_from_env
+from engine.bars import warm_up as warm_bars
 from engine.config import EngineConfig
 from engine.core import Engine, SessionHook
 from engine.errors import UserError
 from engine.gcpause import startup_objects_frozen
 from feeds.publish import publish_source
 from feeds.records import Source
+from feeds.trade_batch import warm_up as warm_batches
 from feeds.transport import Publisher, Subscriber
 from strategies.base import Strategy
 
@@ -71,7 +73,7 @@ FEED_HOLD_SECONDS = 3600.0
 
 
 def _feed_process(factory: SourceFactory, endpoint: str, conn: Any, release: Any,
-                  go: Any, rate: float = 0.0) -> None:
+                  go: Any, rate: float = 0.0, frame_ticks: int = 0) -> None:
     """Child process: bind, report the endpoint, wait for the subscriber and for the engine's
     start (`go`), publish, then keep the socket open until the engine has read everything
     (`release`)."""
@@ -81,11 +83,13 @@ def _feed_process(factory: SourceFactory, endpoint: str, conn: Any, release: Any
         pub = Publisher(endpoint, zmq.Context())
         conn.send(("endpoint", pub.endpoint))
         pub.wait_for_subscriber(30.0)
+        if frame_ticks > 0:
+            warm_batches()  # its compiled encoder is loaded before the clock starts
         # the engine's clock starts when it sets `go`: publishing before it would make a
         # paced replay look faster than its rate and the reported ticks/s too high
         if not go.wait(FEED_HOLD_SECONDS):
             raise TimeoutError("the engine never started reading")
-        sent = publish_source(source, pub, rate)
+        sent = publish_source(source, pub, rate, frame_ticks=frame_ticks)
         conn.send(("source_skipped", _source_skips(source)))
         conn.send(("done", sent))
         # Closing now would lose the tail of the stream when the engine lags: its receive
@@ -121,7 +125,8 @@ class _Feed:
     """The publishing side of a replay, as a thread (inproc) or a process (ipc/tcp)."""
 
     def __init__(self, factory: SourceFactory, transport: str, ctx: zmq.asyncio.Context,
-                 tmpdir: str, rate: float = 0.0) -> None:
+                 tmpdir: str, rate: float = 0.0, frame_ticks: int = 0) -> None:
+        """`frame_ticks` > 0: runs of trades go as batches of that many per frame."""
         self.transport = transport
         self.error: str | None = None
         self.sent = 0
@@ -143,7 +148,8 @@ class _Feed:
                 try:
                     self.pub.wait_for_subscriber(30.0)
                     stoppable: Any = _StoppableSource(self.source, self._stop)
-                    self.sent = publish_source(stoppable, self.pub, rate)
+                    self.sent = publish_source(stoppable, self.pub, rate,
+                                               frame_ticks=frame_ticks)
                 except BaseException as exc:
                     self.error = f"{type(exc).__name__}: {exc}"
 
@@ -159,7 +165,7 @@ class _Feed:
             self._go = mpctx.Event()
             self.proc = mpctx.Process(target=_feed_process,
                                       args=(factory, endpoint, child, self._release, self._go,
-                                            rate),
+                                            rate, frame_ticks),
                                       daemon=True)
             self.proc.start()
             kind, value = "error", "feed process did not start within 60 s"
@@ -251,7 +257,10 @@ async def replay_async(
     config = config or EngineConfig()
     ctx = zmq.asyncio.Context()
     tmpdir = tempfile.mkdtemp(prefix="replay-ipc-")
-    feed = _Feed(factory, config.transport, ctx, tmpdir, publish_rate)
+    # batches of trades unless paced (a market played back tick by tick) or with option
+    # groups (repriced after every underlying tick: their spots come per message)
+    frame_ticks = 0 if publish_rate > 0 or option_book is not None else config.replay_frame_ticks
+    feed = _Feed(factory, config.transport, ctx, tmpdir, publish_rate, frame_ticks)
     sub = Subscriber(feed.endpoint, ctx, limits=config.validation,
                      max_batch=config.receive_batch_in_force)
     last_progress = 0
@@ -262,6 +271,9 @@ async def replay_async(
                         session_hook=session_hook)
         if trade_from is not None:
             engine.warm_until(trade_from)
+        if frame_ticks > 0:  # the compiled batch paths are loaded before the clock starts
+            warm_batches()
+            warm_bars()
         frozen.enter_context(startup_objects_frozen())  # no full collection walks them
         t0 = time.perf_counter()
         feed.start()
@@ -311,17 +323,20 @@ def replay(factory: SourceFactory, strategy: Strategy, config: EngineConfig | No
                                     publish_rate, trade_from, session_hook))
 
 
-async def raw_limit_async(factory: SourceFactory, transport: str = "inproc") -> tuple[int, float]:
+async def raw_limit_async(factory: SourceFactory, transport: str = "inproc",
+                          frame_ticks: int = 0) -> tuple[int, float]:
     """The transport's own limit for this source: publish -> receive -> decode, no engine.
 
     Returns (messages decoded, wall seconds), timed like `replay_async` from the feed's start
-    to the final heartbeat.
+    to the final heartbeat. `frame_ticks` > 0: the replay's batch frames, decoded into
+    their columns (numpy views) and counted by rows.
     """
-    from feeds.messages import Heartbeat, make_decoder
+    from feeds.messages import Heartbeat, TradeBatch, make_decoder
+    from feeds.trade_batch import batch_columns
 
     ctx = zmq.asyncio.Context()
     tmpdir = tempfile.mkdtemp(prefix="replay-ipc-")
-    feed = _Feed(factory, transport, ctx, tmpdir)
+    feed = _Feed(factory, transport, ctx, tmpdir, frame_ticks=frame_ticks)
     sub = Subscriber(feed.endpoint, ctx)
     decode = make_decoder().decode
     n = 0
@@ -336,6 +351,9 @@ async def raw_limit_async(factory: SourceFactory, transport: str = "inproc") -> 
                 continue
             for _topic, payload in await sub.lazy_batch():
                 m = decode(payload)
+                if type(m) is TradeBatch:
+                    n += batch_columns(m).times.shape[0]  # type: ignore[union-attr]
+                    continue
                 n += 1
                 if type(m) is Heartbeat and m.final:
                     done = True
