@@ -129,8 +129,9 @@ class BarClock:
 
 
 #: why `apply_trades` stopped: every row applied, a bar boundary before the row (not
-#: applied), a flagged symbol's row (applied; its rare work is due)
-ROWS_DONE, ROWS_BOUNDARY, ROWS_FLAGGED = 0, 1, 2
+#: applied), a flagged symbol's row (applied; its rare work is due), a row of a symbol
+#: the engine does not know yet (id -1; not applied: it registers the symbol first)
+ROWS_DONE, ROWS_BOUNDARY, ROWS_FLAGGED, ROWS_NEW_SYMBOL = 0, 1, 2, 3
 
 
 @njit(cache=True)
@@ -143,11 +144,14 @@ def apply_trades(sym: npt.NDArray[np.int64], times: npt.NDArray[np.int64],
     """The open bars' update for trade rows from `start` (engine symbol ids), exactly the
     engine's one-tick hot loop (`Engine.process`): it stops at a row at or past the bar
     `boundary` (before applying it: the bars close first) and after a row of a `flagged`
-    symbol (its rare work is Python's). Returns (row, why: ROWS_*)."""
+    symbol (its rare work is Python's), and before a row of a symbol not registered
+    (-1). Returns (row, why: ROWS_*)."""
     for i in range(start, sym.shape[0]):
         if times[i] >= boundary:
             return i, ROWS_BOUNDARY
         s = sym[i]
+        if s < 0:
+            return i, ROWS_NEW_SYMBOL
         p = prices[i]
         if o[s] != o[s]:  # NaN: first tick of this bar
             o[s] = p

@@ -25,7 +25,15 @@ from zoneinfo import ZoneInfo
 
 import numpy as np
 
-from engine.bars import ROWS_BOUNDARY, ROWS_FLAGGED, BarClock, OpenBars, apply_trades, bar_open_ts
+from engine.bars import (
+    ROWS_BOUNDARY,
+    ROWS_FLAGGED,
+    ROWS_NEW_SYMBOL,
+    BarClock,
+    OpenBars,
+    apply_trades,
+    bar_open_ts,
+)
 from engine.book import BarHistory, EngineBook
 from engine.broker import PaperBroker
 from engine.config import EngineConfig
@@ -312,9 +320,9 @@ class Engine:
         fills as its rows sent one per message (tested over the real tick files)."""
         cols = batch_columns(batch)
         assert not isinstance(cols, str), "the validator passes well-formed batches only"
-        sym_index = self.sym_index
-        ids = np.array([sym_index[s] if s in sym_index else self.register(s)
-                        for s in batch.symbols], np.int64)
+        # a symbol not registered yet is registered at its first row, as the one-tick loop
+        # does (-1 until then: the compiled loop stops there)
+        ids = np.array([self.sym_index.get(s, -1) for s in batch.symbols], np.int64)
         sym = ids[cols.sym]
         bars, clock, n = self.bars, self.clock, sym.shape[0]
         lists = (bars.o, bars.h, bars.l, bars.c, bars.v)
@@ -328,6 +336,9 @@ class Engine:
                 x[:] = a.tolist()  # in place: the one-tick loop holds these lists
             if why == ROWS_BOUNDARY:
                 await self._cross_boundary(int(cols.times[i]))
+            elif why == ROWS_NEW_SYMBOL:
+                ids[cols.sym[i]] = self.register(batch.symbols[cols.sym[i]])
+                sym = ids[cols.sym]
             elif why == ROWS_FLAGGED:
                 s, p, ts = int(sym[i]), float(cols.prices[i]), int(cols.times[i])
                 if self._flagged[s] == SPOT_ONLY:
