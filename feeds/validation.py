@@ -369,16 +369,12 @@ class Validator:
     def validate_many(self, batch: Iterable[Any]) -> list[Message]:
         """The messages of a batch of frame pairs that pass every check, in order; every
         other frame is counted under one kind and skipped. Nothing a peer sends raises.
-
-        The one implementation of the checks (`validate` is this for one frame). Written
-        for the common case, a trade in sequence, in time and in its band: locals, one
-        test of every rule at once, two dict lookups on the topic and one on the symbol
-        per tick (it is the engine's hot path); other kinds and every rejection leave the
-        fast branch, and a rejection finds its reason in `_trade_rejection`.
-
-        `batch` may be a lazy drain of the socket (an iterator): frames are then received
-        as they are validated, and the drain counts them into `received` itself.
-        """
+        The one implementation of the checks (`validate` is this for one frame), written
+        for the engine's hot path: a trade in sequence, in time and in its band passes one
+        test of every rule at once (two dict lookups on the topic, one on the symbol); other
+        kinds (a trade batch: `_batch`) and every rejection (`_trade_rejection` names its
+        reason) leave the fast branch. `batch` may be a lazy drain of the socket: frames are
+        then received as they are validated, and the drain counts them into `received`."""
         out: list[Message] = []
         append = out.append
         decode = self.decoder.decode

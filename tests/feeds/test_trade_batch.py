@@ -117,32 +117,27 @@ def _receive(frames: list[list[bytes]], chunk: int, engine: Engine | None,
     return v, accepted
 
 
-def _cut(trades: list[Trade], seed: int) -> list[list[bytes]]:
-    """The trades as batch frames of random sizes, with a heartbeat now and then."""
+def _frames(trades: list[Trade], seed: int, batched: bool) -> list[list[bytes]]:
+    """The trades in runs of random sizes, each run one batch frame (`batched`) or one
+    message per trade, with the same heartbeats between runs now and then."""
     r = random.Random(seed)
     frames, i, beat = [], 0, 0
     while i < len(trades):
-        n = r.choice((1, 2, 7, 50, 300))
-        frames.append(batch_frame(trades[i:i + n]))
-        i += n
+        part = trades[i:i + r.choice((1, 2, 7, 50, 300))]
+        frames += [batch_frame(part)] if batched else one_tick_frames(part)
+        i += len(part)
         if r.random() < 0.05:
             beat += 1
-            frames.append([b"H.", encode(Heartbeat(beat, trades[min(i, len(trades)) - 1].ts, "", False, 0))])
+            frames.append([b"H.", encode(Heartbeat(beat, part[-1].ts, "", False, 0))])
     return frames
+
+
+def _cut(trades: list[Trade], seed: int) -> list[list[bytes]]:
+    return _frames(trades, seed, batched=True)
 
 
 def _one_tick_with_beats(trades: list[Trade], seed: int) -> list[list[bytes]]:
-    """The same stream as `_cut`'s, one message per trade (the same heartbeats)."""
-    r = random.Random(seed)
-    frames, i, beat = [], 0, 0
-    while i < len(trades):
-        n = r.choice((1, 2, 7, 50, 300))
-        frames += one_tick_frames(trades[i:i + n])
-        i += n
-        if r.random() < 0.05:
-            beat += 1
-            frames.append([b"H.", encode(Heartbeat(beat, trades[min(i, len(trades)) - 1].ts, "", False, 0))])
-    return frames
+    return _frames(trades, seed, batched=False)
 
 
 LIMITS = [ValidationLimits(), ValidationLimits(max_time_lead_seconds=60.0, max_symbols=4)]
@@ -171,7 +166,7 @@ def test_batches_are_judged_as_their_trades_one_by_one(seed: int,
 def test_engine_gives_the_same_bars_fills_and_equity_from_batches(fill: str) -> None:
     # few bad times: a trade hours ahead that the stream agrees to moves every clock on
     trades = RowStream(11, time_faults=0.0005, extreme_seqs=False).rows(30_000)
-    cfg = EngineConfig(bar_seconds=5.0, broker=BrokerConfig(fill=fill))
+    cfg = EngineConfig(bar_seconds=5.0, broker=BrokerConfig(fill=fill))  # type: ignore[arg-type]
     engines = []
     for frames, chunk in ((_one_tick_with_beats(trades, 11), 700), (_cut(trades, 11), 40)):
         eng = Engine(list(SYMBOLS), SmaCross(fast=3, slow=8), cfg)
