@@ -95,10 +95,16 @@ def workloads(ticks: int, symbols: int) -> dict[str, functools.partial[Any]]:
 
 def replay_row(wname: str, factory: functools.partial, transport: str, rep: int,
                frame_ticks: int) -> dict[str, Any]:
-    """One round of one mode: the raw limit of its frames, then the engine's replay."""
+    """One round of one mode: the raw limit of its frames, then the engine's replay. Wall
+    time as the replay reports it, and the CPU seconds of the receiving process and of the
+    feed process (a child, for ipc and tcp), which a busy machine moves far less: ticks per
+    CPU second of each side is what it could do on a core of its own."""
+    cpu = _Cpu()
     n_raw, t_raw = asyncio.run(raw_limit_async(factory, transport, frame_ticks))
+    raw_cpu, raw_feed_cpu = cpu.lap()
     cfg = EngineConfig(transport=transport, replay_frame_ticks=frame_ticks)  # type: ignore[arg-type]
     res = asyncio.run(replay_async(factory, SmaCross(), cfg))
+    eng_cpu, eng_feed_cpu = cpu.lap()
     eng = res.engine.stats
     n_eng = eng.market_data
     mode = f"{transport} {frame_ticks}/frame" if frame_ticks else f"{transport} 1/message"
@@ -109,13 +115,38 @@ def replay_row(wname: str, factory: functools.partial, transport: str, rep: int,
         "engine_per_second": n_eng / res.wall_seconds,
         "bars": eng.bars, "orders": eng.orders, "fills": eng.fills,
         "final_equity": res.engine.broker.equity(),
+        "raw_receiver_cpu_seconds": raw_cpu, "raw_feed_cpu_seconds": raw_feed_cpu,
+        "engine_cpu_seconds": eng_cpu, "engine_feed_cpu_seconds": eng_feed_cpu,
+        "engine_ticks_per_cpu_second": n_eng / eng_cpu,
+        "feed_ticks_per_cpu_second": n_eng / eng_feed_cpu if eng_feed_cpu > 0 else None,
     }
     row["engine_over_raw"] = row["engine_per_second"] / row["raw_per_second"]
     print(f"{wname:45s} {mode:18s} raw {row['raw_per_second']:>10,.0f}/s  "
           f"engine {row['engine_per_second']:>10,.0f}/s  "
           f"ratio {row['engine_over_raw']:.2f}  ({n_eng:,} ticks, "
-          f"{eng.bars:,} bars, {eng.fills:,} fills)", flush=True)
+          f"{eng.bars:,} bars, {eng.fills:,} fills; CPU s: engine {eng_cpu:.2f}, "
+          f"its feed {eng_feed_cpu:.2f}, raw receiver {raw_cpu:.2f})", flush=True)
     return row
+
+
+class _Cpu:
+    """CPU seconds of this process and of its finished children since the last lap."""
+
+    def __init__(self) -> None:
+        self.last = self._now()
+
+    @staticmethod
+    def _now() -> tuple[float, float]:
+        import resource
+
+        child = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return time.process_time(), child.ru_utime + child.ru_stime
+
+    def lap(self) -> tuple[float, float]:
+        now = self._now()
+        own, children = now[0] - self.last[0], now[1] - self.last[1]
+        self.last = now
+        return own, children
 
 
 def main() -> None:
@@ -162,8 +193,9 @@ def main() -> None:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     print("\nmedians over repeats")
-    print("| workload | transport | runs | raw msgs/s | engine ticks/s | engine/raw |")
-    print("|---|---|---:|---:|---:|---:|")
+    print("| workload | transport | runs | raw ticks/s | engine ticks/s | engine/raw "
+          "| engine ticks per CPU s |")
+    print("|---|---|---:|---:|---:|---:|---:|")
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["workload"], r["transport"]), []).append(r)
@@ -172,9 +204,11 @@ def main() -> None:
         raw = statistics.median(r["raw_per_second"] for r in rs)
         eng = statistics.median(r["engine_per_second"] for r in rs)
         ratio = statistics.median(r["engine_over_raw"] for r in rs)
+        cpu = statistics.median(r["engine_ticks_per_cpu_second"] for r in rs)
         summary.append({"workload": w, "transport": t, "runs": len(rs),
-                        "raw_per_second": raw, "engine_per_second": eng, "engine_over_raw": ratio})
-        print(f"| {w} | {t} | {len(rs)} | {raw:,.0f} | {eng:,.0f} | {ratio:.2f} |")
+                        "raw_per_second": raw, "engine_per_second": eng, "engine_over_raw": ratio,
+                        "engine_ticks_per_cpu_second": cpu})
+        print(f"| {w} | {t} | {len(rs)} | {raw:,.0f} | {eng:,.0f} | {ratio:.2f} | {cpu:,.0f} |")
     args.json.write_text(json.dumps({"meta": meta, "rows": rows, "medians": summary}, indent=2))
 
 
