@@ -117,15 +117,19 @@ def replay_row(wname: str, factory: functools.partial, transport: str, rep: int,
         "final_equity": res.engine.broker.equity(),
         "raw_receiver_cpu_seconds": raw_cpu, "raw_feed_cpu_seconds": raw_feed_cpu,
         "engine_cpu_seconds": eng_cpu, "engine_feed_cpu_seconds": eng_feed_cpu,
-        "engine_ticks_per_cpu_second": n_eng / eng_cpu,
-        "feed_ticks_per_cpu_second": n_eng / eng_feed_cpu if eng_feed_cpu > 0 else None,
+        # while the clock ran: the engine's process, and the feed process publishing
+        "engine_timed_cpu_seconds": res.cpu_seconds,
+        "feed_timed_cpu_seconds": res.feed_cpu_seconds,
+        "engine_ticks_per_cpu_second": n_eng / res.cpu_seconds,
+        "feed_ticks_per_cpu_second": (n_eng / res.feed_cpu_seconds
+                                      if res.feed_cpu_seconds > 0 else None),
     }
     row["engine_over_raw"] = row["engine_per_second"] / row["raw_per_second"]
     print(f"{wname:45s} {mode:18s} raw {row['raw_per_second']:>10,.0f}/s  "
           f"engine {row['engine_per_second']:>10,.0f}/s  "
           f"ratio {row['engine_over_raw']:.2f}  ({n_eng:,} ticks, "
-          f"{eng.bars:,} bars, {eng.fills:,} fills; CPU s: engine {eng_cpu:.2f}, "
-          f"its feed {eng_feed_cpu:.2f}, raw receiver {raw_cpu:.2f})", flush=True)
+          f"{eng.bars:,} bars, {eng.fills:,} fills; CPU s while timed: engine "
+          f"{res.cpu_seconds:.2f}, its feed {res.feed_cpu_seconds:.2f})", flush=True)
     return row
 
 
