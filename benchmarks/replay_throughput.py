@@ -7,7 +7,14 @@ A "pre-filled" row first publishes everything into an inproc socket and then tim
 the receiving side, raw and engine: the engine's capacity when no feed shares its cores.
 Runs here (no GPU needed). Prints a table and writes JSON.
 
-    python benchmarks/replay_throughput.py [--transports ipc,inproc] [--json PATH]
+`--frame-ticks 4096,0` times, in every round and side by side, the replay's batch frames
+(4,096 trades per frame, feeds/trade_batch.py: the default) and one tick per message (0),
+each against its own raw limit: the same frames published by the feed process and received
+and decoded (a batch into its numpy columns) with no engine. The rounds alternate the
+modes, so a machine whose load changes during the run weighs on both alike.
+
+    python benchmarks/replay_throughput.py [--transports ipc,inproc] [--frame-ticks 4096,0]
+        [--repeats N] [--json PATH]
 """
 
 from __future__ import annotations
@@ -86,18 +93,85 @@ def workloads(ticks: int, symbols: int) -> dict[str, functools.partial[Any]]:
     return w
 
 
+def replay_row(wname: str, factory: functools.partial, transport: str, rep: int,
+               frame_ticks: int) -> dict[str, Any]:
+    """One round of one mode: the raw limit of its frames, then the engine's replay. Wall
+    time as the replay reports it, and the CPU seconds of the receiving process and of the
+    feed process (a child, for ipc and tcp), which a busy machine moves far less: ticks per
+    CPU second of each side is what it could do on a core of its own."""
+    cpu = _Cpu()
+    n_raw, t_raw = asyncio.run(raw_limit_async(factory, transport, frame_ticks))
+    raw_cpu, raw_feed_cpu = cpu.lap()
+    cfg = EngineConfig(transport=transport, replay_frame_ticks=frame_ticks)  # type: ignore[arg-type]
+    res = asyncio.run(replay_async(factory, SmaCross(), cfg))
+    eng_cpu, eng_feed_cpu = cpu.lap()
+    eng = res.engine.stats
+    n_eng = eng.market_data
+    mode = f"{transport} {frame_ticks}/frame" if frame_ticks else f"{transport} 1/message"
+    row: dict[str, Any] = {
+        "workload": wname, "transport": mode, "frame_ticks": frame_ticks, "repeat": rep,
+        "messages": n_raw, "raw_seconds": t_raw, "raw_per_second": n_raw / t_raw,
+        "engine_ticks": n_eng, "engine_seconds": res.wall_seconds,
+        "engine_per_second": n_eng / res.wall_seconds,
+        "bars": eng.bars, "orders": eng.orders, "fills": eng.fills,
+        "final_equity": res.engine.broker.equity(),
+        "raw_receiver_cpu_seconds": raw_cpu, "raw_feed_cpu_seconds": raw_feed_cpu,
+        "engine_cpu_seconds": eng_cpu, "engine_feed_cpu_seconds": eng_feed_cpu,
+        # while the clock ran: the engine's process, and the feed process publishing
+        "engine_timed_cpu_seconds": res.cpu_seconds,
+        "feed_timed_cpu_seconds": res.feed_cpu_seconds,
+        "engine_ticks_per_cpu_second": n_eng / res.cpu_seconds,
+        "feed_ticks_per_cpu_second": (n_eng / res.feed_cpu_seconds
+                                      if res.feed_cpu_seconds > 0 else None),
+    }
+    row["engine_over_raw"] = row["engine_per_second"] / row["raw_per_second"]
+    print(f"{wname:45s} {mode:18s} raw {row['raw_per_second']:>10,.0f}/s  "
+          f"engine {row['engine_per_second']:>10,.0f}/s  "
+          f"ratio {row['engine_over_raw']:.2f}  ({n_eng:,} ticks, "
+          f"{eng.bars:,} bars, {eng.fills:,} fills; CPU s while timed: engine "
+          f"{res.cpu_seconds:.2f}, its feed {res.feed_cpu_seconds:.2f})", flush=True)
+    return row
+
+
+class _Cpu:
+    """CPU seconds of this process and of its finished children since the last lap."""
+
+    def __init__(self) -> None:
+        self.last = self._now()
+
+    @staticmethod
+    def _now() -> tuple[float, float]:
+        import resource
+
+        child = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return time.process_time(), child.ru_utime + child.ru_stime
+
+    def lap(self) -> tuple[float, float]:
+        now = self._now()
+        own, children = now[0] - self.last[0], now[1] - self.last[1]
+        self.last = now
+        return own, children
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--transports", default="ipc,inproc")
     ap.add_argument("--ticks", type=int, default=1_000_000)
     ap.add_argument("--symbols", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--workload", default="",
+                    help="only the workloads whose name contains this (e.g. LEAN)")
+    ap.add_argument("--frame-ticks", default="4096",
+                    help="comma-separated trades per frame to time side by side (0: one "
+                         "message per tick)")
     ap.add_argument("--no-prefilled", dest="prefilled", action="store_false",
                     help="skip the pre-filled socket rows (engine capacity without the feed)")
     ap.add_argument("--json", type=Path, default=Path("benchmarks/out/replay_throughput.json"))
     args = ap.parse_args()
     rows = []
     for wname, factory in workloads(args.ticks, args.symbols).items():
+        if args.workload not in wname:
+            continue
         for rep in range(args.repeats if args.prefilled else 0):
             n_raw, t_raw, _ = asyncio.run(prefilled(factory, with_engine=False))
             n_eng, t_eng, eng_obj = asyncio.run(prefilled(factory, with_engine=True))
@@ -115,32 +189,17 @@ def main() -> None:
                   f"ratio {row['engine_over_raw']:.2f}", flush=True)
         for transport in args.transports.split(","):
             for rep in range(args.repeats):
-                n_raw, t_raw = asyncio.run(raw_limit_async(factory, transport))
-                cfg = EngineConfig(transport=transport)
-                res = asyncio.run(replay_async(factory, SmaCross(), cfg))
-                eng = res.engine.stats
-                n_eng = eng.market_data
-                row = {
-                    "workload": wname, "transport": transport, "repeat": rep,
-                    "messages": n_raw, "raw_seconds": t_raw, "raw_per_second": n_raw / t_raw,
-                    "engine_ticks": n_eng, "engine_seconds": res.wall_seconds,
-                    "engine_per_second": n_eng / res.wall_seconds,
-                    "bars": eng.bars, "orders": eng.orders, "fills": eng.fills,
-                }
-                row["engine_over_raw"] = row["engine_per_second"] / row["raw_per_second"]
-                rows.append(row)
-                print(f"{wname:45s} {transport:7s} raw {row['raw_per_second']:>10,.0f}/s  "
-                      f"engine {row['engine_per_second']:>10,.0f}/s  "
-                      f"ratio {row['engine_over_raw']:.2f}  ({n_eng:,} ticks, "
-                      f"{eng.bars:,} bars, {eng.fills:,} fills)", flush=True)
+                for frame_ticks in (int(f) for f in args.frame_ticks.split(",")):
+                    rows.append(replay_row(wname, factory, transport, rep, frame_ticks))
     meta = {"machine": platform.node(), "cpu_count": __import__("os").cpu_count(),
             "python": platform.python_version(), "date": datetime.now(UTC).isoformat(),
             "strategy": "sma-cross(10,50)", "time": time.time()}
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     print("\nmedians over repeats")
-    print("| workload | transport | runs | raw msgs/s | engine ticks/s | engine/raw |")
-    print("|---|---|---:|---:|---:|---:|")
+    print("| workload | transport | runs | raw ticks/s | engine ticks/s | engine/raw "
+          "| engine ticks per CPU s |")
+    print("|---|---|---:|---:|---:|---:|---:|")
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["workload"], r["transport"]), []).append(r)
@@ -149,9 +208,11 @@ def main() -> None:
         raw = statistics.median(r["raw_per_second"] for r in rs)
         eng = statistics.median(r["engine_per_second"] for r in rs)
         ratio = statistics.median(r["engine_over_raw"] for r in rs)
+        cpu = statistics.median(r["engine_ticks_per_cpu_second"] for r in rs)
         summary.append({"workload": w, "transport": t, "runs": len(rs),
-                        "raw_per_second": raw, "engine_per_second": eng, "engine_over_raw": ratio})
-        print(f"| {w} | {t} | {len(rs)} | {raw:,.0f} | {eng:,.0f} | {ratio:.2f} |")
+                        "raw_per_second": raw, "engine_per_second": eng, "engine_over_raw": ratio,
+                        "engine_ticks_per_cpu_second": cpu})
+        print(f"| {w} | {t} | {len(rs)} | {raw:,.0f} | {eng:,.0f} | {ratio:.2f} | {cpu:,.0f} |")
     args.json.write_text(json.dumps({"meta": meta, "rows": rows, "medians": summary}, indent=2))
 
 

@@ -152,6 +152,27 @@ class OptionGroupValues(msgspec.Struct, tag="G", **_STRUCT):
                 for i, (sym, pi, di, gi) in enumerate(zip(self.options, p, d, g, strict=True))]
 
 
+class TradeBatch(msgspec.Struct, tag="C", **_STRUCT):
+    """A run of trade prints in columns (a replay's frame: one message for thousands of
+    ticks, feeds/trade_batch.py). Row i is the trade `Trade(seqs[i], times[i],
+    symbols[sym_ids[i]], prices[i], sizes[i])`: each row keeps its own sequence number on
+    its symbol's trade stream (topic `T.SYMBOL`), so validation sees exactly the stream the
+    one-tick messages make. The columns are the raw bytes of little-endian arrays (int32
+    ids, int64 seqs and times, float64 prices and sizes), one value per row. `seq` is 0
+    (the frame itself is not a stream position), `ts` the last row's time, `symbol` "".
+    The topic is `C.`."""
+
+    seq: int
+    ts: int
+    symbol: str
+    symbols: tuple[str, ...]
+    sym_ids: bytes
+    seqs: bytes
+    times: bytes
+    prices: bytes
+    sizes: bytes
+
+
 class RiskRejection(msgspec.Struct, tag="R", **_STRUCT):
     """An order the risk limits refused before the broker; `limit` names the limit."""
 
@@ -165,9 +186,10 @@ class RiskRejection(msgspec.Struct, tag="R", **_STRUCT):
 
 
 Message = (Trade | Quote | Bar | Order | Fill | Heartbeat | OptionValue | OptionGroupValues
-           | RiskRejection)
+           | RiskRejection | TradeBatch)
 MESSAGE_TYPES: tuple[type, ...] = (
-    Trade, Quote, Bar, Order, Fill, Heartbeat, OptionValue, OptionGroupValues, RiskRejection)
+    Trade, Quote, Bar, Order, Fill, Heartbeat, OptionValue, OptionGroupValues, RiskRejection,
+    TradeBatch)
 KIND_OF: dict[type, bytes] = {
     t: t.__struct_config__.tag.encode() for t in MESSAGE_TYPES  # type: ignore[attr-defined]
 }

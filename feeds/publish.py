@@ -16,7 +16,8 @@ import numpy as np
 import zmq
 
 from feeds.messages import Heartbeat, encode
-from feeds.records import Source
+from feeds.records import KIND_TRADE, Source
+from feeds.trade_batch import BATCH_TOPIC, encode_batches
 from feeds.transport import Publisher
 from feeds.wire_encode import ChunkEncoder
 
@@ -34,6 +35,7 @@ def publish_source(
     skip: int = 0,
     count: int | None = None,
     heartbeat_s: float = 0.0,
+    frame_ticks: int = 0,
 ) -> int:
     """Send the records of `source`, then a final heartbeat. Returns messages sent.
 
@@ -44,9 +46,18 @@ def publish_source(
     stream with the sequence numbers they have in the whole stream, so a stream stopped
     after message N resumes exactly with `skip=N` and the same session; the final
     heartbeat says end of stream only when `count` did not stop the stream first.
+    `frame_ticks` > 0 sends runs of trades as batches of that many rows per frame
+    (`feeds.messages.TradeBatch`; quotes and bars still go one per message, in order), for
+    an unpaced whole stream only (`rate`, `skip` and `count` keep one tick per message).
+    Returns messages sent, a batch counting its rows.
     """
     encoder = ChunkEncoder(list(source.symbols), bar_duration_ns)
     stream = _Stream(publisher, encoder.topics, session, rate, heartbeat_s)
+    if frame_ticks > 0 and rate <= 0 and skip == 0 and count is None:
+        _send_batched(source, encoder, stream, frame_ticks, progress)
+        stream.heartbeat(stream.last_ts, final=True)
+        publisher.sent += stream.frames + stream.beats
+        return stream.sent
     end = None if count is None else skip + count
     encoded = _encoded(source, encoder)
     ahead = _Prefetch(encoded) if rate > 0 else None
@@ -62,6 +73,32 @@ def publish_source(
 
 
 Encoded = tuple[np.ndarray, bytes, np.ndarray]
+
+
+def _send_batched(source: Source, encoder: ChunkEncoder, stream: _Stream, frame_ticks: int,
+                  progress: Callable[[int], None] | None) -> None:
+    """Every record of `source`: each run of trades as batch frames of `frame_ticks`
+    rows, the other records one per message, in the source's order; each trade stream's
+    sequence numbers are the ones its one-tick messages would have."""
+    symbols = list(source.symbols)
+    for chunk in source.chunks():
+        n = chunk.shape[0]
+        if n == 0:
+            continue
+        is_trade = chunk["kind"] == KIND_TRADE
+        # where a run of trades or of other records starts and ends
+        cuts = np.flatnonzero(is_trade[1:] != is_trade[:-1]) + 1
+        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), n], strict=True):
+            part = chunk[lo:hi]
+            if not is_trade[lo]:
+                payloads, offsets = encoder.encode(part)
+                stream.send_chunk(part, payloads, offsets, 0, hi - lo)
+                continue
+            frames = encode_batches(symbols, part["sym"], part["ts"], part["f0"], part["f1"],
+                                    encoder.counters[KIND_TRADE], frame_ticks)
+            stream.send_batches(frames, int(part["ts"][0]))
+        if progress is not None:
+            progress(stream.sent)
 
 
 def _encoded(source: Source, encoder: ChunkEncoder) -> Iterator[Encoded]:
@@ -170,6 +207,8 @@ class _Stream:
         self.pace_every = max(1, min(64, int(rate // 1000))) if rate > 0 else 64
         self.heartbeat_s = heartbeat_s
         self.sent = 0
+        #: frames sent: one per message, or per batch of trades (`send_batches`)
+        self.frames = 0
         self.beats = 0
         self.last_ts = 0
         self.opened = False
@@ -199,8 +238,24 @@ class _Stream:
             sent += 1
             if sent % self.pace_every == 0:
                 self._pace(sent)
+        self.frames += sent - self.sent
         self.sent = sent
         self.last_ts = int(chunk["ts"][hi - 1])
+
+    def send_batches(self, frames: list[tuple[bytes, int, int]], first_ts: int) -> None:
+        """Batch frames (payload, rows, last time) of `encode_batches`; `sent` counts rows."""
+        if not self.opened:
+            self.heartbeat(first_ts)
+            self.opened = True
+            self.t0 = self.last_beat = time.perf_counter()
+        send, more = self.send, int(zmq.SNDMORE)
+        for payload, n, last_ts in frames:
+            send(BATCH_TOPIC, more)
+            send(payload)
+            self.sent += n
+            self.frames += 1
+            self.last_ts = last_ts
+            self._pace(self.sent)
 
     def _pace(self, sent: int) -> None:
         """Every `pace_every` messages: a heartbeat when one is due, and a sleep when ahead

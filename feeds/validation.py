@@ -31,9 +31,19 @@ from feeds.messages import (
     Message,
     Quote,
     Trade,
+    TradeBatch,
+    encode,
     make_decoder,
 )
 from feeds.records import SkipCounter
+from feeds.trade_batch import (
+    Columns,
+    StreamState,
+    accept_rows,
+    batch_columns,
+    batch_slice,
+    fits_int64,
+)
 
 log = logging.getLogger(__name__)
 
@@ -359,16 +369,12 @@ class Validator:
     def validate_many(self, batch: Iterable[Any]) -> list[Message]:
         """The messages of a batch of frame pairs that pass every check, in order; every
         other frame is counted under one kind and skipped. Nothing a peer sends raises.
-
-        The one implementation of the checks (`validate` is this for one frame). Written
-        for the common case, a trade in sequence, in time and in its band: locals, one
-        test of every rule at once, two dict lookups on the topic and one on the symbol
-        per tick (it is the engine's hot path); other kinds and every rejection leave the
-        fast branch, and a rejection finds its reason in `_trade_rejection`.
-
-        `batch` may be a lazy drain of the socket (an iterator): frames are then received
-        as they are validated, and the drain counts them into `received` itself.
-        """
+        The one implementation of the checks (`validate` is this for one frame), written
+        for the engine's hot path: a trade in sequence, in time and in its band passes one
+        test of every rule at once (two dict lookups on the topic, one on the symbol); other
+        kinds (a trade batch: `_batch`) and every rejection (`_trade_rejection` names its
+        reason) leave the fast branch. `batch` may be a lazy drain of the socket: frames are
+        then received as they are validated, and the drain counts them into `received`."""
         out: list[Message] = []
         append = out.append
         decode = self.decoder.decode
@@ -394,6 +400,10 @@ class Validator:
             tr = topic_get(topic)
             seq = msg.seq
             if tr is None or seq != tr[0] + 1:
+                if type(msg) is TradeBatch:  # never a stream of its own: off the hot path
+                    clock = self._batch(msg, clock, out)
+                    horizon = latest if clock == _NO_TS else clock + lead
+                    continue
                 tr = self._out_of_sequence(msg, topic, tr)
                 if tr is None:
                     continue
@@ -438,6 +448,83 @@ class Validator:
         if isinstance(batch, Sized):
             self.received += len(batch)
         return out
+
+    def _batch(self, batch: TradeBatch, clock: int, out: list[Message]) -> int:
+        """A batch of trades (feeds/trade_batch.py): its rows judged as the same trades
+        sent one per message would be, with the same counts. Rows pass the fast branch's
+        test in compiled code, in runs that go out as batches; a row that fails it (or
+        whose stream is new, tapped or out of sequence) goes through `validate_many` as
+        the one-tick trade it stands for. A malformed frame is counted once and skipped.
+        `received` counts the rows. Returns the clock."""
+        cols = batch_columns(batch)
+        if isinstance(cols, str):
+            self.skipped.add(cols, 1, f"TradeBatch of {len(batch.times)} time bytes, "
+                                      f"{len(batch.symbols)} symbols")
+            return clock
+        n = cols.times.shape[0]
+        self.received += n - 1  # the frame itself is counted by the caller
+        topics = [b"T." + s.encode() for s in batch.symbols]
+        state = StreamState.empty(len(topics))
+        lead, latest = self._lead_ns, self._latest
+        compiled = fits_int64(latest) and fits_int64(2 * lead)
+        i = 0
+        while i < n:
+            if compiled:
+                self._load_state(topics, batch.symbols, state)
+                horizon = latest if clock == _NO_TS else clock + lead
+                stop, clock, _ = accept_rows(
+                    cols.sym, cols.seqs, cols.times, cols.prices, cols.sizes, i, *state,
+                    self._max_price, latest, lead, clock, horizon)
+                self._store_state(topics, state)
+                if stop > i:
+                    out.append(batch_slice(batch, cols, i, stop))
+                i = stop
+                if i == n:
+                    break
+            self.clock = None if clock == _NO_TS else clock
+            out.extend(self._row_alone(batch, cols, i, topics))
+            clock = _NO_TS if self.clock is None else self.clock
+            i += 1
+        return clock
+
+    def _load_state(self, topics: list[bytes], symbols: tuple[str, ...],
+                    state: StreamState) -> None:
+        """Each batch symbol's stream and symbol state into `state`'s arrays; a stream
+        not yet known, not carrying that symbol, tapped, or whose last sequence number
+        does not fit the compiled branch takes the Python path (`fast` 0)."""
+        for j, topic in enumerate(topics):
+            tr = self._topics.get(topic)
+            if (tr is None or tr[1] != symbols[j] or tr[2] is None or tr[3] is not None
+                    or not fits_int64(tr[0])):
+                state.fast[j] = 0
+                continue
+            st = tr[2]
+            state.fast[j] = 1
+            state.last_seq[j] = tr[0]
+            state.band[j], state.last_price[j], state.high[j] = st[BAND], st[LAST_PRICE], st[HIGH]
+            state.last_ts[j] = st[LAST_TS]
+
+    def _store_state(self, topics: list[bytes], state: StreamState) -> None:
+        """`_load_state`'s arrays back into the streams' and symbols' lists, as the
+        Python types the one-tick path keeps there."""
+        fast = state.fast.tolist()
+        last_seq, last_price = state.last_seq.tolist(), state.last_price.tolist()
+        high, last_ts = state.high.tolist(), state.last_ts.tolist()
+        for j, topic in enumerate(topics):
+            if fast[j]:
+                tr = self._topics[topic]
+                tr[0] = last_seq[j]
+                st = tr[2]
+                st[LAST_PRICE], st[HIGH], st[LAST_TS] = last_price[j], high[j], last_ts[j]
+
+    def _row_alone(self, batch: TradeBatch, cols: Columns, i: int,
+                   topics: list[bytes]) -> list[Message]:
+        """Row `i` of a batch through `validate_many` as the one trade message it stands
+        for (the same frame the one-tick feed sends); what it accepts or releases."""
+        s = int(cols.sym[i])
+        trade = Trade(int(cols.seqs[i]), int(cols.times[i]), batch.symbols[s],
+                      float(cols.prices[i]), float(cols.sizes[i]))
+        return self.validate_many(iter(((topics[s], encode(trade)),)))
 
     def _undecodable(self, exc: Exception, frames: Any) -> None:
         """Count frames that are not a pair, or a payload the decoder refused, by why."""
@@ -520,6 +607,8 @@ class Validator:
     def _other(self, msg: Message, st: list[Any], clock: int, out: list[Message]) -> int:
         """Every kind but trades (not the hot path): a new session, the final heartbeat's
         release of held messages, then the checks of `_check_other`. Returns the clock."""
+        if type(msg) is TradeBatch:  # on a topic a peer made a stream of (not "C.")
+            return self._batch(msg, clock, out)
         self.clock = None if clock == _NO_TS else clock
         if type(msg) is Heartbeat:
             if msg.session != self.session:

@@ -60,6 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=1, help="synthetic market: random seed")
     config_option(p, "--transport", key="transport", choices=("inproc", "ipc", "tcp"),
                   help="how the feed reaches the engine")
+    config_option(p, "--frame-ticks", key="replay_frame_ticks", type=int,
+                  help="trades per frame from the feed (columns; default 4096); 0: one "
+                       "message per tick, as a live feed sends them")
     p.add_argument("--config", help="engine TOML config (default: built-in defaults)")
     config_option(p, "--bar-seconds", key="bar_seconds", type=float,
                   help="time-bar length for tick data, seconds")

@@ -20,6 +20,7 @@ from engine.settings.gpu import GpuSettings
 from engine.settings.live import LiveOptions
 from engine.settings.reevolve import ReevolveSettings
 from engine.settings.risk import RiskLimits
+from feeds.trade_batch import DEFAULT_FRAME_TICKS, MAX_BATCH_ROWS
 from feeds.validation import ValidationLimits
 
 
@@ -135,6 +136,11 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     #: benchmarks/results/h200-2026-11-23-session3/README.md). Spots from validation (the
     #: default) reach the worker while the batch is received, whatever its size
     receive_batch: int = 0
+    #: trades per frame a replay's feed sends (`feeds.messages.TradeBatch`: the validator
+    #: and the engine's bar updates take them in compiled loops, Python only at bar events
+    #: and flagged ticks); 0: one message per tick, as a live venue's feed. A replay with
+    #: option groups or a paced feed (--rate) always sends one message per tick
+    replay_frame_ticks: int = DEFAULT_FRAME_TICKS
     #: whether a bar close's strategy evaluation overlaps the ticks after it: "auto" where
     #: the strategy evaluates asynchronously (a GP strategy on CUDA), "always" (any strategy
     #: that can: the GP strategies), "never". Overlapped, the engine starts the evaluation,
@@ -163,6 +169,9 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         SessionSchedule.parse(self.session)  # raises ValueError with the reason
         for group in self.options:
             _check_grid(group)
+        if not 0 <= self.replay_frame_ticks <= MAX_BATCH_ROWS:
+            raise ValueError(f"replay_frame_ticks must be an integer from 0 (one message per "
+                             f"tick) to {MAX_BATCH_ROWS:,}, got {self.replay_frame_ticks:,}")
         if not 0 <= self.receive_batch <= MAX_RECEIVE_BATCH:
             raise ValueError(f"receive_batch must be an integer from 0 (the default) to "
                              f"{MAX_RECEIVE_BATCH:,}, got {self.receive_batch:,}")

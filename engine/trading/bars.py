@@ -13,6 +13,8 @@ from datetime import UTC, date, datetime
 from zoneinfo import ZoneInfo
 
 import numpy as np
+import numpy.typing as npt
+from numba import njit
 
 from feeds.messages import Bar
 from gpu.indicators.compute import IndicatorBank
@@ -128,3 +130,54 @@ class BarClock:
 
     def same_day(self, a: int, b: int) -> bool:
         return self.local_date(a) == self.local_date(b)
+
+
+#: why `apply_trades` stopped: every row applied, a bar boundary before the row (not
+#: applied), a flagged symbol's row (applied; its rare work is due), a row of a symbol
+#: the engine does not know yet (id -1; not applied: it registers the symbol first)
+ROWS_DONE, ROWS_BOUNDARY, ROWS_FLAGGED, ROWS_NEW_SYMBOL = 0, 1, 2, 3
+
+
+@njit(cache=True)
+def apply_trades(sym: npt.NDArray[np.int64], times: npt.NDArray[np.int64],
+                 prices: npt.NDArray[np.float64], sizes: npt.NDArray[np.float64],
+                 start: int, boundary: int, flagged: npt.NDArray[np.int8],
+                 o: npt.NDArray[np.float64], h: npt.NDArray[np.float64],
+                 l: npt.NDArray[np.float64], c: npt.NDArray[np.float64],  # noqa: E741
+                 v: npt.NDArray[np.float64]) -> tuple[int, int]:
+    """The open bars' update for trade rows from `start` (engine symbol ids), exactly the
+    engine's one-tick hot loop (`Engine.process`): it stops at a row at or past the bar
+    `boundary` (before applying it: the bars close first) and after a row of a `flagged`
+    symbol (its rare work is Python's), and before a row of a symbol not registered
+    (-1). Returns (row, why: ROWS_*)."""
+    for i in range(start, sym.shape[0]):
+        if times[i] >= boundary:
+            return i, ROWS_BOUNDARY
+        s = sym[i]
+        if s < 0:
+            return i, ROWS_NEW_SYMBOL
+        p = prices[i]
+        if o[s] != o[s]:  # NaN: first tick of this bar
+            o[s] = p
+            h[s] = p
+            l[s] = p
+            v[s] = 0.0
+        elif p > h[s]:
+            h[s] = p
+        elif p < l[s]:
+            l[s] = p
+        c[s] = p
+        v[s] += sizes[i]
+        if flagged[s] != 0:
+            return i, ROWS_FLAGGED
+    return sym.shape[0], ROWS_DONE
+
+
+def warm_up() -> None:
+    """Load (or compile) `apply_trades` now (as a batch's read-only columns call it), so a
+    timed replay does not pay it in its first batch."""
+    sym = np.zeros(1, np.int64)
+    times = np.frombuffer(np.zeros(1, np.int64).tobytes(), "<i8")
+    f = np.frombuffer(np.ones(1).tobytes(), "<f8")
+    bars = [np.full(1, math.nan) for _ in range(5)]
+    apply_trades(sym, times, f, f, 0, 1, np.zeros(1, np.int8), *bars)

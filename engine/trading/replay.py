@@ -28,9 +28,11 @@ from engine.errors import UserError
 from engine.gcpause import startup_objects_frozen
 from engine.options.protocol import OptionPricing
 from engine.settings.config import EngineConfig
+from engine.trading.bars import warm_up as warm_bars
 from engine.trading.core import Engine, EngineHooks, SessionHook
 from feeds.publish import publish_source
 from feeds.records import Source
+from feeds.trade_batch import warm_up as warm_batches
 from feeds.transport import Publisher, Subscriber
 from strategies.base import Strategy
 
@@ -48,6 +50,11 @@ class ReplayResult:
     received: int = 0
     sent: int = 0
     transport: str = "inproc"
+    #: CPU seconds of the engine's process from the feed's start to the end of data, and
+    #: of the feed process while it published (ipc/tcp; 0.0 for inproc): what each side
+    #: took, which a machine shared with other work moves far less than wall time
+    cpu_seconds: float = 0.0
+    feed_cpu_seconds: float = 0.0
 
 
 def _endpoint(transport: str, tmpdir: str) -> str:
@@ -72,7 +79,7 @@ FEED_HOLD_SECONDS = 3600.0
 
 
 def _feed_process(factory: SourceFactory, endpoint: str, conn: Any, release: Any,
-                  go: Any, rate: float = 0.0) -> None:
+                  go: Any, rate: float = 0.0, frame_ticks: int = 0) -> None:
     """Child process: bind, report the endpoint, wait for the subscriber and for the engine's
     start (`go`), publish, then keep the socket open until the engine has read everything
     (`release`)."""
@@ -82,11 +89,15 @@ def _feed_process(factory: SourceFactory, endpoint: str, conn: Any, release: Any
         pub = Publisher(endpoint, zmq.Context())
         conn.send(("endpoint", pub.endpoint))
         pub.wait_for_subscriber(30.0)
+        if frame_ticks > 0:
+            warm_batches()  # its compiled encoder is loaded before the clock starts
         # the engine's clock starts when it sets `go`: publishing before it would make a
         # paced replay look faster than its rate and the reported ticks/s too high
         if not go.wait(FEED_HOLD_SECONDS):
             raise TimeoutError("the engine never started reading")
-        sent = publish_source(source, pub, rate)
+        cpu = time.process_time()
+        sent = publish_source(source, pub, rate, frame_ticks=frame_ticks)
+        conn.send(("cpu", time.process_time() - cpu))
         conn.send(("source_skipped", _source_skips(source)))
         conn.send(("done", sent))
         # Closing now would lose the tail of the stream when the engine lags: its receive
@@ -122,12 +133,14 @@ class _Feed:
     """The publishing side of a replay, as a thread (inproc) or a process (ipc/tcp)."""
 
     def __init__(self, factory: SourceFactory, transport: str, ctx: zmq.asyncio.Context,
-                 tmpdir: str, rate: float = 0.0) -> None:
+                 tmpdir: str, rate: float = 0.0, frame_ticks: int = 0) -> None:
+        """`frame_ticks` > 0: runs of trades go as batches of that many per frame."""
         self.transport = transport
         self.error: str | None = None
         self.sent = 0
         self.finished = False
         self.source_skipped: dict[str, int] = {}
+        self.cpu_seconds = 0.0  # the feed process's, while it published
         self._stop = threading.Event()
         endpoint = _endpoint(transport, tmpdir)
         try:
@@ -144,7 +157,8 @@ class _Feed:
                 try:
                     self.pub.wait_for_subscriber(30.0)
                     stoppable: Any = _StoppableSource(self.source, self._stop)
-                    self.sent = publish_source(stoppable, self.pub, rate)
+                    self.sent = publish_source(stoppable, self.pub, rate,
+                                               frame_ticks=frame_ticks)
                 except BaseException as exc:
                     self.error = f"{type(exc).__name__}: {exc}"
 
@@ -160,7 +174,7 @@ class _Feed:
             self._go = mpctx.Event()
             self.proc = mpctx.Process(target=_feed_process,
                                       args=(factory, endpoint, child, self._release, self._go,
-                                            rate),
+                                            rate, frame_ticks),
                                       daemon=True)
             self.proc.start()
             kind, value = "error", "feed process did not start within 60 s"
@@ -205,6 +219,8 @@ class _Feed:
                     break
                 if kind == "error":
                     self.error = value
+                elif kind == "cpu":
+                    self.cpu_seconds = float(value)
                 elif kind == "source_skipped":
                     self.source_skipped = dict(value)
                 elif kind == "done":
@@ -252,7 +268,10 @@ async def replay_async(
     config = config or EngineConfig()
     ctx = zmq.asyncio.Context()
     tmpdir = tempfile.mkdtemp(prefix="replay-ipc-")
-    feed = _Feed(factory, config.transport, ctx, tmpdir, publish_rate)
+    # batches of trades unless paced (a market played back tick by tick) or with option
+    # groups (repriced after every underlying tick: their spots come per message)
+    frame_ticks = 0 if publish_rate > 0 or option_book is not None else config.replay_frame_ticks
+    feed = _Feed(factory, config.transport, ctx, tmpdir, publish_rate, frame_ticks)
     sub = Subscriber(feed.endpoint, ctx, limits=config.validation,
                      max_batch=config.receive_batch_in_force)
     last_progress = 0
@@ -263,8 +282,11 @@ async def replay_async(
                         hooks=EngineHooks(session=session_hook))
         if trade_from is not None:
             engine.warm_until(trade_from)
+        if frame_ticks > 0:  # the compiled batch paths are loaded before the clock starts
+            warm_batches()
+            warm_bars()
         frozen.enter_context(startup_objects_frozen())  # no full collection walks them
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         feed.start()
         while not engine.finished:
             # repricings finished while the feed is quiet are collected within a
@@ -282,7 +304,7 @@ async def replay_async(
             if progress is not None and engine.stats.market_data - last_progress >= 250_000:
                 last_progress = engine.stats.market_data
                 progress(engine.stats.market_data)
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         failed = False
     finally:
         frozen.close()
@@ -301,6 +323,7 @@ async def replay_async(
         engine=engine, wall_seconds=wall, source_name=getattr(feed.source, "name", "source"),
         skipped=dict(sub.validator.skipped.counts), source_skipped=feed.source_skipped,
         received=sub.validator.received, sent=feed.sent, transport=config.transport,
+        cpu_seconds=cpu, feed_cpu_seconds=feed.cpu_seconds,
     )
 
 
@@ -312,17 +335,20 @@ def replay(factory: SourceFactory, strategy: Strategy, config: EngineConfig | No
                                     publish_rate, trade_from, session_hook))
 
 
-async def raw_limit_async(factory: SourceFactory, transport: str = "inproc") -> tuple[int, float]:
+async def raw_limit_async(factory: SourceFactory, transport: str = "inproc",
+                          frame_ticks: int = 0) -> tuple[int, float]:
     """The transport's own limit for this source: publish -> receive -> decode, no engine.
 
     Returns (messages decoded, wall seconds), timed like `replay_async` from the feed's start
-    to the final heartbeat.
+    to the final heartbeat. `frame_ticks` > 0: the replay's batch frames, decoded into
+    their columns (numpy views) and counted by rows.
     """
-    from feeds.messages import Heartbeat, make_decoder
+    from feeds.messages import Heartbeat, TradeBatch, make_decoder
+    from feeds.trade_batch import batch_columns
 
     ctx = zmq.asyncio.Context()
     tmpdir = tempfile.mkdtemp(prefix="replay-ipc-")
-    feed = _Feed(factory, transport, ctx, tmpdir)
+    feed = _Feed(factory, transport, ctx, tmpdir, frame_ticks=frame_ticks)
     sub = Subscriber(feed.endpoint, ctx)
     decode = make_decoder().decode
     n = 0
@@ -337,6 +363,9 @@ async def raw_limit_async(factory: SourceFactory, transport: str = "inproc") -> 
                 continue
             for _topic, payload in await sub.lazy_batch():
                 m = decode(payload)
+                if type(m) is TradeBatch:
+                    n += batch_columns(m).times.shape[0]  # type: ignore[union-attr]
+                    continue
                 n += 1
                 if type(m) is Heartbeat and m.final:
                     done = True
