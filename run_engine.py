@@ -142,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         check_numbers(parser.command_parsers[args.command],  # type: ignore[attr-defined]
                       args.command, args)
         exported = _export_gpu_settings(args)
+        _first_run_compiles(module, args)  # before pin_engine: its workers use every CPU
         from engine.affinity import check_env, pin_engine
 
         check_env()  # CPU placement (ENGINE_CPUS, REPLAY_FEED_CPUS, OPTION_WORKER_CPUS)
@@ -179,6 +180,27 @@ def main(argv: list[str] | None = None) -> int:
 
         unexport_env(exported)
     return 0
+
+
+def _first_run_compiles(module: Any, args: argparse.Namespace) -> None:
+    """With empty caches, compile the command's recorded kernels in parallel processes
+    (gpu/compile_cache.py) and say so; with warm caches this costs a few file checks.
+    GTE_PREWARM=0 turns the parallel compile off (the announcement stays)."""
+    import os
+
+    from gpu import compile_cache
+
+    if not args.quiet:
+        compile_cache.announce_compiles()
+    if os.environ.get("GTE_PREWARM", "1") == "0":
+        return
+    choose = getattr(module, "compile_profile", None)
+    profile = choose(args) if choose is not None else args.command
+    if profile:
+        handle = compile_cache.prewarm(profile, message=None if args.quiet else
+                                       compile_cache.NOTICE)
+        if handle is not None:
+            handle.wait()
 
 
 def _export_gpu_settings(args: argparse.Namespace) -> dict[str, str]:
