@@ -86,7 +86,9 @@ def _returns_csv(tmp: Path) -> Path:
 def _env(caches: Path, repo: Path) -> dict[str, str]:
     return {**os.environ, "NUMBA_CACHE_DIR": str(caches / "numba"),
             "PYTHONPYCACHEPREFIX": str(caches / "pycache"),
-            "TRADING_CACHE_DIR": str(caches / "trading"), "PYTHONPATH": str(repo),
+            "TRADING_CACHE_DIR": str(caches / "trading"),
+            "PYTHONPATH": os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH"))
+                                          if p),
             "PYTHONUNBUFFERED": "1"}
 
 
@@ -103,13 +105,14 @@ def timed(argv: list[str], env: dict[str, str], repo: Path) -> tuple[float, str]
 
 def measure(name: str, argv: list[str], repo: Path, rounds: int, warm: int) -> dict[str, Any]:
     """`rounds` cold runs (fresh caches each), each followed by `warm` warm runs."""
-    cold, warm_runs, said_cold, said_warm = [], [], [], []
+    cold, warm_runs, said_cold, said_warm, tails = [], [], [], [], []
     for _ in range(rounds):
         caches = Path(tempfile.mkdtemp(prefix="cold-start-"))
         env = _env(caches, repo)
         seconds, err = timed(argv, env, repo)
         cold.append(seconds)
         said_cold.append("compiling" in err)
+        tails.append(err.strip().splitlines()[-3:])
         for _ in range(warm):
             seconds, err = timed(argv, env, repo)
             warm_runs.append(seconds)
@@ -118,7 +121,8 @@ def measure(name: str, argv: list[str], repo: Path, rounds: int, warm: int) -> d
     c, w = statistics.median(cold), statistics.median(warm_runs)
     return {"command": name, "argv": argv, "repo": str(repo), "cold_seconds": cold,
             "warm_seconds": warm_runs, "cold_median": c, "warm_median": w, "ratio": c / w,
-            "compile_notice_cold": said_cold, "compile_notice_warm": said_warm}
+            "compile_notice_cold": said_cold, "compile_notice_warm": said_warm,
+            "cold_stderr_tails": tails}
 
 
 def record(profile: str, tmp: Path) -> int:
