@@ -9,6 +9,7 @@ gives the median cold and warm wall times and their ratio (the issue's goal: wit
     python benchmarks/cold_start.py                       # the devbox commands, 3 rounds
     python benchmarks/cold_start.py --commands headline --repo /path/to/other/checkout
     python benchmarks/cold_start.py --record evolve-cpu   # rewrite gpu/compile_manifest.json
+    python benchmarks/cold_start.py --record evolve-cuda:headline   # on the GPU machine
     GTE_PREWARM=0 python benchmarks/cold_start.py         # without the parallel compile
 
 `--repo` runs another checkout's run_engine.py (its own code on its own PYTHONPATH), so
@@ -125,9 +126,11 @@ def measure(name: str, argv: list[str], repo: Path, rounds: int, warm: int) -> d
             "cold_stderr_tails": tails}
 
 
-def record(profile: str, tmp: Path) -> int:
-    """Run PROFILE's command cold in a subprocess (prewarm off) and store its compiles."""
-    argv = commands(tmp)[PROFILES[profile]]
+def record(spec: str, tmp: Path) -> int:
+    """Run PROFILE's command cold in a subprocess (prewarm off) and store its compiles;
+    `PROFILE:COMMAND` records another command of the table (evolve-cuda:headline)."""
+    profile, _, name = spec.partition(":")
+    argv = commands(tmp)[name or PROFILES[profile]]
     caches = Path(tempfile.mkdtemp(prefix="cold-start-record-"))
     env = {**_env(caches, REPO), "GTE_PREWARM": "0"}
     return subprocess.run([sys.executable, str(Path(__file__)), "--record-one", profile, "--",

@@ -157,14 +157,41 @@ def is_cached(disp: Any) -> bool:
 class Prewarm:
     """Worker processes compiling manifest entries into numba's disk cache."""
 
-    def __init__(self, procs: Sequence[subprocess.Popen[bytes]], n_entries: int) -> None:
+    def __init__(self, procs: Sequence[subprocess.Popen[bytes]],
+                 shares: Sequence[Sequence[Entry]]) -> None:
         self.procs = list(procs)
-        self.n_entries = n_entries
+        self.shares = [list(s) for s in shares]
+        self.n_entries = sum(len(s) for s in shares)
 
     def wait(self) -> None:
         """Block until every worker has finished (a failed worker is only a lost head start)."""
         for p in self.procs:
             p.wait()
+
+    def defer(self) -> None:
+        """Let the command run on while the workers compile: the first call of a manifest
+        function waits for the worker compiling it, then loads it from the disk cache. So
+        the command's own work (reading data, compiling CUDA kernels, which the manifest
+        does not hold) overlaps the workers'. A manifest function compiled as another
+        function's callee does not wait (it is compiled in-process, as without prewarm)."""
+        for proc, share in zip(self.procs, self.shares, strict=True):
+            for entry in share:
+                disp = dispatcher(entry)
+                if disp is not None and "_compile_for_args" not in vars(disp):
+                    _wait_for(disp, proc)
+
+
+def _wait_for(disp: Any, proc: subprocess.Popen[bytes]) -> None:
+    """Make `disp`'s next compilation from a call wait for `proc` first (numba's dispatcher
+    looks `_compile_for_args` up on the instance when a call's types miss)."""
+    original = disp._compile_for_args
+
+    def compile_after_worker(*args: Any, **kws: Any) -> Any:
+        proc.wait()
+        vars(disp).pop("_compile_for_args", None)  # back to the class's method
+        return original(*args, **kws)
+
+    disp._compile_for_args = compile_after_worker
 
 
 def _shares(entries: Sequence[Entry], n: int) -> list[list[Entry]]:
@@ -220,7 +247,7 @@ def prewarm(profile: str, workers: int | None = None, message: str | None = NOTI
         print(f"{message} ({len(missing)} in {len(procs)} processes)", file=sys.stderr,
               flush=True)
         silence_announcement()
-    return Prewarm(procs, len(missing))
+    return Prewarm(procs, shares)
 
 
 def _pythonpath() -> str:

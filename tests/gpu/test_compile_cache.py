@@ -54,6 +54,19 @@ def test_prewarm_fills_the_cache_for_the_next_process(tmp_path: Path) -> None:
     assert json.loads(_run(code, cache).stdout) is None  # warm: no worker starts
 
 
+def test_deferred_prewarm_makes_the_first_call_wait_for_its_worker(tmp_path: Path) -> None:
+    manifest = tmp_path / "manifest.json"
+    compile_cache.save_manifest("tiny", [ENTRY], manifest)
+    code = ("from pathlib import Path\nfrom gpu import compile_cache, indicators\n"
+            "compile_cache.announce_compiles()\n"
+            f"h = compile_cache.prewarm('tiny', workers=2, path=Path({str(manifest)!r}))\n"
+            "h.defer()\n"
+            "assert indicators._bar_error(3, 7, 10.0, 5.0) != 0\n"  # waits, then loads
+            "assert all(p.poll() is not None for p in h.procs)\n"
+            "print(compile_cache.compiles())\n")
+    assert int(_run(code, tmp_path / "numba").stdout) == 0
+
+
 def test_stale_entries_are_counted_not_raised() -> None:
     stale = [Entry("gpu.indicators", "no_such_kernel", "(int64,)", 1.0),
              Entry("gpu.no_such_module", "f", "(int64,)", 1.0),
