@@ -194,7 +194,7 @@ def _first_run_compiles(module: Any, args: argparse.Namespace) -> Any:
 
     from gpu import compile_cache
 
-    if not args.quiet:
+    if not args.quiet and "numba" in sys.modules:  # a command without kernels imports none
         compile_cache.announce_compiles()
     if os.environ.get("GTE_PREWARM", "1") == "0":
         return None
