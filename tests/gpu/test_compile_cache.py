@@ -3,6 +3,7 @@ processes, and the parallel prewarm from a manifest (real subprocesses, real cac
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -91,5 +92,9 @@ def test_committed_manifest_names_real_kernels(profile: str) -> None:
     entries = compile_cache.load_manifest(profile)
     assert entries
     for e in entries:
-        assert compile_cache.dispatcher(e) is not None, e
-        assert all(t is not None for t in compile_cache.signature(e)), e
+        disp = compile_cache.dispatcher(e)
+        assert disp is not None, e
+        # an added or dropped parameter makes the entry stale: re-record the profile
+        code = disp.py_func.__code__
+        star = 1 if code.co_flags & inspect.CO_VARARGS else 0  # numba packs *args in a Tuple
+        assert len(compile_cache.signature(e)) == code.co_argcount + star, e
