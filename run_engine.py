@@ -133,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     to_stdout = args.json is not None and str(args.json) == "-"
     exported: dict[str, str] = {}
     prewarm: Any = None
+    finished = False  # the command ran to its end (else the workers' work is dropped)
     try:
         if args.json and not to_stdout:  # refused before the work, not after it
             check_writable_file(args.json, "--json")
@@ -162,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise
             except OSError as exc:
                 raise UserError(f"--json {args.json}: cannot write: {exc.strerror}") from None
+        finished = True
     except BrokenPipeError:  # the reader of our output left (`... | head`): nothing to say
         _quiet_stdout()
         return 141  # as a shell reports a command ended by SIGPIPE
@@ -178,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         if prewarm is not None:  # a worker left running would race the next run's cache
-            prewarm.wait()
+            prewarm.wait() if finished else prewarm.stop()
         from engine.gpu_settings import unexport_env
 
         unexport_env(exported)

@@ -168,6 +168,15 @@ class Prewarm:
         for p in self.procs:
             p.wait()
 
+    def stop(self) -> None:
+        """End the workers still running (the command failed: their work is not needed).
+        numba writes a cache file under a temporary name and renames it, so a worker ended
+        mid-write leaves no torn entry."""
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        self.wait()
+
     def defer(self) -> None:
         """Let the command run on while the workers compile: the first call of a manifest
         function waits for the worker compiling it, then loads it from the disk cache. So

@@ -374,7 +374,11 @@ def compile_profile(args: argparse.Namespace) -> str | None:
         return None
     from gpu.device import cuda_present
 
-    return "evolve-cpu" if args.device == "cpu" or not cuda_present() else "evolve-cuda"
+    if args.device == "cpu":
+        return "evolve-cpu"
+    if cuda_present():
+        return "evolve-cuda"
+    return "evolve-cpu" if args.device == "auto" else None  # --device cuda: an error soon
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -98,3 +98,13 @@ def test_committed_manifest_names_real_kernels(profile: str) -> None:
         code = disp.py_func.__code__
         star = 1 if code.co_flags & inspect.CO_VARARGS else 0  # numba packs *args in a Tuple
         assert len(compile_cache.signature(e)) == code.co_argcount + star, e
+
+
+def test_stop_ends_the_workers_of_a_failed_command(tmp_path: Path) -> None:
+    manifest = tmp_path / "manifest.json"
+    compile_cache.save_manifest("tiny", [ENTRY], manifest)
+    code = ("from pathlib import Path\nfrom gpu import compile_cache\n"
+            f"h = compile_cache.prewarm('tiny', workers=2, path=Path({str(manifest)!r}))\n"
+            "h.stop()\n"
+            "print(all(p.returncode is not None for p in h.procs))\n")
+    assert _run(code, tmp_path / "numba").stdout.strip() == "True"
