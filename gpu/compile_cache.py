@@ -94,9 +94,11 @@ def _as_numba_listener(listener: _Listener) -> Any:
 
 def announce_compiles(message: str = NOTICE, stream: TextIO | None = None) -> None:
     """Write `message` once on `stream` (stderr) when this process first compiles a kernel
-    (a cache miss; loading from numba's disk cache is silent)."""
+    (a cache miss; loading from numba's disk cache is silent). GTE_COMPILE_NOTICE=0 keeps
+    it quiet (the test suite's setting: its one-line-error checks read stderr whole, and
+    which test compiles first depends on the order they run in)."""
     listener = _installed()
-    listener.message = message
+    listener.message = None if os.environ.get("GTE_COMPILE_NOTICE", "1") == "0" else message
     listener.stream = stream or sys.stderr
 
 

@@ -27,7 +27,8 @@ ENTRY = Entry("gpu.indicators", "_bar_error", "(int64, int64, float64, float64)"
 
 
 def _run(code: str, cache: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(cache), "PYTHONPATH": str(REPO),
+           "GTE_PREWARM": "1", "GTE_COMPILE_NOTICE": "1"}  # the suite turns both off
     env.pop("NUMBA_ENABLE_CUDASIM", None)
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, cwd=REPO, check=True, timeout=300)
