@@ -132,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(f"engine.commands.{args.command}")
     to_stdout = args.json is not None and str(args.json) == "-"
     exported: dict[str, str] = {}
+    prewarm: Any = None
+    finished = False  # the command ran to its end (else the workers' work is dropped)
     try:
         if args.json and not to_stdout:  # refused before the work, not after it
             check_writable_file(args.json, "--json")
@@ -142,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         check_numbers(parser.command_parsers[args.command],  # type: ignore[attr-defined]
                       args.command, args)
         exported = _export_gpu_settings(args)
+        prewarm = _first_run_compiles(module, args)  # before pin_engine: workers use all CPUs
         from engine.affinity import check_env, pin_engine
 
         check_env()  # CPU placement (ENGINE_CPUS, REPLAY_FEED_CPUS, OPTION_WORKER_CPUS)
@@ -160,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise
             except OSError as exc:
                 raise UserError(f"--json {args.json}: cannot write: {exc.strerror}") from None
+        finished = True
     except BrokenPipeError:  # the reader of our output left (`... | head`): nothing to say
         _quiet_stdout()
         return 141  # as a shell reports a command ended by SIGPIPE
@@ -175,10 +179,36 @@ def main(argv: list[str] | None = None) -> int:
               "(run with -v for the traceback)", file=sys.stderr)
         return 1
     finally:
+        if prewarm is not None:  # a worker left running would race the next run's cache
+            prewarm.wait() if finished else prewarm.stop()
         from engine.settings.gpu import unexport_env
 
         unexport_env(exported)
     return 0
+
+
+def _first_run_compiles(module: Any, args: argparse.Namespace) -> Any:
+    """With empty caches, start compiling the command's recorded kernels in parallel
+    processes (gpu/compile_cache.py; the command runs on meanwhile) and say so; with warm
+    caches this costs a few file checks. GTE_PREWARM=0 turns the parallel compile off (the
+    announcement stays). Returns the workers' handle, or None."""
+    import os
+
+    from gpu import compile_cache
+
+    if not args.quiet and "numba" in sys.modules:  # a command without kernels imports none
+        compile_cache.announce_compiles()
+    if os.environ.get("GTE_PREWARM", "1") == "0":
+        return None
+    choose = getattr(module, "compile_profile", None)
+    profile = choose(args) if choose is not None else args.command
+    if not profile:
+        return None
+    handle = compile_cache.prewarm(profile, message=None if args.quiet else
+                                   compile_cache.NOTICE)
+    if handle is not None:
+        handle.defer()
+    return handle
 
 
 def _export_gpu_settings(args: argparse.Namespace) -> dict[str, str]:

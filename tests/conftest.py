@@ -13,6 +13,14 @@ import zmq
 
 from feeds.datadir import data_dir
 
+# Commands run by the tests (in this process and in subprocesses, which inherit these):
+# no parallel first-run compile workers (gpu/compile_cache.py; two cores run the suite) and
+# no first-compile notice on stderr (which test compiles first depends on their order,
+# and the one-line-error tests read stderr whole). tests/gpu/test_compile_cache.py turns
+# both back on for the processes it starts.
+os.environ.setdefault("GTE_PREWARM", "0")
+os.environ.setdefault("GTE_COMPILE_NOTICE", "0")
+
 
 def _real_gpu() -> bool:
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1":

@@ -367,6 +367,20 @@ def _report(args: argparse.Namespace, window: GPWindow, result: EvolutionResult,
     }
 
 
+def compile_profile(args: argparse.Namespace) -> str | None:
+    """The compile manifest (gpu/compile_manifest.json) of this run: the CPU or the CUDA
+    path of one evolution; walk-forward and islands compile in their own processes."""
+    if args.walk_forward is not None or args.islands is not None or args.scheduler:
+        return None
+    from gpu.device import cuda_present
+
+    if args.device == "cpu":
+        return "evolve-cpu"
+    if cuda_present():
+        return "evolve-cuda"
+    return "evolve-cpu" if args.device == "auto" else None  # --device cuda: an error soon
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     config = _config(args)
