@@ -55,7 +55,11 @@ class RiskGate:
 
     def watch(self, engine: Any) -> None:
         """The engine whose book the checks read (its order desk got `check` at
-        construction, EngineHooks), and its broker's caps at fill time."""
+        construction, EngineHooks), and its broker's caps at fill time. An engine built
+        without this gate's `check` is refused: watching it would only look like limits."""
+        if engine.orders.risk_check != self.check:
+            raise ValueError("this engine's orders do not pass the risk gate: give "
+                             "EngineHooks(OrderHooks(risk_check=gate.check)) when building it")
         self.engine = engine
         lim = self.limits
         # an all-in entry from flat is re-sized at fill time: its position is its quantity

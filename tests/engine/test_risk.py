@@ -42,6 +42,19 @@ def _gated(symbols: list[str], strategy: Any, cfg: EngineConfig, gate: RiskGate,
     return eng
 
 
+def test_a_gate_refuses_to_watch_an_engine_whose_orders_skip_it() -> None:
+    """The wiring is checked: an engine built without the gate's check (every order would
+    reach the broker unchecked) cannot be watched as if its limits applied."""
+    cfg = EngineConfig(bar_seconds=1)
+    gate = RiskGate(RiskLimits(max_position=1))
+    with pytest.raises(ValueError, match="do not pass the risk gate"):
+        gate.watch(Engine(["A"], _Scripted([1]), cfg))
+    other = RiskGate(RiskLimits())
+    with pytest.raises(ValueError, match="do not pass the risk gate"):
+        gate.watch(_gated(["A"], _Scripted([1]), cfg, other))
+    assert gate.engine is None
+
+
 def _run(limits: RiskLimits, *, quantity: float = 100.0, n_symbols: int = 4,
          n_ticks: int = 20_000) -> tuple[Engine, RiskGate, list[Order], list[Fill]]:
     cfg = EngineConfig(bar_seconds=60.0,
