@@ -142,7 +142,10 @@ def test_a_venue_that_drops_every_young_connection_is_not_hammered() -> None:
         _run_client(venue, until=10_000, counters=counters, limit_s=1.0)
     # data then a close, at once, every time: delays 0.05, 0.1, 0.2, 0.2 ... s between
     # connections; reconnecting at once would make hundreds in the second
-    assert 3 <= counters.connections <= 10 and counters.disconnects == counters.connections
+    assert 3 <= counters.connections <= 10
+    # every close the venue made is counted; the last connection may still have been open
+    # (its data read, the close not yet) when the client was told to stop
+    assert counters.connections - 1 <= counters.disconnects <= counters.connections
 
 
 def test_scheduled_reconnect_and_stale_marks() -> None:
