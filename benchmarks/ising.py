@@ -390,6 +390,47 @@ def comparisons(rows: list[dict[str, Any]], device: str) -> list[dict[str, Any]]
     return out
 
 
+def print_summary(result: dict[str, Any], device: str, quick: bool) -> None:
+    """The run's table, profiles, comparisons with the goals and the validation verdicts;
+    fills `result["comparisons"]`."""
+    rows = result["throughput"]
+    if device == "cuda":
+        print(f"GPU: {result['gpu']}, copy bandwidth {result['bandwidth_gbs']:.0f} GB/s")
+    print(f"{'dim':>3} {'L':>6} {'kernel':>10} {'device':>6} {'flips/ns':>10} {'ms/sweep':>10}")
+    for r in rows:
+        ms = f"{r['sweep_ms']:>10.3f}" if "sweep_ms" in r else f"{'':>10}"
+        print(f"{r['dim']:>3} {r['L']:>6} {r['kernel']:>10} {r['device']:>6}"
+              f" {r['flips_per_ns']:>10.3f} {ms}")
+    if "profile" in result:
+        p = result["profile"]
+        print(f"multispin L={p['L']}: sweep {p['sweep_ms']:.2f} ms; Philox alone "
+              f"{p['philox_only_ms']:.2f} ms ({100 * p['random_share']:.0f}%); without Philox "
+              f"{p['no_philox_ms']:.2f} ms; memory bound {p['memory_bound_ms']:.2f} ms at "
+              f"{p['bandwidth_gbs']:.0f} GB/s")
+    for p in result.get("bitplane_profile", []):
+        print(f"bitplane {p['dim']}D L={p['L']}: sweep {p['sweep_ms']:.3f} ms; plane Philox "
+              f"alone {p['philox_main_ms']:.3f} ms ({100 * p['random_share']:.0f}%); memory "
+              f"bound {p.get('memory_bound_ms', float('nan')):.3f} ms")
+    result["comparisons"] = comparisons(rows, device)
+    for c in result["comparisons"]:
+        goal = ""
+        if "goal" in c:
+            goal = f", goal ≥ {c['goal']:.0f}: {'met' if c['met'] else 'NOT met'}"
+        print(f"{c['dim']}D L={c['L']}: bitplane {c['new']:.4g} vs {c['old_kernel']} "
+              f"{c['old']:.4g} flips/ns (×{c['speedup']:.2f}){goal}")
+    if quick:
+        print("--quick: tiny sizes and runs, a smoke test; the goals apply to the full run")
+    if "validation" in result:
+        v = result["validation"]
+        for dim in (2, 3):
+            t = v[f"tc_{dim}d"]
+            print(f"{dim}D Tc {t['tc']} ± {t['tc_err']} (exact {t['exact']}, goal ±{t['goal']}):"
+                  f" {'ok' if t['within_goal'] else 'MISSED'}")
+        for c in v["onsager"]:
+            print(f"T={c['T']} L={c['L']}: |m| within 2σ: {c['m_within_2sigma']}, "
+                  f"energy within 2σ: {c['e_within_2sigma']}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
@@ -437,41 +478,7 @@ def main() -> int:
         log("validation:")
         result["validation"] = validation(device, args.quick)
 
-    if device == "cuda":
-        print(f"GPU: {result['gpu']}, copy bandwidth {result['bandwidth_gbs']:.0f} GB/s")
-    print(f"{'dim':>3} {'L':>6} {'kernel':>10} {'device':>6} {'flips/ns':>10} {'ms/sweep':>10}")
-    for r in rows:
-        ms = f"{r['sweep_ms']:>10.3f}" if "sweep_ms" in r else f"{'':>10}"
-        print(f"{r['dim']:>3} {r['L']:>6} {r['kernel']:>10} {r['device']:>6}"
-              f" {r['flips_per_ns']:>10.3f} {ms}")
-    if "profile" in result:
-        p = result["profile"]
-        print(f"multispin L={p['L']}: sweep {p['sweep_ms']:.2f} ms; Philox alone "
-              f"{p['philox_only_ms']:.2f} ms ({100 * p['random_share']:.0f}%); without Philox "
-              f"{p['no_philox_ms']:.2f} ms; memory bound {p['memory_bound_ms']:.2f} ms at "
-              f"{p['bandwidth_gbs']:.0f} GB/s")
-    for p in result.get("bitplane_profile", []):
-        print(f"bitplane {p['dim']}D L={p['L']}: sweep {p['sweep_ms']:.3f} ms; plane Philox "
-              f"alone {p['philox_main_ms']:.3f} ms ({100 * p['random_share']:.0f}%); memory "
-              f"bound {p.get('memory_bound_ms', float('nan')):.3f} ms")
-    result["comparisons"] = comparisons(rows, device)
-    for c in result["comparisons"]:
-        goal = ""
-        if "goal" in c:
-            goal = f", goal ≥ {c['goal']:.0f}: {'met' if c['met'] else 'NOT met'}"
-        print(f"{c['dim']}D L={c['L']}: bitplane {c['new']:.4g} vs {c['old_kernel']} "
-              f"{c['old']:.4g} flips/ns (×{c['speedup']:.2f}){goal}")
-    if args.quick:
-        print("--quick: tiny sizes and runs, a smoke test; the goals apply to the full run")
-    if "validation" in result:
-        v = result["validation"]
-        for dim in (2, 3):
-            t = v[f"tc_{dim}d"]
-            print(f"{dim}D Tc {t['tc']} ± {t['tc_err']} (exact {t['exact']}, goal ±{t['goal']}):"
-                  f" {'ok' if t['within_goal'] else 'MISSED'}")
-        for c in v["onsager"]:
-            print(f"T={c['T']} L={c['L']}: |m| within 2σ: {c['m_within_2sigma']}, "
-                  f"energy within 2σ: {c['e_within_2sigma']}")
+    print_summary(result, device, args.quick)
     if args.json:
         write_json(args.json, result, default=str)
     return 0

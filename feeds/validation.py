@@ -387,7 +387,6 @@ class Validator:
         # held until the stream agrees (`_refused`) or refused beyond the skew (no clock:
         # no bound)
         horizon = latest if self.clock is None else clock + lead
-        tap, tap_every = self._tap, self._tap_every
         for frames in batch:
             try:
                 topic, payload = frames  # a frame pair, else bad framing
@@ -428,16 +427,8 @@ class Validator:
                         clock = ts
                         horizon = ts + lead
                     append(msg)
-                    record = tr[3]
-                    if record is not None:  # a tapped symbol (an option underlying)
-                        k = record[0]
-                        if k == 1:
-                            record[0] = tap_every
-                            record[1] = None
-                            tap(msg.symbol, p, ts)
-                        else:
-                            record[0] = k - 1
-                            record[1] = msg
+                    if tr[3] is not None:  # a tapped symbol (an option underlying)
+                        self._tapped(tr[3], msg)
                 else:
                     clock = self._refused(msg, st, clock, out)
                     horizon = latest if clock == _NO_TS else clock + lead
@@ -448,6 +439,18 @@ class Validator:
         if isinstance(batch, Sized):
             self.received += len(batch)
         return out
+
+    def _tapped(self, record: list[Any], msg: Trade) -> None:
+        """An accepted trade of a tapped symbol: every `tap_every`-th goes to the tap at
+        once; the others wait as the symbol's newest untapped trade (`untapped_newest`)."""
+        k = record[0]
+        if k == 1:
+            record[0] = self._tap_every
+            record[1] = None
+            self._tap(msg.symbol, msg.price, msg.ts)
+        else:
+            record[0] = k - 1
+            record[1] = msg
 
     def _batch(self, batch: TradeBatch, clock: int, out: list[Message]) -> int:
         """A batch of trades (feeds/trade_batch.py): its rows judged as the same trades
@@ -684,11 +687,7 @@ class Validator:
         out.append(t)
         record = self._tap_records.get(t.symbol)
         if record is not None:  # as the fast branch's tap
-            if record[0] == 1:
-                record[0], record[1] = self._tap_every, None
-                self._tap(t.symbol, p, ts)
-            else:
-                record[0], record[1] = record[0] - 1, t
+            self._tapped(record, t)
 
     def _check_other(self, msg: Message, st: list[Any], lead: int) -> bool | None:
         """Quotes, bars and the rest (not market-data hot path): content, band, time.
