@@ -9,8 +9,7 @@
    counted) outside kernels, benchmarks included. Kernels are excluded: a function
    decorated with `cuda.jit`, `numba.njit`/`njit` or `numba.jit`, and every function of a
    `gpu/<domain>/core.py` file (or `gpu/*_core.py`), where the kernel arithmetic lives (a
-   kernel stays one function so
-   that it compiles to one).
+   kernel stays one function so that it compiles to one).
 
 `lint-imports` ([tool.importlinter] in pyproject.toml, run by .ci/run) keeps rules 1 and 2
 too; this module also sees cycles that cross packages and runs with pytest. The checkers
