@@ -12,7 +12,7 @@ Where the driver library loads, a bound launch goes further (GPU_RAW_LAUNCH=0 ke
 numba's launcher): the kernel's parameter block (the `void*` array `cuLaunchKernel`
 takes) is built once from numba's prepared arguments and every launch is one `ctypes`
 call into libcuda, skipping cuda.core's per-call conversion of each argument. Event
-record and query go the same way (`event_recorder`, `event_query`).
+record, query and wait go the same way (`event_recorder`, `event_query`, `event_waiter`).
 """
 
 from __future__ import annotations
@@ -102,6 +102,10 @@ class _LibCuda:
         self.query = lib.cuEventQuery
         self.query.argtypes = [p]
         self.query.restype = ctypes.c_int
+        # ctypes releases the GIL for the call: other threads run while it blocks
+        self.synchronize = lib.cuEventSynchronize
+        self.synchronize.argtypes = [p]
+        self.synchronize.restype = ctypes.c_int
         self.copy_to_device = lib.cuMemcpyHtoDAsync_v2
         self.copy_to_device.argtypes = [ctypes.c_uint64, p, ctypes.c_size_t, p]
         self.copy_to_device.restype = ctypes.c_int
@@ -278,6 +282,29 @@ def event_query(event: Any) -> Callable[[], bool]:
         return bool(query())  # numba's query raises the driver's error
 
     return fast
+
+
+def event_waiter(event: Any) -> Callable[[], None]:
+    """`wait()`: block the calling thread until `event` has happened, with the GIL
+    released for the whole wait (one ctypes call to cuEventSynchronize), so the process's
+    other threads run meanwhile: a replay's feed thread publishing the next bars, a
+    journal writer. Polling `event_query` from the event loop instead holds the GIL
+    between polls; CPython hands it to another thread only every switch interval (5 ms),
+    so a thread feeding the engine starves while a bar close waits for the GPU (measured:
+    benchmarks/results/h100-2026-11-25/README.md, the GP replay). Elsewhere (no driver
+    library, the simulator) numba's `event.synchronize()`."""
+    lib = _driver()
+    hevent = _address(getattr(event, "handle", None)) if lib is not None else None
+    if lib is None or not hevent:
+        return lambda: event.synchronize()
+    synchronize = lib.synchronize
+
+    def wait() -> None:
+        code = synchronize(hevent)
+        if code != CUDA_SUCCESS:
+            raise RuntimeError(f"cuEventSynchronize failed with CUDA error {code}")
+
+    return wait
 
 
 def untimed_event() -> Any:

@@ -49,7 +49,14 @@ from gpu.gp.evaluate import (
     _codes_rows_kernel,
 )
 from gpu.indicators.catalogue import N_TERMINALS
-from gpu.launch import bind, event_query, event_recorder, host_to_device_copier, untimed_event
+from gpu.launch import (
+    bind,
+    event_query,
+    event_recorder,
+    event_waiter,
+    host_to_device_copier,
+    untimed_event,
+)
 
 quiet_event_polling()
 
@@ -139,6 +146,7 @@ class AsyncDecider:
         self._result: I8 | None = None
         self._event: Any = None
         self._query: Any = None
+        self._wait: Any = None
         self._launch: Any = None
         self._pending = False  # a CUDA launch whose codes were not taken yet
         self._n_symbols = -1
@@ -150,6 +158,7 @@ class AsyncDecider:
             self._stream.synchronize()
             self._event = untimed_event()
             self._query = event_query(self._event)
+            self._wait = event_waiter(self._event)
         # compile (or load) the kernel now, not at the engine's first bar close
         self.start(np.zeros((1, N_TERMINALS), np.float32))
         self.result()
@@ -299,11 +308,20 @@ class AsyncDecider:
             return True
         return bool(self._query())
 
+    def wait(self) -> None:
+        """Block until the latest `start`'s codes are ready, with the GIL released while
+        the GPU works (`gpu.launch.event_waiter`): a thread of this process that feeds the
+        engine (a replay's inproc feed) keeps publishing meanwhile."""
+        if self.ready():
+            return
+        self._wait()
+
     def result(self) -> I8:
-        """Codes (n_programs, n_symbols) of the latest `start`; call when `ready()`."""
+        """Codes (n_programs, n_symbols) of the latest `start`; waits (`wait`) where
+        they are not ready."""
         if self._result is None:
             if not self._pending:
                 raise RuntimeError("AsyncDecider.result() before start()")
-            self._event.synchronize()
+            self._wait()
             self._result = np.array(self._h_out[:, 0, :], np.int8)
         return self._result

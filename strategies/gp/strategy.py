@@ -9,10 +9,14 @@ whose bar closed, buy&!sell -> +1, sell&!buy -> 0, otherwise the previous signal
 are true, sell when more than half of the sell trees are true, then the same matrix.
 
 Evaluation: all rules x all symbols in one batched call per bar close. On a GPU that is one
-kernel launch on the strategy's own stream, awaited by polling a CUDA event with
-`asyncio.sleep(0)` between polls (numba-cuda 0.30.4 has no stream callbacks), so the event
-loop keeps receiving meanwhile; elsewhere the numba CPU twin (`gpu/gp/decider.py`; under
-`--device auto` the faster backend for the strategy's size, measured at start-up).
+kernel launch on the strategy's own stream. When the signals are needed and the launch is
+not done, the event loop runs once more (whatever else is ready), then the engine's thread
+waits on the launch's CUDA event with the GIL released (`AsyncDecider.wait`): polling the
+event from the loop held the GIL, and a replay's feed thread, starved of it, published a
+few bars between bar closes (18,149 receive batches for 98,306 bar messages on an H100
+against 39 on the CPU twin, and twice the CPU's wall time; benchmarks/gp_replay.py).
+Elsewhere the numba CPU twin (`gpu/gp/decider.py`; under `--device auto` the faster
+backend for the strategy's size, measured at start-up).
 """
 
 from __future__ import annotations
@@ -84,9 +88,11 @@ class GPEnsemble:
         return await self._voted_codes()
 
     async def _voted_codes(self) -> I8:
-        while not self._decider.ready():
-            await asyncio.sleep(0)
-        return vote(self._decider.result())
+        decider = self._decider
+        if not decider.ready():
+            await asyncio.sleep(0)  # what else the loop has ready runs first
+            decider.wait()  # then the GIL is free for other threads until the GPU is done
+        return vote(decider.result())
 
     def begin_signals(self, features: Features, closed: npt.NDArray[np.bool_]) -> None:
         n = features.shape[0]

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import sys
+import threading
+import time
+from collections.abc import Callable
+
 import numpy as np
 import pytest
 
@@ -103,3 +108,68 @@ def test_bad_serial_setting_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None
     assert cpu_serial_max_decisions() == 256
     monkeypatch.delenv("GP_CPU_SERIAL_MAX_DECISIONS")
     assert AsyncDecider(progs, lengths, "cpu").serial_max == 0
+
+
+def _other_thread_ran_during(wait: Callable[[], None]) -> tuple[bool, int]:
+    """Whether a second Python thread got the GIL while `wait` ran on this one, with
+    CPython's switch interval at 10 s: the GIL then changes hands only where its holder
+    releases it, so a waiting thread that holds it leaves the other none. Returns (ran,
+    the other thread's steps in the window)."""
+    steps: list[float] = []
+    stop = threading.Event()
+
+    def other() -> None:
+        while not stop.is_set():
+            steps.append(time.perf_counter())
+            time.sleep(0)  # releases the GIL: this thread never keeps it for long
+
+    saved = sys.getswitchinterval()
+    thread = threading.Thread(target=other)
+    thread.start()
+    try:
+        sys.setswitchinterval(10.0)
+        time.sleep(0.01)  # the other thread is running
+        t0 = time.perf_counter()
+        wait()
+        t1 = time.perf_counter()
+    finally:
+        sys.setswitchinterval(saved)
+        stop.set()
+        thread.join()
+    inside = sum(t0 < t < t1 for t in steps)
+    return inside > 0, inside
+
+
+@pytest.mark.gpu
+def test_waiting_for_the_gpu_leaves_the_gil_to_other_threads() -> None:
+    """A bar close waiting for its launch (`AsyncDecider.wait`) lets a thread of the same
+    process run meanwhile (a replay's inproc feed), where polling the event held the GIL
+    (the polling wait is the control). The codes are the CPU twin's either way."""
+    progs, lengths = programs(64)
+    cpu = AsyncDecider(progs, lengths, "cpu")
+    gpu_decider = AsyncDecider(progs, lengths, "cuda")
+    rng = np.random.default_rng(5)
+    for n_symbols in (50_000, 200_000, 800_000):  # until a launch outlasts the call
+        feats = rng.normal(size=(n_symbols, 31)).astype(np.float32)
+        want = cpu._bar_close(feats)
+
+        def polled() -> None:
+            while not gpu_decider.ready():
+                pass
+
+        gpu_decider.start(feats)
+        if gpu_decider.ready():
+            continue
+        _, polled_steps = _other_thread_ran_during(polled)
+        np.testing.assert_array_equal(gpu_decider.result(), want)
+        gpu_decider.start(feats)
+        if gpu_decider.ready():
+            continue
+        waited_ran, steps = _other_thread_ran_during(gpu_decider.wait)
+        np.testing.assert_array_equal(gpu_decider.result(), want)
+        assert waited_ran, "the other thread never ran while the GPU was awaited"
+        # the control: each poll is a ctypes call, which lets go of the GIL for an instant,
+        # so the other thread may slip in now and then, but far less than in a free wait
+        assert steps > polled_steps, (steps, polled_steps)
+        return
+    pytest.skip("every launch finished before it could be awaited")
