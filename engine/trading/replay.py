@@ -91,6 +91,7 @@ def _feed_process(factory: SourceFactory, endpoint: str, conn: Any, release: Any
         pub.wait_for_subscriber(30.0)
         if frame_ticks > 0:
             warm_batches()  # its compiled encoder is loaded before the clock starts
+        conn.send(("ready", None))  # the parent starts its clock after this (`wait_ready`)
         # the engine's clock starts when it sets `go`: publishing before it would make a
         # paced replay look faster than its rate and the reported ticks/s too high
         if not go.wait(FEED_HOLD_SECONDS):
@@ -141,6 +142,7 @@ class _Feed:
         self.finished = False
         self.source_skipped: dict[str, int] = {}
         self.cpu_seconds = 0.0  # the feed process's, while it published
+        self.ready = False  # a feed process set up to publish (`wait_ready`)
         self._stop = threading.Event()
         endpoint = _endpoint(transport, tmpdir)
         try:
@@ -201,6 +203,22 @@ class _Feed:
         else:
             self._go.set()
 
+    def wait_ready(self, timeout_s: float = 60.0) -> None:
+        """Return once a feed process has seen the subscriber and loaded its compiled
+        encoder, so that a clock started now times publishing, not the child's set-up (a
+        raw-limit run that started its clock at once measured slower than the replay
+        itself). A feed thread sets up after `start`: nothing to wait for."""
+        if self.proc is None:
+            return
+        deadline = time.monotonic() + timeout_s
+        while not self.ready:
+            self._collect()
+            if self.error is not None or not self.proc.is_alive():
+                raise UserError(f"replay feed failed: {self.error or 'the process exited'}")
+            if time.monotonic() > deadline:
+                raise UserError(f"replay feed not ready within {timeout_s:.0f} s")
+            self.conn.poll(0.01)
+
     def alive(self) -> bool:
         """Still publishing: a feed process that reported "done" is finished, although it
         keeps its socket open until `close` releases it."""
@@ -219,6 +237,8 @@ class _Feed:
                     break
                 if kind == "error":
                     self.error = value
+                elif kind == "ready":
+                    self.ready = True
                 elif kind == "cpu":
                     self.cpu_seconds = float(value)
                 elif kind == "source_skipped":
@@ -286,6 +306,7 @@ async def replay_async(
             warm_batches()
             warm_bars()
         frozen.enter_context(startup_objects_frozen())  # no full collection walks them
+        feed.wait_ready()
         t0, cpu0 = time.perf_counter(), time.process_time()
         feed.start()
         while not engine.finished:
@@ -352,6 +373,9 @@ async def raw_limit_async(factory: SourceFactory, transport: str = "inproc",
     sub = Subscriber(feed.endpoint, ctx)
     decode = make_decoder().decode
     n = 0
+    if frame_ticks > 0:  # as the replay: the compiled batch decoding loaded before the clock
+        warm_batches()
+    feed.wait_ready()
     t0 = time.perf_counter()
     feed.start()
     try:

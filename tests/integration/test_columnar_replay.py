@@ -58,3 +58,26 @@ def test_one_day_of_spy_batched_equals_one_tick_with_sessions_and_odd_frames(
     rep = _replay(tmp_path / "batched", day, int(frame), *extra[:4])
     assert rep["fills"] > 10 and rep["bars"] > 300
     _same_outputs(tmp_path / "batched", tmp_path / "one")
+
+
+def test_the_raw_limit_counts_every_tick_batched_or_not() -> None:
+    """The receive-and-decode floor the replay is compared with (benchmarks/
+    replay_throughput.py) decodes the same stream whether trades travel one per message
+    (in-process) or in batch frames from a feed process (whose set-up it waits for before
+    its clock starts: `_Feed.wait_ready`): the same number of records either way, and the
+    replay of the same source receives as many."""
+    import asyncio
+    import functools
+
+    from engine.trading.core import EngineConfig
+    from engine.trading.replay import raw_limit_async, replay_async
+    from feeds.synthetic import SyntheticMarket
+    from strategies.sma_cross import SmaCross
+
+    factory = functools.partial(SyntheticMarket, n_symbols=5, n_ticks=3_000, seed=3)
+    one, t_one = asyncio.run(raw_limit_async(factory, "inproc", 0))
+    batched, t_batched = asyncio.run(raw_limit_async(factory, "ipc", 64))
+    res = asyncio.run(replay_async(factory, SmaCross(), EngineConfig(replay_frame_ticks=64)))
+    assert one == batched and t_one > 0 and t_batched > 0
+    assert res.received == batched
+    assert res.engine.stats.trades == 3_000
