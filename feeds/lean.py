@@ -30,7 +30,8 @@ Quote pairs become one KIND_QUOTE record with both sides; a lone side keeps the 
 Crossed or locked pairs are kept as they are (they are what the feed said).
 
 Reading is lazy: one zip per (symbol, kind) stream is open at a time, and its text is parsed
-with numpy (`np.loadtxt` with usecols) in blocks of lines, never one Python object per row.
+in blocks of lines, never one Python object per row: integer text in compiled code
+(feeds/csv_ints.py), anything else with `np.loadtxt` (usecols).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
+from feeds.csv_ints import int_columns
 from feeds.merge import merge_chunk_iters
 from feeds.records import (
     CHUNK_RECORDS,
@@ -153,9 +155,13 @@ def _parse_block(
 ) -> np.ndarray:
     """Numeric columns `usecols` of a header-less CSV block as float64 (rows, len(usecols)).
 
-    Fast path: np.loadtxt as int64 (equity files are all integers), then as float64; a block
-    with a malformed line is parsed line by line and its bad lines counted and skipped.
+    Fast path: the compiled integer parser (feeds/csv_ints.py; equity files are all
+    integers), then np.loadtxt as float64 (futures prices have decimals); a block with a
+    malformed line is parsed line by line and its bad lines counted and skipped.
     """
+    ints, whole = int_columns(block, usecols)
+    if whole:
+        return ints.astype(np.float64)
     for dtype in (np.int64, np.float64):
         try:
             arr = np.loadtxt(

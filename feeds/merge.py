@@ -5,7 +5,7 @@ index) and interleaves their chunks by `ts`. Ties keep source order: among recor
 same `ts`, all those of an earlier source come first, and within a source their own order is
 kept. The merge works chunk-wise, never per record: each round it takes, from every source's
 buffered chunk, the records older than the smallest "last ts" among the buffers of sources
-that still have data to come, concatenates them and orders them with one stable argsort.
+that still have data to come, and merges them (linear time, ties in source order).
 """
 
 from __future__ import annotations
@@ -80,10 +80,30 @@ def merge_chunk_iters(
 
 
 def _stable_merge(parts: list[np.ndarray]) -> np.ndarray:
-    if len(parts) == 1:
-        return parts[0]
-    joined = np.concatenate(parts)
-    return joined[np.argsort(joined["ts"], kind="stable")]
+    """Records of time-ordered `parts` (in source order) in one time order, ties in source
+    order: each part is merged into the merge of those before it, in linear time."""
+    merged = parts[0]
+    for part in parts[1:]:
+        merged = _merge_two(merged, part)
+    return merged
+
+
+def _merge_two(first: np.ndarray, then: np.ndarray) -> np.ndarray:
+    """Two time-ordered record arrays as one, `first`'s records before `then`'s at equal
+    `ts`: each of `then`'s records goes after every record of `first` not later than it
+    (a sort of the concatenation would cost n log n for what is a merge)."""
+    if len(first) == 0:
+        return then
+    if len(then) == 0:
+        return first
+    at = np.searchsorted(first["ts"], then["ts"], side="right")
+    at += np.arange(len(then))
+    out = np.empty(len(first) + len(then), dtype=first.dtype)
+    out[at] = then
+    rest = np.ones(len(out), dtype=np.bool_)
+    rest[at] = False
+    out[rest] = first
+    return out
 
 
 def _remapped(chunks: Iterable[np.ndarray], mapping: np.ndarray | None) -> Iterator[np.ndarray]:
