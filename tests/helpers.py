@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
+import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from feeds.messages import Trade
 from feeds.records import Source
@@ -61,3 +63,22 @@ def paper_money(codes: Iterable[int], fill_prices: Iterable[float], final_price:
     if shares > 0:
         cash += shares * final_price - COMMISSION
     return cash
+
+
+def handshake_watch(sock: zmq.Socket[bytes]) -> Callable[[float], None]:
+    """Call before `sock.connect`; returns `wait(timeout_s)`, which blocks until `sock` has
+    completed a ZeroMQ handshake with its peer, the moment a SUB's subscription goes out.
+    A fixed sleep after `connect` is a race a loaded machine loses (the peer's process may
+    not have bound yet); the monitor attached first misses no event."""
+    monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+
+    def wait(timeout_s: float = 30.0) -> None:
+        try:
+            if not monitor.poll(int(timeout_s * 1000)):
+                raise TimeoutError(f"no handshake on {sock.LAST_ENDPOINT!r} in {timeout_s} s")
+            recv_monitor_message(monitor)
+        finally:
+            sock.disable_monitor()
+            monitor.close(linger=0)
+
+    return wait

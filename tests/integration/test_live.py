@@ -19,7 +19,7 @@ import zmq
 from feeds.messages import Trade
 from feeds.synthetic import SyntheticMarket
 from feeds.transport import Publisher
-from tests.helpers import trade_messages
+from tests.helpers import handshake_watch, trade_messages
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -143,9 +143,10 @@ def test_daemon_publishes_option_values(tmp_path: Path, device: str) -> None:
     ctx = zmq.Context()
     values = ctx.socket(zmq.SUB)
     values.setsockopt(zmq.SUBSCRIBE, b"V.")
+    joined = handshake_watch(values)
     values.connect(orders)
     pub.wait_for_subscriber(30)
-    time.sleep(0.5)  # the daemon binds its orders socket and our SUB joins it
+    joined(30.0)  # the daemon bound its orders socket and our SUB joined it
     trades = [t for t in _trades(3_000, seed=5)]
     for t in trades:
         pub.send(t)
