@@ -73,14 +73,57 @@ def equity_point(broker: PaperBroker, closes: Sequence[float], first_prices: Seq
     buy-and-hold positions are sold too, paying the exit commission and slippage, so the
     last point is the report's `roi_buy_hold` (`buy_hold_cash`).
 
-    Taken at every bar event, so its per-symbol work is array arithmetic: each symbol's
-    buy-and-hold equity is computed elementwise in the same operation order as one float
-    at a time, and summed one after another in symbol order, so the point is the same to
-    the last bit as a plain loop's (`tests/engine/test_stats.py`)."""
+    Taken at every bar event, so its per-symbol work is array arithmetic beyond a few
+    symbols (a loop over floats below): each symbol's buy-and-hold equity is computed in
+    the same operation order as one float at a time, and summed one after another in
+    symbol order, so the point is the same to the last bit as a plain loop's
+    (`tests/engine/test_stats.py`)."""
     gross = 0.0
     for acct in broker.accounts:
         if acct.position != 0.0:
             gross += abs(acct.position) * acct.last_price * acct.multiplier
+    n = len(broker.accounts)
+    if len(closes) != n or len(first_prices) != n:
+        raise ValueError(f"equity_point: {n} accounts, {len(closes)} closes "
+                         f"and {len(first_prices)} first prices")
+    if n <= SCALAR_MAX_SYMBOLS and all(f > 0.0 or f != f for f in first_prices):
+        # a few symbols: plain floats cost less than a dozen numpy calls (the point is
+        # taken at every bar event), with the same operations in the same order
+        bh = _buy_hold_scalar(broker, closes, first_prices, liquidate)
+    else:
+        bh = _buy_hold_arrays(broker, closes, first_prices, liquidate)
+    return EquityPoint(ts, broker.equity(), gross, bh)
+
+
+#: up to this many symbols the buy-and-hold part of an equity point is a loop over floats
+SCALAR_MAX_SYMBOLS = 32
+
+
+def _buy_hold_scalar(broker: PaperBroker, closes: Sequence[float],
+                     first_prices: Sequence[float], liquidate: bool) -> float:
+    """`_buy_hold_arrays` one float at a time, for first prices that are NaN or > 0 (the
+    arrays' handling of 0, an infinite share count, has no float loop twin)."""
+    fee = broker.commission
+    slip = broker.slippage_bps * 1e-4
+    bh = broker.unallocated
+    for sleeve, close, first_price in zip(broker.sleeves, closes, first_prices, strict=True):
+        cash0, p, first = float(sleeve), float(close), float(first_price)
+        buy = first * (1.0 + slip)
+        shares = float(math.floor((cash0 - fee) / buy)) if first == first else 0.0
+        if shares > 0.0 and p > 0.0:
+            if liquidate:
+                bh += cash0 - (shares * buy + fee) + (shares * (p * (1.0 - slip)) - fee)
+            else:
+                bh += cash0 - (shares * buy + fee) + shares * p
+        else:
+            bh += cash0
+    return bh
+
+
+def _buy_hold_arrays(broker: PaperBroker, closes: Sequence[float],
+                     first_prices: Sequence[float], liquidate: bool) -> float:
+    """Each symbol's buy-and-hold equity elementwise, in the operation order of one float
+    at a time, summed one after another in symbol order."""
     # each symbol's part of the capital (a symbol seen later has none: buy-and-hold of the
     # capital set at the start); the paper's $10,000 per symbol under per-symbol sizing
     cash0 = np.asarray(broker.sleeves, np.float64)
@@ -88,9 +131,6 @@ def equity_point(broker: PaperBroker, closes: Sequence[float], first_prices: Seq
     slip = broker.slippage_bps * 1e-4
     p = np.asarray(closes, np.float64)
     first = np.asarray(first_prices, np.float64)
-    if p.shape != first.shape or len(p) != len(broker.accounts):
-        raise ValueError(f"equity_point: {len(broker.accounts)} accounts, {len(p)} closes "
-                         f"and {len(first)} first prices")
     with np.errstate(divide="ignore", invalid="ignore"):  # NaN or 0 first prices: masked
         buy = first * (1.0 + slip)
         shares = np.maximum(0.0, np.floor((cash0 - fee) / buy))
@@ -103,4 +143,4 @@ def equity_point(broker: PaperBroker, closes: Sequence[float], first_prices: Seq
     bh = broker.unallocated  # capital no symbol's part holds (0 but for rounding)
     for v in per_symbol.tolist():  # in order, one at a time: as the loop it replaces
         bh += v
-    return EquityPoint(ts, broker.equity(), gross, bh)
+    return bh

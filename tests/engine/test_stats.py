@@ -65,3 +65,28 @@ def test_equity_point_refuses_mismatched_lengths() -> None:
         equity_point(broker, [1.0, 2.0, 3.0], [1.0, 2.0, 3.0], 0)
     with pytest.raises(ValueError, match="2 accounts, 2 closes and 1 first prices"):
         equity_point(broker, [1.0, 2.0], [1.0], 0)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_few_symbols_as_floats_equal_the_arrays_to_the_last_bit(seed: int) -> None:
+    """Up to SCALAR_MAX_SYMBOLS the buy-and-hold sum is a float loop: the same bits as the
+    array path (checked above against the definition) with slippage, uneven sleeves, the
+    end-of-data sale, NaN first prices and closes not yet seen."""
+    from engine.trading.stats import SCALAR_MAX_SYMBOLS, _buy_hold_arrays, _buy_hold_scalar
+
+    rng = np.random.default_rng(1000 + seed)
+    n = int(rng.integers(1, SCALAR_MAX_SYMBOLS + 1))
+    broker = PaperBroker([f"S{i}" for i in range(n)], cash_per_symbol=10_000.0,
+                         commission=float(rng.choice([0.0, 1.0, 7.5])),
+                         slippage_bps=float(rng.choice([0.0, 2.5, 10.0])))
+    broker.sleeves = [float(x) for x in rng.choice([0.0, 123.45, 10_000.0, 2.5e6], n)]
+    broker.unallocated = float(rng.uniform(0.0, 1.0))
+    firsts = [math.nan if u < 0.15 else float(v) for u, v in zip(
+        rng.random(n), rng.uniform(1e-3, 3e4, n), strict=True)]
+    closes = [0.0 if u < 0.1 else (math.nan if u < 0.15 else float(v)) for u, v in zip(
+        rng.random(n), rng.uniform(0.01, 600.0, n), strict=True)]
+    for liquidate in (False, True):
+        scalar = _buy_hold_scalar(broker, closes, firsts, liquidate)
+        arrays = _buy_hold_arrays(broker, closes, firsts, liquidate)
+        assert scalar == arrays or (math.isnan(scalar) and math.isnan(arrays))
+        assert equity_point(broker, closes, firsts, 1, liquidate).buy_hold == scalar
