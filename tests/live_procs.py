@@ -51,13 +51,32 @@ def start_daemon(journal: Path, ticks: str, orders: str, status: Path, *extra: s
 
 
 def run_feed(ticks: str, *extra: str, timeout: float = 60) -> dict[str, Any]:
-    """Publish the synthetic market (3 symbols) and wait for the feed to finish."""
-    r = subprocess.run(
-        [sys.executable, str(ROOT / "run_engine.py"), "feed", "--publish", ticks,
-         "--n-symbols", "3", "--seed", "5", "--wait", "30", *extra],
-        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=timeout)
-    assert r.returncode == 0, r.stderr
-    return {"stdout": r.stdout, "stderr": r.stderr}
+    """Publish the synthetic market (3 symbols) and wait for the feed to finish.
+
+    The `feed` command runs in this process (run_engine.main, in a thread so that
+    `timeout` still bounds it): a feed process cost a start-up (the imports, 2-3 s on the CI
+    machine) per call, and the daemon under test, the process that matters, is real either
+    way. start_feed starts a real feed process (for feeds a test kills or runs alongside)."""
+    import contextlib
+    import io
+
+    import run_engine
+
+    out, err = io.StringIO(), io.StringIO()
+    result: list[int] = []
+
+    def feed() -> None:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            result.append(run_engine.main(
+                ["feed", "--publish", ticks, "--n-symbols", "3", "--seed", "5", "--wait", "30",
+                 *extra]))
+
+    t = threading.Thread(target=feed, daemon=True)
+    t.start()
+    t.join(timeout)
+    assert not t.is_alive(), f"feed still running after {timeout} s: {err.getvalue()}"
+    assert result == [0], err.getvalue()
+    return {"stdout": out.getvalue(), "stderr": err.getvalue()}
 
 
 def start_feed(ticks: str, *extra: str) -> subprocess.Popen[str]:

@@ -231,23 +231,36 @@ def test_an_io_error_is_one_line_naming_the_cause_and_exit_code_3(tmp_path: Path
 KILL_N = 8_000
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The journal of the run that never stopped, made once for both kill -9 cases (a
+    daemon and 8,000 messages fewer). Its snapshots come every 10 bars (the default), the
+    killed runs' every 5 or never: snapshots are not part of trading, so the fills must
+    equal across cadences too."""
+    tmp = tmp_path_factory.mktemp("uninterrupted")
+    cfg = tmp / "engine.toml"
+    cfg.write_text("[live]\nconflate_above = 0\n")
+    ref = tmp / "ref.db"
+    ticks, out = endpoints()
+    d = start_daemon(ref, ticks, out, tmp / "ref.json", "--config", str(cfg))
+    # no wall-clock heartbeats: the stream is the same messages however it is paced
+    run_feed(ticks, "--ticks", str(KILL_N), "--feed-session", "7", "--heartbeat", "0")
+    wait_processed(ref, KILL_N, d)
+    stop_daemon(d, tmp / "ref.json")
+    return ref
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("snapshot_every_bars", "seed"), [(5, 3), (10**9, 4)])
 def test_kill_9_and_resume_make_exactly_the_fills_of_the_uninterrupted_run(
-        tmp_path: Path, snapshot_every_bars: int, seed: int) -> None:
+        tmp_path: Path, uninterrupted: Path, snapshot_every_bars: int, seed: int) -> None:
     """Killed mid-stream (after some snapshots, or before the first), restarted, the feed
     resumed from the journaled position: every order and fill equals the run that never
     stopped (they diverged before the input log: 306 fills against 318)."""
     cfg = tmp_path / "engine.toml"
     cfg.write_text(f"[live]\nsnapshot_every_bars = {snapshot_every_bars}\n"
                    "conflate_above = 0\n")
-    ref = tmp_path / "ref.db"
-    ticks, out = endpoints()
-    d = start_daemon(ref, ticks, out, tmp_path / "ref.json", "--config", str(cfg))
-    # no wall-clock heartbeats: the stream is the same messages however it is paced
-    run_feed(ticks, "--ticks", str(KILL_N), "--feed-session", "7", "--heartbeat", "0")
-    wait_processed(ref, KILL_N, d)
-    stop_daemon(d, tmp_path / "ref.json")
+    ref = uninterrupted
     assert len(fills(ref)) > 20  # the stream trades: the comparison means something
 
     j = tmp_path / "j.db"
