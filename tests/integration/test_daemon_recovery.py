@@ -5,6 +5,8 @@ processes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import random
 import signal
 import sqlite3
@@ -20,6 +22,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
+import run_engine
 from engine.live.daemon import Daemon, open_sockets
 from engine.live.journal import Journal
 from engine.settings.config import EngineConfig
@@ -113,18 +116,29 @@ def test_a_second_daemon_on_the_same_journal_by_any_path_is_refused(tmp_path: Pa
     hard = tmp_path / "hard.db"
     hard.hardlink_to(real)
     other = tmp_path / "data" / ".." / "data" / "j.db"
-    intruders = []
-    for path in (link, hard, other):
+    t2, o2 = endpoints()
+    # the symbolic link by a real second process; the hard link and the `..` path through
+    # the same command in this process (run_engine.main): the refusal is the journal's lock,
+    # held by the first daemon's process either way, and a process start costs 2-3 s here
+    intruder = subprocess.Popen(
+        [sys.executable, str(ROOT / "run_engine.py"), "live", "--market-data", t2,
+         "--orders", o2, "--journal", str(link), "--strategy", "sma-cross:5,10",
+         "--device", "cpu", "--max-seconds", "20"], cwd=ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    refusals = []
+    for path in (hard, other):
         t2, o2 = endpoints()
-        intruders.append(subprocess.Popen(
-            [sys.executable, str(ROOT / "run_engine.py"), "live", "--market-data", t2,
-             "--orders", o2, "--journal", str(path), "--strategy", "sma-cross:5,10",
-             "--device", "cpu", "--max-seconds", "20"], cwd=ROOT, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True))
-    for p in intruders:
-        _, err = p.communicate(timeout=60)
+        err_text = io.StringIO()
+        with contextlib.redirect_stderr(err_text):
+            rc = run_engine.main(["live", "--market-data", t2, "--orders", o2, "--journal",
+                                  str(path), "--strategy", "sma-cross:5,10", "--device", "cpu",
+                                  "--max-seconds", "20"])
+        refusals.append((rc, err_text.getvalue()))
+    _, err = intruder.communicate(timeout=60)
+    refusals.append((intruder.returncode, err))
+    for rc, err in refusals:
         lines = err.strip().splitlines()
-        assert p.returncode == 2 and len(lines) == 1, err
+        assert rc == 2 and len(lines) == 1, err
         assert "in use by another daemon" in lines[0] and f"pid {first.pid}" in lines[0], err
     assert first.poll() is None  # the first daemon keeps running, and trading
     run_feed(ticks, "--ticks", "3000", "--feed-session", "4", "--skip", "1500")
