@@ -109,6 +109,36 @@ def wait_processed(journal: Path, n: int, proc: subprocess.Popen[str],
     raise AssertionError(f"daemon did not reach {n} messages (at {processed(journal)})")
 
 
+def flock_holder(path: Path) -> str | None:
+    """The pid holding a flock on `path`'s inode, from /proc/locks (Linux), else None."""
+    try:
+        st = path.stat()
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return None
+    dev_ino = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in lines:
+        f = line.split()
+        if len(f) > 5 and f[1] == "FLOCK" and f[5] == dev_ino:
+            return f[4]
+    return None
+
+
+def wait_journal_held(journal: Path, proc: subprocess.Popen[str], timeout: float = 60) -> None:
+    """Wait until the daemon `proc` holds its journal: the flock on the database file
+    (engine/live/journal.py), taken once the daemon has started, just before it opens its
+    sockets."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"daemon exited {proc.returncode}: "
+                                 f"{proc.stderr.read() if proc.stderr else ''}")
+        if flock_holder(journal) == str(proc.pid):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"daemon {proc.pid} never held {journal}")
+
+
 def stop_daemon(proc: subprocess.Popen[str], status: Path) -> dict[str, Any]:
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)

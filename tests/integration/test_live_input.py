@@ -24,7 +24,7 @@ from feeds.messages import Heartbeat, Trade, encode
 from feeds.synthetic import SyntheticMarket
 from feeds.transport import Publisher
 from tests.helpers import trade_messages
-from tests.live_procs import ROOT, endpoints, start_daemon, stop_daemon
+from tests.live_procs import ROOT, endpoints, start_daemon, stop_daemon, wait_journal_held
 
 NS = 1_000_000_000
 
@@ -201,11 +201,9 @@ def test_operator_mistakes_are_one_line_errors(tmp_path: Path) -> None:
     j = tmp_path / "j.db"
     first = start_daemon(j, ticks, orders, tmp_path / "s.json")
     try:
-        lock = j.with_name(j.name + ".lock")
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not (
-                lock.exists() and lock.read_text().strip() == str(first.pid)):
-            time.sleep(0.05)  # until the first daemon holds the journal
+        # until the first daemon holds the journal (the flock on the file itself: this
+        # waited for a `.lock` file the journal no longer writes, 30 s every run)
+        wait_journal_held(j, first)
         _, orders2 = endpoints()
         r = _live("--ticks", ticks, "--orders", orders2, "--journal", str(j), *base)
         _one_line_error(r, "in use by another daemon", f"pid {first.pid}")
