@@ -166,9 +166,10 @@ def run_feed(ticks: str, *extra: str, timeout: float = 60) -> dict[str, Any]:
     """Publish the synthetic market (3 symbols) and wait for the feed to finish.
 
     The `feed` command runs in this process (run_engine.main, in a thread so that
-    `timeout` still bounds it): a feed process cost a start-up (the imports, 2-3 s on the CI
-    machine) per call, and the daemon under test, the process that matters, is real either
-    way. start_feed starts a real feed process (for feeds a test kills or runs alongside)."""
+    `timeout` still bounds it): a feed process cost a start-up per call (the imports: 1.5-2 s
+    of CPU, 3 s of wall time on a loaded two-core machine), and the daemon under test, the
+    process that matters, is real either way. start_feed starts a real feed process (for
+    feeds a test kills or runs alongside)."""
     import contextlib
     import io
 

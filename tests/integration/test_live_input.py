@@ -176,9 +176,10 @@ def _live(*args: str) -> subprocess.CompletedProcess[str]:
 
 def _live_in_process(*args: str) -> subprocess.CompletedProcess[str]:
     """`live` through the same entry point (run_engine.main) in this process: for mistakes
-    refused before any socket, journal or daemon exists, a process start (the imports, about
-    3 s on the CI machine) adds nothing to what is tested; the exit code and stderr are the
-    command's own. The process-level path is tested by the journal-in-use case below and by
+    refused before any socket, journal or daemon exists, a process start (the imports: 1.5-2 s
+    of CPU, 3 s of wall time on a loaded two-core machine) adds nothing to what is tested;
+    the exit code and stderr are the command's own. The process-level path is tested by the
+    journal-in-use case below and by
     test_an_orders_endpoint_in_use_is_a_one_line_error_not_a_hang."""
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
