@@ -5,6 +5,8 @@ and orders socket, as real processes)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
 import subprocess
 import sys
@@ -19,6 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import run_engine
 from engine.live.risk_gate import RiskGate
 from engine.settings.config import BrokerConfig, EngineConfig
 from engine.settings.risk import RiskLimits
@@ -28,7 +31,15 @@ from feeds.messages import Fill, Heartbeat, Order, RiskRejection, Trade
 from feeds.synthetic import SyntheticMarket
 from strategies.sma_cross import SmaCross
 from tests.helpers import trade_messages
-from tests.live_procs import ROOT, collect, endpoints, run_feed, start_daemon, stop_daemon
+from tests.live_procs import (
+    ROOT,
+    collect,
+    endpoints,
+    run_feed,
+    start_daemon,
+    stop_daemon,
+    wait_processed,
+)
 
 NS = 1_000_000_000
 
@@ -169,21 +180,29 @@ def test_daemon_journals_and_publishes_rejections(tmp_path: Path) -> None:
     j = tmp_path / "j.db"
     d = start_daemon(j, ticks, out, tmp_path / "s.json", "--config", str(cfg))
     run_feed(ticks, "--ticks", "8000")
-    time.sleep(1.0)
+    # waits on the journal (every message committed) and on the reader (every rejection
+    # the daemon published has arrived), not a fixed second: a loaded machine may need more
+    wait_processed(j, 8000, d)
     st = stop_daemon(d, tmp_path / "s.json")
+    assert st["fills"] == 0 and st["rejected"]["max_position"] > 0
+    deadline = time.monotonic() + 30
+    while len(got) < st["rejected"]["max_position"] and time.monotonic() < deadline:
+        time.sleep(0.05)
     stop.set()
     th.join(5)
-    assert st["fills"] == 0 and st["rejected"]["max_position"] > 0
-    r = subprocess.run([sys.executable, str(ROOT / "run_engine.py"), "journal", "--journal",
-                        str(j), "--json", str(tmp_path / "x.json")], cwd=ROOT,
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
+    # the export in this process (run_engine.main): the journal command is a reader of a
+    # closed file here; the operator's journal process beside a running daemon is the
+    # kill-switch test's below
+    out_text = io.StringIO()
+    with contextlib.redirect_stdout(out_text):
+        rc = run_engine.main(["journal", "--journal", str(j), "--json", str(tmp_path / "x.json")])
+    assert rc == 0
     exported = json.loads((tmp_path / "x.json").read_text())
     events = exported["risk_events"]
     assert len(events) == st["rejected"]["max_position"]
     assert {e["limit"] for e in events} == {"max_position"}
     assert [(e["event_id"], e["symbol"]) for e in events] == [(m.seq, m.symbol) for m in got]
-    assert "max_position" in r.stdout
+    assert "max_position" in out_text.getvalue()
 
 
 @pytest.mark.slow

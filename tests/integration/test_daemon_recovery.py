@@ -5,6 +5,8 @@ processes."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import random
 import signal
 import sqlite3
@@ -20,6 +22,7 @@ import pytest
 import zmq
 import zmq.asyncio
 
+import run_engine
 from engine.live.daemon import Daemon, open_sockets
 from engine.live.journal import Journal
 from engine.settings.config import EngineConfig
@@ -113,18 +116,29 @@ def test_a_second_daemon_on_the_same_journal_by_any_path_is_refused(tmp_path: Pa
     hard = tmp_path / "hard.db"
     hard.hardlink_to(real)
     other = tmp_path / "data" / ".." / "data" / "j.db"
-    intruders = []
-    for path in (link, hard, other):
+    t2, o2 = endpoints()
+    # the symbolic link by a real second process; the hard link and the `..` path through
+    # the same command in this process (run_engine.main): the refusal is the journal's lock,
+    # held by the first daemon's process either way, and a process start costs 2-3 s here
+    intruder = subprocess.Popen(
+        [sys.executable, str(ROOT / "run_engine.py"), "live", "--market-data", t2,
+         "--orders", o2, "--journal", str(link), "--strategy", "sma-cross:5,10",
+         "--device", "cpu", "--max-seconds", "20"], cwd=ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    refusals = []
+    for path in (hard, other):
         t2, o2 = endpoints()
-        intruders.append(subprocess.Popen(
-            [sys.executable, str(ROOT / "run_engine.py"), "live", "--market-data", t2,
-             "--orders", o2, "--journal", str(path), "--strategy", "sma-cross:5,10",
-             "--device", "cpu", "--max-seconds", "20"], cwd=ROOT, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True))
-    for p in intruders:
-        _, err = p.communicate(timeout=60)
+        err_text = io.StringIO()
+        with contextlib.redirect_stderr(err_text):
+            rc = run_engine.main(["live", "--market-data", t2, "--orders", o2, "--journal",
+                                  str(path), "--strategy", "sma-cross:5,10", "--device", "cpu",
+                                  "--max-seconds", "20"])
+        refusals.append((rc, err_text.getvalue()))
+    _, err = intruder.communicate(timeout=60)
+    refusals.append((intruder.returncode, err))
+    for rc, err in refusals:
         lines = err.strip().splitlines()
-        assert p.returncode == 2 and len(lines) == 1, err
+        assert rc == 2 and len(lines) == 1, err
         assert "in use by another daemon" in lines[0] and f"pid {first.pid}" in lines[0], err
     assert first.poll() is None  # the first daemon keeps running, and trading
     run_feed(ticks, "--ticks", "3000", "--feed-session", "4", "--skip", "1500")
@@ -231,23 +245,36 @@ def test_an_io_error_is_one_line_naming_the_cause_and_exit_code_3(tmp_path: Path
 KILL_N = 8_000
 
 
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The journal of the run that never stopped, made once for both kill -9 cases (a
+    daemon and 8,000 messages fewer). Its snapshots come every 10 bars (the default), the
+    killed runs' every 5 or never: snapshots are not part of trading, so the fills must
+    equal across cadences too."""
+    tmp = tmp_path_factory.mktemp("uninterrupted")
+    cfg = tmp / "engine.toml"
+    cfg.write_text("[live]\nconflate_above = 0\n")
+    ref = tmp / "ref.db"
+    ticks, out = endpoints()
+    d = start_daemon(ref, ticks, out, tmp / "ref.json", "--config", str(cfg))
+    # no wall-clock heartbeats: the stream is the same messages however it is paced
+    run_feed(ticks, "--ticks", str(KILL_N), "--feed-session", "7", "--heartbeat", "0")
+    wait_processed(ref, KILL_N, d)
+    stop_daemon(d, tmp / "ref.json")
+    return ref
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("snapshot_every_bars", "seed"), [(5, 3), (10**9, 4)])
 def test_kill_9_and_resume_make_exactly_the_fills_of_the_uninterrupted_run(
-        tmp_path: Path, snapshot_every_bars: int, seed: int) -> None:
+        tmp_path: Path, uninterrupted: Path, snapshot_every_bars: int, seed: int) -> None:
     """Killed mid-stream (after some snapshots, or before the first), restarted, the feed
     resumed from the journaled position: every order and fill equals the run that never
     stopped (they diverged before the input log: 306 fills against 318)."""
     cfg = tmp_path / "engine.toml"
     cfg.write_text(f"[live]\nsnapshot_every_bars = {snapshot_every_bars}\n"
                    "conflate_above = 0\n")
-    ref = tmp_path / "ref.db"
-    ticks, out = endpoints()
-    d = start_daemon(ref, ticks, out, tmp_path / "ref.json", "--config", str(cfg))
-    # no wall-clock heartbeats: the stream is the same messages however it is paced
-    run_feed(ticks, "--ticks", str(KILL_N), "--feed-session", "7", "--heartbeat", "0")
-    wait_processed(ref, KILL_N, d)
-    stop_daemon(d, tmp_path / "ref.json")
+    ref = uninterrupted
     assert len(fills(ref)) > 20  # the stream trades: the comparison means something
 
     j = tmp_path / "j.db"

@@ -5,6 +5,7 @@ middle of the stream, lone frames. Each costs only itself: the same fills as the
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,25 @@ def _status(path: Path, want: Any, proc: Any, timeout: float = 60) -> dict[str, 
     raise AssertionError(f"status never satisfied the condition; last: {last}")
 
 
+def _journaled(journal: Path, trades: list[Trade], proc: Any, timeout: float = 60) -> None:
+    """Wait until the journal holds each symbol's last trade in its stream position: the
+    batch that carried it, and its fills, are committed in one transaction (a fixed half
+    second before). Per topic, since a hostile seq of 2**64-1 outweighs any sum."""
+    last = {f"T.{t.symbol}".encode(): t.seq for t in trades}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        try:
+            with sqlite3.connect(journal) as db:
+                seqs = dict(db.execute("SELECT topic, seq FROM stream_seq").fetchall())
+        except sqlite3.OperationalError:
+            seqs = {}
+        if all(int(seqs.get(k, 0)) >= q for k, q in last.items()):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"the journal never reached the stream's end: {last}")
+
+
 def run_daemon(tmp: Path, hostile: dict[int, list[list[bytes]]]
                ) -> tuple[dict[str, Any], list[Any]]:
     """The synthetic market (3 symbols) sent to a daemon, `hostile[i]` (messages as frame
@@ -66,7 +86,7 @@ def run_daemon(tmp: Path, hostile: dict[int, list[list[bytes]]]
             for frames in hostile.get(i, ()):
                 pub.socket.send_multipart(frames)
         _status(status, lambda s: s["ticks"] >= len(trades), d)
-        time.sleep(0.5)  # the last batch's fills journaled
+        _journaled(tmp / "j.db", trades, d)  # the last batch's fills journaled
         final = stop_daemon(d, tmp / "s.json")
     finally:
         if d.poll() is None:

@@ -17,7 +17,15 @@ from engine.live.curve_keys import load_keys
 from feeds.synthetic import SyntheticMarket
 from feeds.transport import Publisher
 from tests.helpers import trade_messages
-from tests.live_procs import ROOT, endpoints, processed, run_feed, start_daemon, stop_daemon
+from tests.live_procs import (
+    ROOT,
+    endpoints,
+    processed,
+    run_feed,
+    start_daemon,
+    stop_daemon,
+    wait_journal_held,
+)
 
 
 def _reader(endpoint: str, keys: tuple[bytes, bytes, bytes] | None, got: list[bytes],
@@ -56,6 +64,9 @@ def test_curve_keeps_strangers_out(tmp_path: Path) -> None:
         th.start()
     j = tmp_path / "j.db"
     d = start_daemon(j, ticks, out, tmp_path / "s.json", "--curve", str(keydir))
+    # the flood below lasts 2 s: started before the daemon is up (its start-up alone can
+    # take longer on a loaded machine) it proved nothing
+    wait_journal_held(j, d)
 
     # an impostor binds the tick port without the keys and floods it
     ctx = zmq.Context()

@@ -321,28 +321,36 @@ def _fresh_sockets_closed_by_collected_subscribers(close: str, rounds: int) -> i
     from engine.live.daemon import Daemon
 
     found_closed = 0
-    for i in range(rounds):
-        ctx = zmq.asyncio.Context()
-        sub = Subscriber(f"inproc://monitored-{i}", ctx, monitor=True)
-        if close == "daemon":
-            # Daemon.close on a bare object: only the subscriber is needed for it
-            daemon = Daemon.__new__(Daemon)
-            daemon.sub = sub
-            daemon._monitor = sub.monitor  # type: ignore[assignment]
-            daemon.close()
-            sub.socket.close(0)
-        else:
-            sub.close()
-        ctx.term()
-        sub.cycle = sub  # type: ignore[attr-defined]
-        del sub, ctx
-        fresh_ctx = zmq.asyncio.Context()
-        fresh = [fresh_ctx.socket(zmq.SUB) for _ in range(4)]
-        gc.collect()
-        found_closed += sum(s.closed for s in fresh)
-        for s in fresh:
-            s.close(0)
-        fresh_ctx.term()
+    # Everything alive before the rounds is frozen (gc.freeze: no collection walks it), so
+    # each round's full collection examines only what the rounds made, the subscriber's
+    # cycle among it: the same collection of the same cycle, without walking this test
+    # process's whole heap in every round (those walks were most of this test's 10-12 s).
+    gc.freeze()
+    try:
+        for i in range(rounds):
+            ctx = zmq.asyncio.Context()
+            sub = Subscriber(f"inproc://monitored-{i}", ctx, monitor=True)
+            if close == "daemon":
+                # Daemon.close on a bare object: only the subscriber is needed for it
+                daemon = Daemon.__new__(Daemon)
+                daemon.sub = sub
+                daemon._monitor = sub.monitor  # type: ignore[assignment]
+                daemon.close()
+                sub.socket.close(0)
+            else:
+                sub.close()
+            ctx.term()
+            sub.cycle = sub  # type: ignore[attr-defined]
+            del sub, ctx
+            fresh_ctx = zmq.asyncio.Context()
+            fresh = [fresh_ctx.socket(zmq.SUB) for _ in range(4)]
+            gc.collect()
+            found_closed += sum(s.closed for s in fresh)
+            for s in fresh:
+                s.close(0)
+            fresh_ctx.term()
+    finally:
+        gc.unfreeze()
     return found_closed
 
 
