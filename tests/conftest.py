@@ -21,6 +21,13 @@ from feeds.datadir import data_dir
 os.environ.setdefault("GTE_PREWARM", "0")
 os.environ.setdefault("GTE_COMPILE_NOTICE", "0")
 
+if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1":
+    # the simulator's block barrier blocks instead of polling (tests/cuda_sim_barrier.py:
+    # the same values, a simulated launch several times faster)
+    from tests import cuda_sim_barrier
+
+    cuda_sim_barrier.install()
+
 
 def _real_gpu() -> bool:
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1":
