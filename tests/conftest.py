@@ -22,11 +22,11 @@ os.environ.setdefault("GTE_PREWARM", "0")
 os.environ.setdefault("GTE_COMPILE_NOTICE", "0")
 
 if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1":
-    # the simulator's block barrier blocks instead of polling (tests/cuda_sim_barrier.py:
-    # the same values, a simulated launch several times faster)
-    from tests import cuda_sim_barrier
+    # the simulator's threads take turns at a barrier instead of a manager polling them
+    # (tests/cuda_simulator.py: the same values, a simulated launch several times faster)
+    from tests import cuda_simulator
 
-    cuda_sim_barrier.install()
+    cuda_simulator.install()
 
 
 def _real_gpu() -> bool:

@@ -1,5 +1,5 @@
-"""The tests' blocking barrier for numba's CUDA simulator (tests/cuda_sim_barrier.py, installed
-by tests/conftest.py under NUMBA_ENABLE_CUDASIM=1) against numba's own polling block manager:
+"""The tests' speed-ups of numba's CUDA simulator (tests/cuda_simulator.py, installed
+by tests/conftest.py under NUMBA_ENABLE_CUDASIM=1) against numba's own simulator:
 the same values bit for bit, the same barrier rule (only live threads are waited for), the
 same error from a failing thread."""
 
@@ -15,7 +15,7 @@ from numba import cuda
 from gpu.device import cuda_simulated
 from gpu.options import core
 from gpu.options.engines import make_grid
-from tests import cuda_sim_barrier
+from tests import cuda_simulator
 from tests.gpu.option_rows import random_params
 
 pytestmark = pytest.mark.skipif(not cuda_simulated(), reason="the CUDA simulator's barrier")
@@ -23,19 +23,19 @@ pytestmark = pytest.mark.skipif(not cuda_simulated(), reason="the CUDA simulator
 
 @pytest.fixture
 def both_barriers() -> Iterator[Callable[[Callable[[], Any]], tuple[Any, Any]]]:
-    """Runs a launch under numba's poller, then under the blocking barrier."""
-    was = cuda_sim_barrier.installed()
+    """Runs a launch under numba's own simulator, then with tests/cuda_simulator.py."""
+    was = cuda_simulator.installed()
 
     def run(launch: Callable[[], Any]) -> tuple[Any, Any]:
-        cuda_sim_barrier.uninstall()
+        cuda_simulator.uninstall()
         polled = launch()
-        cuda_sim_barrier.install()
-        assert cuda_sim_barrier.installed()
+        cuda_simulator.install()
+        assert cuda_simulator.installed()
         return polled, launch()
 
     yield run
     if not was:
-        cuda_sim_barrier.uninstall()
+        cuda_simulator.uninstall()
 
 
 def test_fd_kernels_give_the_pollers_values_bit_for_bit(
