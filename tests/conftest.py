@@ -27,6 +27,7 @@ if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1":
     from tests import cuda_simulator
 
     cuda_simulator.install()
+    cuda_simulator.install_in_child_processes()  # option worker processes
 
 
 def _real_gpu() -> bool:

@@ -33,6 +33,7 @@ tests/gpu/test_cuda_simulator.py checks both give numba's simulator's values bit
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections import deque
@@ -164,6 +165,16 @@ def uninstall() -> None:
     sim.BlockThread.syncthreads = _original.pop("syncthreads")  # type: ignore[method-assign]
     sim.BlockManager.run = _original.pop("run")  # type: ignore[method-assign]
     kernelapi.FakeCUDAShared.array = _original.pop("shared")  # type: ignore[method-assign]
+
+
+def install_in_child_processes() -> None:
+    """Python processes started from now on (with this environment) install the speed-ups
+    when they import the simulator: tests/simulator_site/sitecustomize.py goes first on
+    their PYTHONPATH."""
+    site = os.path.join(os.path.dirname(os.path.abspath(__file__)), "simulator_site")
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if site not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([site, *paths])
 
 
 def installed() -> bool:

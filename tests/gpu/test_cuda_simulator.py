@@ -126,3 +126,22 @@ def test_a_failing_thread_raises_the_same_error(
     out = np.zeros(2, np.int64)
     _count[1, 64](np.concatenate([[64], np.ones(64)]).astype(np.int64), out)
     assert out.tolist() == [64, 64]
+
+
+def test_child_processes_install_them_when_they_import_the_simulator() -> None:
+    """A Python process started from the tests (an option worker's way: the environment
+    inherited) has the speed-ups once it imports numba's simulator, and not before."""
+    import os
+    import subprocess
+    import sys
+
+    probe = ("import sys\n"
+             "assert 'numba' not in sys.modules\n"
+             "from numba import cuda\n"
+             "from numba.cuda.simulator import kernel, kernelapi\n"
+             "print(kernel.BlockManager.run.__module__, kernel.BlockThread.syncthreads.__name__,"
+             " kernelapi.FakeCUDAShared.array.__name__)\n")
+    done = subprocess.run([sys.executable, "-c", probe], env=dict(os.environ),
+                          capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.split() == ["_tests_cuda_simulator", "_syncthreads", "_shared_array"]
+    assert done.stderr == ""
