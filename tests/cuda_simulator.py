@@ -29,14 +29,10 @@ under pytest), each frame's source line read through linecache (a stat of its fi
 for every thread and every shared array of every launch. `_shared_array` reads the same
 (file, line) from the caller's frame.
 
-Measured (this 2-core machine, shared with other jobs, load 6-16, 2026-11-25): a seed grid
-of 16 price steps and 3 time steps, 3 American options, lanes kernel, 60 frames deep,
-three runs each: numba's simulator 1.5-2.2 s a launch, these two 0.22-0.40 s. The 27
-simulated CUDA tests of the 12 test files issue 28 item 6 names (option batches, FD
-solvers, dividends, option kernels and workers, implied vols, Ising, GP, subsets), one
-pytest run each, back to back: 185 s of calls before, 41 s after (the GP one also on less
-data).
-tests/gpu/test_cuda_simulator.py checks both give numba's simulator's values bit for bit.
+Measured side by side (benchmarks/cuda_simulator.py; results and the test files' times
+before and after: benchmarks/results/devbox-2026-11-25-cuda-simulator/README.md): about
+six times faster a launch. tests/gpu/test_cuda_simulator.py checks both give numba's
+simulator's values bit for bit.
 """
 
 from __future__ import annotations
