@@ -21,6 +21,14 @@ from feeds.datadir import data_dir
 os.environ.setdefault("GTE_PREWARM", "0")
 os.environ.setdefault("GTE_COMPILE_NOTICE", "0")
 
+if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1":
+    # the simulator's threads take turns at a barrier instead of a manager polling them
+    # (tests/cuda_simulator.py: the same values, a simulated launch several times faster)
+    from tests import cuda_simulator
+
+    cuda_simulator.install()
+    cuda_simulator.install_in_child_processes()  # option worker processes
+
 
 def _real_gpu() -> bool:
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1":
