@@ -300,9 +300,8 @@ def event_waiter(event: Any) -> Callable[[], None]:
     synchronize = lib.synchronize
 
     def wait() -> None:
-        code = synchronize(hevent)
-        if code != CUDA_SUCCESS:
-            raise RuntimeError(f"cuEventSynchronize failed with CUDA error {code}")
+        if synchronize(hevent) != CUDA_SUCCESS:
+            event.synchronize()  # numba's: raises the driver's error (or waits, if it can)
 
     return wait
 
