@@ -76,3 +76,21 @@ def write_json(path: Path, result: Any, **dumps: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=dumps.pop("indent", 2), **dumps))
     log(f"wrote {path}")
+
+
+def alternate_trees(script: str, roots: list[Path], rounds: int, worker_args: list[str],
+                    env: dict[str, str] | None = None
+                    ) -> Iterator[tuple[int, Path, dict[str, Any]]]:
+    """Run `script --worker ROOT *worker_args` once per code tree and round, the trees in
+    turn (reversed every other round, so a machine's drift moves them alike), each a fresh
+    process with ROOT first on its path; yields (round, root, the JSON the worker printed
+    last)."""
+    import subprocess
+
+    base = dict(os.environ if env is None else env)
+    for k in range(rounds):
+        for root in (roots if k % 2 == 0 else roots[::-1]):
+            r = subprocess.run([sys.executable, script, "--worker", str(root), *worker_args],
+                               capture_output=True, text=True, check=True,
+                               env={**base, "PYTHONPATH": str(root)})
+            yield k, root, json.loads(r.stdout.strip().splitlines()[-1])

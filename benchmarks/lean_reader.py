@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -75,34 +74,30 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(args.worker))
         print(json.dumps(measure(args.frame_ticks)))
         return 0
+    sys.path.insert(0, str(ROOT))  # this tree's helpers (a worker runs another tree)
+    from benchmarks.common import alternate_trees, write_json
     from feeds.datadir import data_dir
 
     # every tree reads the same files, wherever it sits
     env = {**os.environ, "TRADING_DATA_DIR": str(data_dir())}
     runs: dict[str, list[dict[str, Any]]] = {str(r): [] for r in args.roots}
-    for k in range(args.rounds):
-        for root in (args.roots if k % 2 == 0 else args.roots[::-1]):
-            r = subprocess.run(
-                [sys.executable, __file__, "--worker", str(root), "--frame-ticks",
-                 str(args.frame_ticks)],
-                capture_output=True, text=True, check=True,
-                env={**env, "PYTHONPATH": str(root)})
-            res = json.loads(r.stdout.strip().splitlines()[-1])
-            runs[str(root)].append(res)
-            print(f"round {k + 1} {root}: {res['ticks']:,} ticks, read {res['read_cpu_s']:.3f}"
-                  f" CPU-s, encode {res['encode_cpu_s']:.3f} CPU-s, wall {res['wall_s']:.3f} s",
-                  flush=True)
+    for k, root, res in alternate_trees(__file__, args.roots, args.rounds,
+                                        ["--frame-ticks", str(args.frame_ticks)], env):
+        runs[str(root)].append(res)
+        print(f"round {k + 1} {root}: {res['ticks']:,} ticks, read {res['read_cpu_s']:.3f}"
+              f" CPU-s, encode {res['encode_cpu_s']:.3f} CPU-s, wall {res['wall_s']:.3f} s",
+              flush=True)
     summary = {}
-    for root, rs in runs.items():
-        summary[root] = {k: statistics.median(r[k] for r in rs)
+    for tree, rs in runs.items():
+        summary[tree] = {k: statistics.median(r[k] for r in rs)
                          for k in ("read_cpu_s", "encode_cpu_s", "wall_s")}
-        s = summary[root]
-        print(f"{root}: medians of {len(rs)}: read {s['read_cpu_s']:.3f} CPU-s, encode "
+        s = summary[tree]
+        print(f"{tree}: medians of {len(rs)}: read {s['read_cpu_s']:.3f} CPU-s, encode "
               f"{s['encode_cpu_s']:.3f} CPU-s, wall {s['wall_s']:.3f} s "
               f"({rs[0]['ticks'] / s['wall_s']:,.0f} ticks/s read and encoded)")
     if args.json:
-        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
-                                         "runs": runs, "summary": summary}, indent=2))
+        write_json(args.json, {"args": vars(args), "runs": runs, "summary": summary},
+                   default=str)
     return 0
 
 

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -126,30 +124,28 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(args.worker))
         print(json.dumps(measure(args.ticks, args.symbols, args.step)))
         return 0
+    sys.path.insert(0, str(ROOT))  # this tree's helpers (a worker runs another tree)
+    from benchmarks.common import alternate_trees, write_json
+
     runs: dict[str, list[dict[str, Any]]] = {str(r): [] for r in args.roots}
-    for k in range(args.rounds):
-        for root in (args.roots if k % 2 == 0 else args.roots[::-1]):
-            r = subprocess.run(
-                [sys.executable, __file__, "--worker", str(root), "--ticks", str(args.ticks),
-                 "--symbols", str(args.symbols), "--step", str(args.step)],
-                capture_output=True, text=True, check=True,
-                env={**os.environ, "PYTHONPATH": str(root)})
-            res = json.loads(r.stdout.strip().splitlines()[-1])
-            runs[str(root)].append(res)
-            print(f"round {k + 1} {root}: p50 {res['p50_us']} us, p99 {res['p99_us']} us, "
-                  f"spans {res['span_median_us']}", flush=True)
+    worker_args = ["--ticks", str(args.ticks), "--symbols", str(args.symbols), "--step",
+                   str(args.step)]
+    for k, root, res in alternate_trees(__file__, args.roots, args.rounds, worker_args):
+        runs[str(root)].append(res)
+        print(f"round {k + 1} {root}: p50 {res['p50_us']} us, p99 {res['p99_us']} us, "
+              f"spans {res['span_median_us']}", flush=True)
     summary = {}
-    for root, rs in runs.items():
-        summary[root] = {
+    for tree, rs in runs.items():
+        summary[tree] = {
             "p50_us_median": statistics.median(r["p50_us"] for r in rs),
             "p99_us_median": statistics.median(r["p99_us"] for r in rs),
             "span_median_us": {k: statistics.median(r["span_median_us"][k] for r in rs)
                                for k in rs[0]["span_median_us"]}}
-        print(f"{root}: p50 {summary[root]['p50_us_median']} us, p99 "
-              f"{summary[root]['p99_us_median']} us (medians of {len(rs)} rounds)")
+        print(f"{tree}: p50 {summary[tree]['p50_us_median']} us, p99 "
+              f"{summary[tree]['p99_us_median']} us (medians of {len(rs)} rounds)")
     if args.json:
-        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
-                                         "runs": runs, "summary": summary}, indent=2))
+        write_json(args.json, {"args": vars(args), "runs": runs, "summary": summary},
+                   default=str)
     return 0
 
 
