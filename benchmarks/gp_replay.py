@@ -14,7 +14,12 @@ and its hall-of-fame ensemble, each way, in rounds that interleave the ways:
 - `cuda, waiting`: a launch per bar close that the close awaits (`overlap_decisions =
   "never"`, the engine before overlapped decisions);
 - `cuda, overlapped`: the launch starts at the close and the engine applies the next
-  day's bars meanwhile (`overlap_decisions = "auto"`, the default for CUDA).
+  day's bars meanwhile (`overlap_decisions = "auto"`, the default for CUDA);
+- `auto`: `--device auto` (the backend whose bar close measured faster at this size).
+
+`--transports` replays each way with the feed as a thread of the engine's process
+(`inproc`), a process of its own (`ipc`) or the default (`auto`: ipc for a strategy on the
+GPU, else inproc); each row counts the receive batches the engine took.
 
 Per replay it records the wall time and the event loop's time in bar closes: every
 `Engine._close_bars` and `Engine.settle` call timed from entry to return (a waiting
@@ -22,7 +27,8 @@ close's round trip; an overlapped close's start plus whatever of the wait the ne
 not hide), per bar event. The issue's goal: CUDA costs the bar close no more than the CPU
 twin at 128 symbols. Every way must end with the same money per symbol.
 
-    python benchmarks/gp_replay.py [--quick] [--rounds 5] [--json PATH] [--png PATH]
+    python benchmarks/gp_replay.py [--quick] [--rounds 5] [--transports inproc,auto]
+                                   [--ways "cpu;auto"] [--json PATH] [--png PATH]
 """
 
 from __future__ import annotations
@@ -50,11 +56,37 @@ import run_engine  # noqa: E402
 from benchmarks.common import device_or_none, log, write_json  # noqa: E402
 from engine.trading.core import Engine  # noqa: E402
 from feeds.datadir import data_dir  # noqa: E402
+from feeds.transport import Subscriber  # noqa: E402
 from gpu.gp.decider import SERIAL_ENV  # noqa: E402
 
 WAYS = [("cpu", "cpu", "never"), ("cpu, on the engine's thread", "cpu", "never"),
-        ("cpu, overlapped", "cpu", "always"),
+        ("cpu, overlapped", "cpu", "always"), ("auto", "auto", "auto"),
         ("cuda, waiting", "cuda", "never"), ("cuda, overlapped", "cuda", "auto")]
+WAY_NAMES = {w[0] for w in WAYS}
+
+
+class ReceiveCounter:
+    """How many receive batches the engine took (`Subscriber.lazy_batch` calls) in the
+    benchmark's process: a replay that chases its feed in small batches pays a receive
+    through the event loop for each."""
+
+    def __init__(self) -> None:
+        self.batches = 0
+        self._saved: Any = None
+
+    def __enter__(self) -> ReceiveCounter:
+        self._saved = Subscriber.lazy_batch
+        original, counter = self._saved, self
+
+        async def counted(sub: Subscriber) -> Any:
+            counter.batches += 1
+            return await original(sub)
+
+        Subscriber.lazy_batch = counted  # type: ignore[method-assign,assignment]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        Subscriber.lazy_batch = self._saved  # type: ignore[method-assign]
 
 
 class BarCloseClock:
@@ -125,14 +157,15 @@ def serial_up_to(max_decisions: int | None) -> Iterator[None]:
 
 
 def replay_once(spec: str, device: str, overlap: str, tmp: Path, tag: str,
-                serial: int | None = None, profile: Path | None = None) -> dict[str, Any]:
-    config = tmp / f"{overlap}.toml"
-    config.write_text(f'overlap_decisions = "{overlap}"\n')
+                serial: int | None = None, profile: Path | None = None,
+                transport: str = "inproc") -> dict[str, Any]:
+    config = tmp / f"{overlap}-{transport}.toml"
+    config.write_text(f'overlap_decisions = "{overlap}"\ntransport = "{transport}"\n')
     out = tmp / tag
     argv = ["replay", "--strategy", spec, "--window", "train", "--device", device,
             "--config", str(config), "--out", str(out)]
-    with (BarCloseClock() as clock, contextlib.redirect_stdout(io.StringIO()),
-          serial_up_to(serial)):
+    with (BarCloseClock() as clock, ReceiveCounter() as received,
+          contextlib.redirect_stdout(io.StringIO()), serial_up_to(serial)):
         if profile is None:
             rc = run_engine.main(argv)
         else:
@@ -148,6 +181,8 @@ def replay_once(spec: str, device: str, overlap: str, tmp: Path, tag: str,
     return {"wall_s": rep["wall_seconds"], "bar_events": rep["bar_events"],
             "overlapped_bar_events": rep["overlapped_bar_events"],
             "bar_close_us": clock.seconds / max(rep["bar_events"], 1) * 1e6,
+            "receive_batches": received.batches, "transport": rep["transport"],
+            "strategy_device": rep.get("strategy_device"),
             "fills": rep["fills"],
             "per_symbol": {s: v["final_equity"] for s, v in rep["per_symbol"].items()}}
 
@@ -169,14 +204,21 @@ def main() -> None:
                     help="after the rounds, one more replay per way under cProfile: the top "
                          "functions by own time appended to this text file")
     ap.add_argument("--ways", default="",
-                    help="keep only the ways whose name contains one of these (semicolons)")
+                    help="keep only these ways (semicolons): a way's full name keeps it alone, "
+                         "other text every way whose name contains it")
+    ap.add_argument("--transports", default="auto",
+                    help="the replay's feed transports, commas (inproc: a thread of the "
+                         "engine's process; ipc: a process of its own)")
     args = ap.parse_args()
     if args.quick:
         args.stocks, args.days, args.test_days = 6, 120, 20
         args.population, args.generations, args.hall_of_fame, args.rounds = 60, 1, 5, 2
     gpu = device_or_none("cuda", "the CUDA rows")
+    keys = [k for k in args.ways.split(";") if k]
+    exact = [w for w in WAYS if w[0] in keys]  # a way named in full keeps only itself
     ways = [w for w in WAYS if (w[1] == "cpu" or gpu) and (
-        not args.ways or any(k in w[0] for k in args.ways.split(";")))]
+        not keys or w in exact or any(k in w[0] for k in keys if k not in WAY_NAMES))]
+    transports = [t for t in args.transports.split(",") if t]
     rows: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
@@ -184,15 +226,19 @@ def main() -> None:
         for strategy, spec in (("best rule", str(best)),
                                (f"ensemble of {args.hall_of_fame}", f"{best}#ensemble")):
             for r in range(args.rounds + 1):  # round 0 compiles and fills caches: not kept
-                for name, device, overlap in ways:
-                    got = replay_once(spec, device, overlap, tmp,
-                                      f"r{r}-{device}-{overlap}-{'thread' in name}",
-                                      serial=256 if "thread" in name else None)
-                    if r:
-                        rows.setdefault(f"{strategy}: {name}", []).append(got)
-                    log(f"  {strategy}, round {r}, {name}: wall {got['wall_s']:.3f} s, "
-                        f"bar close {got['bar_close_us']:.1f} us, overlapped "
-                        f"{got['overlapped_bar_events']}/{got['bar_events']}")
+                for transport in transports:
+                    for name, device, overlap in ways:
+                        got = replay_once(
+                            spec, device, overlap, tmp,
+                            f"r{r}-{device}-{overlap}-{'thread' in name}-{transport}",
+                            serial=256 if "thread" in name else None, transport=transport)
+                        way = name if transports == ["auto"] else f"{name} [{transport}]"
+                        if r:
+                            rows.setdefault(f"{strategy}: {way}", []).append(got)
+                        log(f"  {strategy}, round {r}, {way}: wall {got['wall_s']:.3f} s, "
+                            f"bar close {got['bar_close_us']:.1f} us, overlapped "
+                            f"{got['overlapped_bar_events']}/{got['bar_events']}, "
+                            f"{got['receive_batches']} receive batches")
             if args.profile:
                 for name, device, overlap in ways:
                     replay_once(spec, device, overlap, tmp, f"{strategy}: {name}",
@@ -210,14 +256,17 @@ def main() -> None:
                                              max(r["bar_close_us"] for r in runs)],
                       "overlapped_bar_events": runs[0]["overlapped_bar_events"],
                       "bar_events": runs[0]["bar_events"], "fills": runs[0]["fills"],
+                      "receive_batches_median": statistics.median(
+                          r["receive_batches"] for r in runs),
+                      "ran_as": f"{runs[0]['strategy_device']}/{runs[0]['transport']}",
                       "same_money_as_cpu": same})
-    print(f"{'row':48} {'wall s':>8} {'bar close us':>13} {'range':>15} {'overlapped':>11} "
-          "same money")
+    print(f"{'row':56} {'wall s':>8} {'bar close us':>13} {'range':>15} {'overlapped':>11} "
+          f"{'receives':>9} {'ran as':>11} same money")
     for t in table:
         lo, hi = t["bar_close_us_range"]
-        print(f"{t['row']:48} {t['wall_s_median']:8.3f} {t['bar_close_us_median']:13.1f} "
+        print(f"{t['row']:56} {t['wall_s_median']:8.3f} {t['bar_close_us_median']:13.1f} "
               f"{lo:7.1f}-{hi:<7.1f} {t['overlapped_bar_events']:>5}/{t['bar_events']:<5} "
-              f"{t['same_money_as_cpu']}")
+              f"{t['receive_batches_median']:>9.0f} {t['ran_as']:>11} {t['same_money_as_cpu']}")
     result = {"benchmark": "gp_replay", "machine": platform.node(),
               "gpu": _gpu_name() if gpu else None,
               "date": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -295,6 +295,8 @@ def backtest(data: Any, strategy: Any = "sma-cross", *, config: EngineConfig | N
     source = FrameDailySource(long_frame(data))
     if not source.symbols or len(source.table) == 0:
         raise UserError("backtest: no bars left in the data")
+    if cfg.transport == "auto":  # the frames live in this process: a feed thread takes them
+        cfg = msgspec.structs.replace(cfg, transport="inproc")
     result = replay(lambda: source, strat, cfg)
     report = build_report(result, strat.name)
     report["costs"] = {"commission": cfg.broker.commission,

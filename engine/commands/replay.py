@@ -58,8 +58,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ticks", type=int, default=200_000, help="synthetic market: ticks")
     p.add_argument("--n-symbols", type=int, default=10, help="synthetic market: symbols")
     p.add_argument("--seed", type=int, default=1, help="synthetic market: random seed")
-    config_option(p, "--transport", key="transport", choices=("inproc", "ipc", "tcp"),
-                  help="how the feed reaches the engine")
+    config_option(p, "--transport", key="transport", choices=("auto", "inproc", "ipc", "tcp"),
+                  help="how the feed reaches the engine: inproc, a thread of the engine's "
+                       "process; ipc/tcp, a process of its own; auto, ipc when the "
+                       "strategy's bar closes run on the GPU, else inproc")
     config_option(p, "--frame-ticks", key="replay_frame_ticks", type=int,
                   help="trades per frame from the feed (columns; default 4096); 0: one "
                        "message per tick, as a live feed sends them")
@@ -287,6 +289,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         f"{sum(result.skipped.values()):,})")
     trials = getattr(gp_file, "rules_tried", None) or 1
     report = build_report(result, strategy.name, trials=int(trials))
+    # where the strategy's bar closes ran (a GP strategy under --device auto: measured)
+    report["strategy_device"] = getattr(strategy, "device", "cpu")
     report["warmup"] = warm.report(stats.warmup_bar_events, stats.warmup_bars)
     report["session"] = session_report(cfg.session, hours, args.data)
     report["costs"] = {"commission": cfg.broker.commission,

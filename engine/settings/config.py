@@ -113,8 +113,10 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     instruments: dict[str, InstrumentConfig] = {}
     #: option groups repriced after each tick of their underlying ([[options]] tables)
     options: list[OptionGroupConfig] = []
-    #: transport of a replay: inproc, ipc or tcp
-    transport: Literal["inproc", "ipc", "tcp"] = "inproc"
+    #: transport of a replay's feed: inproc (a thread of the engine's process), ipc or tcp
+    #: (a process of its own); auto: ipc when the strategy's bar closes run on the GPU
+    #: (a feed thread there competes with the launches for the GIL), else inproc
+    transport: Literal["auto", "inproc", "ipc", "tcp"] = "auto"
     #: device of GPU-capable work in the engine (strategy evaluation, option groups)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     #: the exchange's time zone: bar boundaries, session phases, day boundaries and option

@@ -130,12 +130,39 @@ class _StoppableSource:
             yield chunk
 
 
+def open_source(factory: SourceFactory) -> Any:
+    """`factory()` in the engine's process, whatever the transport: a bad file fails now
+    with one line, and the engine needs the symbol table (sources are lazy, so this reads
+    little)."""
+    try:
+        return factory()
+    except (ValueError, OSError) as exc:
+        raise UserError(str(exc)) from None
+
+
+def feed_transport(choice: str, strategy: Strategy, n_symbols: int) -> str:
+    """The transport a replay's feed takes: `choice`, or for "auto" a process of its own
+    (ipc) when the strategy's bar closes run on the GPU, else a thread of the engine's
+    process (inproc, which starts no process and is the faster one on the CPU). Why: a GPU
+    bar close is mostly short host calls into the driver, each letting go of the GIL for an
+    instant, so a feed thread of the same process gets the GIL a few messages at a time and
+    the engine receives the bars in thousands of small batches instead of a few dozen
+    (benchmarks/gp_replay.py --transports; benchmarks/results/h200-2026-11-28/README.md)."""
+    if choice != "auto":
+        return choice
+    backend_for = getattr(strategy, "backend_for", None)
+    on_gpu = backend_for is not None and backend_for(n_symbols) == "cuda"
+    return "ipc" if on_gpu else "inproc"
+
+
 class _Feed:
     """The publishing side of a replay, as a thread (inproc) or a process (ipc/tcp)."""
 
     def __init__(self, factory: SourceFactory, transport: str, ctx: zmq.asyncio.Context,
-                 tmpdir: str, rate: float = 0.0, frame_ticks: int = 0) -> None:
-        """`frame_ticks` > 0: runs of trades go as batches of that many per frame."""
+                 tmpdir: str, rate: float = 0.0, frame_ticks: int = 0,
+                 source: Any = None) -> None:
+        """`frame_ticks` > 0: runs of trades go as batches of that many per frame.
+        `source`: `factory()` already opened (`open_source`)."""
         self.transport = transport
         self.error: str | None = None
         self.sent = 0
@@ -145,12 +172,7 @@ class _Feed:
         self.ready = False  # a feed process set up to publish (`wait_ready`)
         self._stop = threading.Event()
         endpoint = _endpoint(transport, tmpdir)
-        try:
-            # opened here in every case: a bad file fails now with one line, and the engine
-            # needs the symbol table (sources are lazy, so this reads little)
-            self.source = factory()
-        except (ValueError, OSError) as exc:
-            raise UserError(str(exc)) from None
+        self.source = source if source is not None else open_source(factory)
         if transport == "inproc":
             self.pub = Publisher(endpoint, zmq.Context.shadow(ctx.underlying))
             self.endpoint = self.pub.endpoint
@@ -291,7 +313,9 @@ async def replay_async(
     # batches of trades unless paced (a market played back tick by tick) or with option
     # groups (repriced after every underlying tick: their spots come per message)
     frame_ticks = 0 if publish_rate > 0 or option_book is not None else config.replay_frame_ticks
-    feed = _Feed(factory, config.transport, ctx, tmpdir, publish_rate, frame_ticks)
+    source = open_source(factory)
+    transport = feed_transport(config.transport, strategy, len(source.symbols))
+    feed = _Feed(factory, transport, ctx, tmpdir, publish_rate, frame_ticks, source=source)
     sub = Subscriber(feed.endpoint, ctx, limits=config.validation,
                      max_batch=config.receive_batch_in_force)
     last_progress = 0
@@ -343,7 +367,7 @@ async def replay_async(
     return ReplayResult(
         engine=engine, wall_seconds=wall, source_name=getattr(feed.source, "name", "source"),
         skipped=dict(sub.validator.skipped.counts), source_skipped=feed.source_skipped,
-        received=sub.validator.received, sent=feed.sent, transport=config.transport,
+        received=sub.validator.received, sent=feed.sent, transport=feed.transport,
         cpu_seconds=cpu, feed_cpu_seconds=feed.cpu_seconds,
     )
 

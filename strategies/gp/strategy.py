@@ -77,6 +77,13 @@ class GPEnsemble:
         self.device = self._decider.choose_backend(len(symbols))
         self._signal = np.zeros(len(symbols), np.int8)
 
+    def backend_for(self, n_symbols: int) -> str:
+        """Where bar closes of `n_symbols` will run, "cpu" or "cuda" (under device "auto"
+        the measured choice, `AsyncDecider.choose_backend`, paid once per size): a replay
+        puts its feed in a process of its own for a GPU strategy
+        (`engine.trading.replay.feed_transport`)."""
+        return self._decider.choose_backend(max(n_symbols, 1))
+
     @property
     def asynchronous(self) -> bool:
         """Whether a bar close's evaluation runs on the GPU (returns before it is done)."""
@@ -155,6 +162,12 @@ class SwappableGP(GPEnsemble):
             super().reset(symbols)
         else:
             self._signal = np.zeros(len(symbols), np.int8)
+
+    def backend_for(self, n_symbols: int) -> str:
+        if self.rules:
+            return super().backend_for(n_symbols)
+        # before the first rule: the device asked for ("auto" decides per rule set later)
+        return "cuda" if self._requested == "cuda" else "cpu"
 
     def swap(self, rules: Sequence[GPRule], flat: bool = False) -> None:
         """Trade `rules` from the next bar close on (call between bar closes)."""

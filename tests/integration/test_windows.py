@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import run_engine
+from gpu.device import cuda_present
 from strategies.gp.strategy import simulate_money
 from strategies.gp.strategy_file import read_strategy_file
 from strategies.gp.window import load_window
@@ -36,8 +37,9 @@ def evolved(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
 
 def _replay(evolved: dict[str, Any], window: str, name: str, *extra: str) -> dict[str, Any]:
     out = evolved["tmp"] / name
+    device = () if "--device" in extra else ("--device", "cpu")
     assert run_engine.main(["replay", "--strategy", str(evolved["best"]), "--window", window,
-                            "--device", "cpu", "--out", str(out), *extra]) == 0
+                            *device, "--out", str(out), *extra]) == 0
     return dict(json.loads((out / "report.json").read_text()))
 
 
@@ -99,3 +101,22 @@ def test_data_path_beside_the_strategy_file(evolved: dict[str, Any], tmp_path: P
     monkeypatch.chdir(tmp_path)
     assert run_engine.main(["replay", "--strategy", str(moved), "--window", "test",
                             "--device", "cpu"]) == 0
+
+
+@pytest.mark.skipif(not cuda_present(), reason="no CUDA device or simulator")
+def test_a_gpu_strategy_replays_with_its_feed_in_a_process_and_the_same_money(
+        evolved: dict[str, Any]) -> None:
+    """The default transport ("auto") gives a GP strategy on CUDA a feed process of its
+    own (a feed thread starves next to GPU bar closes: benchmarks/gp_replay.py); the
+    money, fills and equity are the CPU replay's, whose feed stays a thread."""
+    # the first 30 days of the test window: simulated launches are slow, and the claim
+    # does not depend on the length
+    first = read_strategy_file(evolved["best"]).test.first_date  # type: ignore[union-attr]
+    end = ("--end", str(np.datetime64(first) + np.timedelta64(42, "D")))
+    cpu = _replay(evolved, "test", "transport-cpu", *end)
+    gpu = _replay(evolved, "test", "transport-cuda", "--device", "cuda", *end)
+    assert (cpu["transport"], cpu["strategy_device"]) == ("inproc", "cpu")
+    assert (gpu["transport"], gpu["strategy_device"]) == ("ipc", "cuda")
+    assert cpu["fills"] > 0
+    for key in ("fills", "roi", "final_equity", "per_symbol"):
+        assert gpu[key] == cpu[key], key
