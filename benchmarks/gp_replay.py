@@ -200,6 +200,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--png", type=Path)
+    ap.add_argument("--replot", type=Path, metavar="JSON",
+                    help="draw --png from an earlier run's --json and exit")
     ap.add_argument("--profile", type=Path,
                     help="after the rounds, one more replay per way under cProfile: the top "
                          "functions by own time appended to this text file")
@@ -210,6 +212,10 @@ def main() -> None:
                     help="the replay's feed transports, commas (inproc: a thread of the "
                          "engine's process; ipc: a process of its own)")
     args = ap.parse_args()
+    if args.replot is not None:
+        rows_of = json.loads(args.replot.read_text())["runs"]
+        plot(summarise(rows_of), args.png or args.replot.with_suffix(".png"))
+        return
     if args.quick:
         args.stocks, args.days, args.test_days = 6, 120, 20
         args.population, args.generations, args.hall_of_fame, args.rounds = 60, 1, 5, 2
@@ -244,22 +250,7 @@ def main() -> None:
                     replay_once(spec, device, overlap, tmp, f"{strategy}: {name}",
                                 serial=256 if "thread" in name else None,
                                 profile=args.profile)
-    table = []
-    for key, runs in rows.items():
-        money = [run["per_symbol"] for run in runs]
-        first_way = next(k for k in rows if k.split(":")[0] == key.split(":")[0])
-        same = all(m == rows[first_way][0]["per_symbol"] for m in money)
-        table.append({"row": key, "rounds": len(runs),
-                      "wall_s_median": statistics.median(r["wall_s"] for r in runs),
-                      "bar_close_us_median": statistics.median(r["bar_close_us"] for r in runs),
-                      "bar_close_us_range": [min(r["bar_close_us"] for r in runs),
-                                             max(r["bar_close_us"] for r in runs)],
-                      "overlapped_bar_events": runs[0]["overlapped_bar_events"],
-                      "bar_events": runs[0]["bar_events"], "fills": runs[0]["fills"],
-                      "receive_batches_median": statistics.median(
-                          r["receive_batches"] for r in runs),
-                      "ran_as": f"{runs[0]['strategy_device']}/{runs[0]['transport']}",
-                      "same_money_as_cpu": same})
+    table = summarise(rows)
     print(f"{'row':56} {'wall s':>8} {'bar close us':>13} {'range':>15} {'overlapped':>11} "
           f"{'receives':>9} {'ran as':>11} same money")
     for t in table:
@@ -281,6 +272,30 @@ def main() -> None:
         raise SystemExit("the ways ended with different money: see the table")
 
 
+def summarise(rows: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """A row per way: medians and ranges over its rounds, and whether every round ended
+    with the money of the strategy's first way."""
+    table = []
+    for key, runs in rows.items():
+        money = [run["per_symbol"] for run in runs]
+        first_way = next(k for k in rows if k.split(":")[0] == key.split(":")[0])
+        same = all(m == rows[first_way][0]["per_symbol"] for m in money)
+        table.append({"row": key, "rounds": len(runs),
+                      "wall_s_median": statistics.median(r["wall_s"] for r in runs),
+                      "bar_close_us_median": statistics.median(r["bar_close_us"] for r in runs),
+                      "bar_close_us_range": [min(r["bar_close_us"] for r in runs),
+                                             max(r["bar_close_us"] for r in runs)],
+                      "wall_s_range": [min(r["wall_s"] for r in runs),
+                                       max(r["wall_s"] for r in runs)],
+                      "overlapped_bar_events": runs[0]["overlapped_bar_events"],
+                      "bar_events": runs[0]["bar_events"], "fills": runs[0]["fills"],
+                      "receive_batches_median": statistics.median(
+                          r["receive_batches"] for r in runs),
+                      "ran_as": f"{runs[0]['strategy_device']}/{runs[0]['transport']}",
+                      "same_money_as_cpu": same})
+    return table
+
+
 def _gpu_name() -> str:
     from benchmarks.common import gpu_name
     from gpu.device import cuda_simulated
@@ -288,22 +303,31 @@ def _gpu_name() -> str:
 
 
 def plot(table: list[dict[str, Any]], png: Path) -> None:
+    """Two panels per row: the replay's wall time and the event loop's time per bar close
+    (medians, ranges over rounds)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 0.5 * len(table) + 1.5))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 0.45 * len(table) + 1.8), sharey=True)
     names = [t["row"] for t in table]
-    med = [t["bar_close_us_median"] for t in table]
-    err = [[m - t["bar_close_us_range"][0] for m, t in zip(med, table, strict=True)],
-           [t["bar_close_us_range"][1] - m for m, t in zip(med, table, strict=True)]]
-    ax.barh(names, med, xerr=err, color="tab:blue")
-    ax.invert_yaxis()
-    ax.set_xlabel("event-loop time per bar close, µs (median, range over rounds)")
-    ax.set_title("GP replay over the training window: bar-close cost per way")
+    for ax, key, label in (
+            (axes[0], "wall_s", "replay wall time, s"),
+            (axes[1], "bar_close_us", "event-loop time per bar close, µs")):
+        med = [t[f"{key}_median"] for t in table]
+        lo = [t.get(f"{key}_range", [m, m])[0] for m, t in zip(med, table, strict=True)]
+        hi = [t.get(f"{key}_range", [m, m])[1] for m, t in zip(med, table, strict=True)]
+        err = [[m - a for m, a in zip(med, lo, strict=True)],
+               [b - m for m, b in zip(med, hi, strict=True)]]
+        colors = ["tab:orange" if "cpu/" in t.get("ran_as", "") else "tab:blue" for t in table]
+        ax.barh(names, med, xerr=err, color=colors)
+        ax.set_xlabel(f"{label} (median, range over rounds)")
+    axes[0].invert_yaxis()
+    fig.suptitle("GP replay over the training window, per way and feed transport "
+                 "(orange: ran on the CPU, blue: on CUDA)")
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=120)
+    fig.savefig(png, dpi=110)
     log(f"wrote {png}")
 
 

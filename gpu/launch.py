@@ -287,12 +287,12 @@ def event_query(event: Any) -> Callable[[], bool]:
 def event_waiter(event: Any) -> Callable[[], None]:
     """`wait()`: block the calling thread until `event` has happened, with the GIL
     released for the whole wait (one ctypes call to cuEventSynchronize), so the process's
-    other threads run meanwhile: a replay's feed thread publishing the next bars, a
-    journal writer. Polling `event_query` from the event loop instead holds the GIL
-    between polls; CPython hands it to another thread only every switch interval (5 ms),
-    so a thread feeding the engine starves while a bar close waits for the GPU (measured:
-    benchmarks/results/h100-2026-11-25/README.md, the GP replay). Elsewhere (no driver
-    library, the simulator) numba's `event.synchronize()`."""
+    other threads run meanwhile (a journal writer, a feed thread), and no CPU is spent
+    spinning. Polling `event_query` lets go of the GIL at each poll as well (a ctypes
+    call), so this did not cure a replay's feed thread starving next to GPU bar closes
+    (measured: benchmarks/results/h200-2026-11-28/README.md); a feed process does
+    (`engine.trading.replay.feed_transport`). Elsewhere (no driver library, the
+    simulator) numba's `event.synchronize()`."""
     lib = _driver()
     hevent = _address(getattr(event, "handle", None)) if lib is not None else None
     if lib is None or not hevent:

@@ -310,8 +310,8 @@ class AsyncDecider:
 
     def wait(self) -> None:
         """Block until the latest `start`'s codes are ready, with the GIL released while
-        the GPU works (`gpu.launch.event_waiter`): a thread of this process that feeds the
-        engine (a replay's inproc feed) keeps publishing meanwhile."""
+        the GPU works (`gpu.launch.event_waiter`): no CPU spent polling, and the process's
+        other threads run meanwhile."""
         if self.ready():
             return
         self._wait()

@@ -143,8 +143,14 @@ def _other_thread_ran_during(wait: Callable[[], None]) -> tuple[bool, int]:
 @pytest.mark.gpu
 def test_waiting_for_the_gpu_leaves_the_gil_to_other_threads() -> None:
     """A bar close waiting for its launch (`AsyncDecider.wait`) lets a thread of the same
-    process run meanwhile (a replay's inproc feed), where polling the event held the GIL
-    (the polling wait is the control). The codes are the CPU twin's either way."""
+    process run meanwhile. The codes are the CPU twin's, waited for or polled.
+
+    Polling is no control for the GIL: each poll is a ctypes call into the driver, which
+    lets go of the GIL too, and on the H200 (2026-11-28) the other thread ran as often while
+    polled as while waited (1 and 1 steps). The inproc feed's starvation next to GPU bar
+    closes is a matter of how the GIL changes hands, not of who holds it while waiting: a
+    replay of a GPU strategy puts its feed in a process of its own
+    (`engine.trading.replay.feed_transport`)."""
     progs, lengths = programs(64)
     cpu = AsyncDecider(progs, lengths, "cpu")
     gpu_decider = AsyncDecider(progs, lengths, "cuda")
@@ -160,16 +166,13 @@ def test_waiting_for_the_gpu_leaves_the_gil_to_other_threads() -> None:
         gpu_decider.start(feats)
         if gpu_decider.ready():
             continue
-        _, polled_steps = _other_thread_ran_during(polled)
+        _other_thread_ran_during(polled)
         np.testing.assert_array_equal(gpu_decider.result(), want)
         gpu_decider.start(feats)
         if gpu_decider.ready():
             continue
-        waited_ran, steps = _other_thread_ran_during(gpu_decider.wait)
+        waited_ran, _ = _other_thread_ran_during(gpu_decider.wait)
         np.testing.assert_array_equal(gpu_decider.result(), want)
         assert waited_ran, "the other thread never ran while the GPU was awaited"
-        # the control: each poll is a ctypes call, which lets go of the GIL for an instant,
-        # so the other thread may slip in now and then, but far less than in a free wait
-        assert steps > polled_steps, (steps, polled_steps)
         return
     pytest.skip("every launch finished before it could be awaited")
