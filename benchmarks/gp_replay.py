@@ -258,7 +258,13 @@ def main() -> None:
         print(f"{t['row']:56} {t['wall_s_median']:8.3f} {t['bar_close_us_median']:13.1f} "
               f"{lo:7.1f}-{hi:<7.1f} {t['overlapped_bar_events']:>5}/{t['bar_events']:<5} "
               f"{t['receive_batches_median']:>9.0f} {t['ran_as']:>11} {t['same_money_as_cpu']}")
+    from gpu.gp.decider import BREAK_EVEN
+    for cal in BREAK_EVEN.values():  # what --device auto measured (one bar close each)
+        print(f"--device auto at {cal['n_programs']} rules x {cal['n_symbols']} symbols: "
+              f"cpu {cal['cpu_us']:.1f} us, cuda {cal['cuda_us']:.1f} us "
+              f"(gap {cal.get('gap_ms', 0):.1f} ms) -> {cal['choice']}")
     result = {"benchmark": "gp_replay", "machine": platform.node(),
+              "calibrations": list(BREAK_EVEN.values()),
               "gpu": _gpu_name() if gpu else None,
               "date": datetime.now(UTC).isoformat(timespec="seconds"),
               "stocks": args.stocks, "days": args.days, "population": args.population,

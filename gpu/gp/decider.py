@@ -22,7 +22,8 @@ benchmarks/results/h200-2026-11-23-session3/README.md).
 symbols a launch, two copies and the event polling cost more than the CPU twin's whole
 evaluation. With `device="auto"` on a machine with a GPU, `choose_backend(n_symbols)` times
 one bar close on the CPU and on CUDA (with the features copied and read from mapped memory,
-when `panel="auto"`) at the strategy's real size (n_rules x n_symbols), keeps the fastest,
+when `panel="auto"`) at the strategy's real size (n_rules x n_symbols), each after an idle
+gap like an engine's between bar closes (`CALIBRATION_GAP_S`), keeps the fastest,
 logs the measurement, and remembers it per size for the process (`BREAK_EVEN`), so the
 measurement is paid once.
 """
@@ -70,6 +71,13 @@ log = logging.getLogger(__name__)
 BREAK_EVEN: dict[tuple[int, int], dict[str, Any]] = {}
 #: timed bar closes per backend (after one warm-up each); the median decides
 CALIBRATION_ROUNDS = 7
+#: idle before each timed bar close, as an engine idles between bar closes (a replay's are
+#: about a millisecond apart at 128 symbols, a live engine's a bar length): numba's pool
+#: threads have gone back to sleep and the CPU twin's prange pays their wake-up, which
+#: bar closes timed back to back never see (1 rule x 128 symbols on the H200: 18 us back to
+#: back, against 570 us a CPU bar close in the replay and 284 us an overlapped CUDA one;
+#: benchmarks/results/h200-2026-11-28/README.md)
+CALIBRATION_GAP_S = 0.002
 PANEL_MODES = ("auto", "copy", "mapped")
 #: GP_CPU_SERIAL_MAX_DECISIONS: on the CPU, bar closes of at most this many program x
 #: symbol decisions run on the calling thread (`_codes_day_serial_cpu`), larger ones in
@@ -185,6 +193,7 @@ class AsyncDecider:
                 codes[name] = self._bar_close(feats)  # warm-up (and buffers)
                 samples = []
                 for _ in range(CALIBRATION_ROUNDS):
+                    time.sleep(CALIBRATION_GAP_S)
                     t0 = time.perf_counter()
                     self._bar_close(feats)
                     samples.append(time.perf_counter() - t0)
@@ -193,7 +202,8 @@ class AsyncDecider:
             times["cuda"] = times[best_cuda]
             choice: Resolved = "cuda" if times["cuda"] < times["cpu"] else "cpu"
             BREAK_EVEN[key] = {
-                "n_programs": key[0], "n_symbols": key[1], "cpu_us": times["cpu"] * 1e6,
+                "n_programs": key[0], "n_symbols": key[1], "gap_ms": CALIBRATION_GAP_S * 1e3,
+                "cpu_us": times["cpu"] * 1e6,
                 "cuda_us": times["cuda"] * 1e6, "choice": choice,
                 "panel": best_cuda.removeprefix("cuda_"),
                 **{f"{n}_us": t * 1e6 for n, t in times.items() if n.startswith("cuda_")},

@@ -206,6 +206,7 @@ def test_gp_auto_device_measures_both_backends_and_keeps_the_faster() -> None:
     cal = auto._decider.calibration
     assert cal is not None and cal["n_programs"] == 3 and cal["n_symbols"] == 5
     assert cal["cpu_us"] > 0 and cal["cuda_us"] > 0 and cal["codes_agree"]
+    assert cal["gap_ms"] == gp_decider.CALIBRATION_GAP_S * 1e3 > 0
     faster = "cuda" if cal["cuda_us"] < cal["cpu_us"] else "cpu"
     assert cal["choice"] == faster == auto.device
     # on CUDA both ways the features travel were timed; the faster one is kept
