@@ -131,6 +131,7 @@ def run(args: argparse.Namespace, config_of: Any, source_factory: Any
     sessions.stitch(result.engine)
     report = build_report(result, "gp walk-forward", trials=len(folds) * config.population
                           * config.generations)
+    report["strategy_device"] = strategy.device  # the last fold's rules' (measured: auto)
     return _with_walk_forward(report, sessions, plan, args, cfg, source), result
 
 

@@ -58,6 +58,8 @@ def test_replay_gives_evolves_walk_forward_to_the_cent(
     assert r["fill_model"] == "signal-close" and r["like_evolve"]
     # the engine traded: fills in every fold, and the headline ROI is the stitched one
     assert replayed["fills"] > 0 and replayed["roi"] == r["oos_roi"]
+    # a CPU strategy's feed stays a thread of the engine's process (--transport auto)
+    assert (replayed["strategy_device"], replayed["transport"]) == ("cpu", "inproc")
     # every test day of every stock was a traded bar (the training days only warmed)
     assert replayed["bars"] == 4 * sum(f["test_days"] for f in r["folds"])
 
