@@ -37,7 +37,7 @@ def evolved(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> dict
 def _replay(evolved: dict[str, Any], window: str, name: str, *extra: str) -> dict[str, Any]:
     out = evolved["tmp"] / name
     assert run_engine.main(["replay", "--strategy", str(evolved["best"]), "--window", window,
-                            "--device", "cpu", "--out", str(out), *extra]) == 0
+                            "--device", "cpu", "--out", str(out), "--no-plots", *extra]) == 0
     return dict(json.loads((out / "report.json").read_text()))
 
 
