@@ -4,14 +4,24 @@ contexts a test leaves open get linger 0 when it ends."""
 from __future__ import annotations
 
 import os
+import sys
 import weakref
 from collections.abc import Iterator
 from typing import Any
 
-import pytest
-import zmq
+# The suite keeps its bytecode (__pycache__, git-ignored) even where the environment says
+# PYTHONDONTWRITEBYTECODE=1 (the dev VM's does): without it every run compiled the project's
+# modules from source again and rewrote the asserts of all 120 test modules, 8 s of CPU per
+# pytest process (each xdist worker is one), and every command the tests start as a
+# process (about 90) compiled the engine's modules again, 0.2-0.3 s each. Set before the
+# test modules are collected; the processes the tests start inherit the environment.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
-from feeds.datadir import data_dir
+import pytest  # noqa: E402
+import zmq  # noqa: E402
+
+from feeds.datadir import data_dir  # noqa: E402
 
 # Commands run by the tests (in this process and in subprocesses, which inherit these):
 # no parallel first-run compile workers (gpu/compile_cache.py; two cores run the suite) and
@@ -88,3 +98,38 @@ def shared_data():
     if not d.is_dir():
         pytest.skip(f"shared market data not found at {d}")
     return d
+
+
+# ----------------------------------------------------------------------------- xdist
+# `@pytest.mark.alone`: under pytest-xdist (`-n 2`, the README's command and CI's) the test
+# runs with no other test running beside it: a few process tests measure a daemon against
+# its feed, or the gaps in a paced stream, and two workers on two cores left the daemon not
+# behind its feed once (the overload test). Every test holds a shared lock on a file of
+# this run while it runs (setup to teardown); an `alone` test holds it exclusively. A gate
+# lock in front gives the exclusive one precedence: once it waits, the other worker starts
+# no new test, so the wait is at most the other worker's current test. Without xdist the
+# tests run one at a time anyway and nothing is locked.
+_xdist_run = os.environ.get("PYTEST_XDIST_WORKER") is not None
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    if not _xdist_run:
+        yield
+        return
+    import fcntl
+
+    # the workers' base temporary directories are popen-gwN inside this run's own one
+    # (pytest keeps the last three runs' and removes older ones: no cleanup here)
+    run_dir = item.config._tmp_path_factory.getbasetemp().parent  # type: ignore[attr-defined]
+    alone = item.get_closest_marker("alone") is not None
+    with open(run_dir / "alone.gate", "a") as gate, open(run_dir / "alone.lock", "a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        if not alone:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            fcntl.flock(gate, fcntl.LOCK_UN)

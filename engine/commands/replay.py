@@ -37,8 +37,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="built-in name (sma-cross[:FAST,SLOW[,long-only]]) or a strategy file "
                         "(*.py defining make_strategy(), or a GP *.json)")
     p.add_argument("--out", type=Path,
-                   help="folder for report.json, fills.csv, trades.csv, equity.csv and "
-                        "equity.png (default: no files, only the summary)")
+                   help="folder for report.json, fills.csv, trades.csv, equity.csv, "
+                        "equity.png and the report.html tearsheet (default: no files, only "
+                        "the summary)")
+    p.add_argument("--no-plots", action="store_true",
+                   help="with --out: leave out equity.png and report.html (the numbers "
+                        "files only; drawing them takes most of a short replay)")
     p.add_argument("--symbols", help="comma-separated symbols to keep from --data "
                                      "(default: all)")
     p.add_argument("--start", help="first date (YYYY-MM-DD, New York) of --data to use "
@@ -299,7 +303,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         report["evolve_comparison"] = window_comparison(plan, report, gp_file, args.strategy)
     if args.out:
         try:
-            report["files"] = write_outputs(report, result, args.out)
+            report["files"] = write_outputs(report, result, args.out,
+                                            plots=not args.no_plots)
         except OSError as exc:
             raise UserError(f"--out {args.out}: cannot write: {exc}") from None
     print(summary(report))
@@ -317,7 +322,8 @@ def _run_walk_forward(args: argparse.Namespace) -> dict[str, Any]:
                                              source_factory)
     if args.out:
         try:
-            report["files"] = write_outputs(report, result, args.out)
+            report["files"] = write_outputs(report, result, args.out,
+                                            plots=not args.no_plots)
         except OSError as exc:
             raise UserError(f"--out {args.out}: cannot write: {exc}") from None
     print(summary(report))

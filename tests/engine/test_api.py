@@ -31,7 +31,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, pd.D
 def _replay(path: Path, tmp: Path, strategy: str) -> tuple[dict, Path]:
     out = tmp / "out"
     assert run_engine.main(["replay", "--data", str(path), "--strategy", strategy,
-                            "--device", "cpu", "--out", str(out)]) == 0
+                            "--device", "cpu", "--out", str(out), "--no-plots"]) == 0
     return json.loads((out / "report.json").read_text()), out
 
 

@@ -134,7 +134,7 @@ def test_replay_default_for_bars_is_next_open_and_the_report_says_so(
     for fill in (None, "signal-close"):
         out = tmp_path / str(fill)
         argv = ["replay", "--data", str(data), "--strategy", "sma-cross:5,25,long-only",
-                "--device", "cpu", "--out", str(out)]
+                "--device", "cpu", "--out", str(out), "--no-plots"]
         assert run_engine.main(argv + (["--fill", fill] if fill else [])) == 0
         reports[fill] = json.loads((out / "report.json").read_text())
         assert f"fills: {fill or 'next-open'}" in capsys.readouterr().out
@@ -144,7 +144,7 @@ def test_replay_default_for_bars_is_next_open_and_the_report_says_so(
     assert reports[None]["final_equity"] != reports["signal-close"]["final_equity"]
     out = tmp_path / "ticks"
     assert run_engine.main(["replay", "--ticks", "3000", "--n-symbols", "2", "--device", "cpu",
-                            "--out", str(out)]) == 0
+                            "--out", str(out), "--no-plots"]) == 0
     assert json.loads((out / "report.json").read_text())["fill"] == "next-tick"
 
 

@@ -97,7 +97,7 @@ def test_sharpe_of_a_short_tick_replay_is_not_annualised_bar_noise(tmp_path: Pat
     synthetic ticks showed Sharpe 41.65. Daily returns (exchange days) are used now."""
     out = tmp_path / "o"
     assert run_engine.main(["replay", "--ticks", "60000", "--n-symbols", "3", "--device", "cpu",
-                            "--out", str(out)]) == 0
+                            "--out", str(out), "--no-plots"]) == 0
     rep = json.loads((out / "report.json").read_text())
     want = _reference(out, rep["initial_equity"])
     if rep["trading_days"] >= MIN_RATIO_DAYS:

@@ -25,7 +25,8 @@ NEW_YORK = ZoneInfo("America/New_York")
 
 def _replay(tmp_path: Path, *argv: str) -> tuple[dict, Path]:
     out = tmp_path / "out"
-    assert run_engine.main(["replay", *argv, "--device", "cpu", "--out", str(out)]) == 0
+    assert run_engine.main(["replay", *argv, "--device", "cpu", "--out", str(out),
+                            "--no-plots"]) == 0
     return json.loads((out / "report.json").read_text()), out
 
 

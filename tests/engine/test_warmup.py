@@ -75,7 +75,7 @@ def _replay(daily: Path, tmp: Path, *extra: str) -> tuple[dict[str, Any], pd.Dat
                                                           pd.DataFrame]:
     rc = run_engine.main(["replay", "--data", str(daily), "--start", START, "--end", END,
                           "--strategy", "sma-cross:5,25,long-only", "--fill", "signal-close",
-                          "--device", "cpu", "--out", str(tmp), *extra])
+                          "--device", "cpu", "--out", str(tmp), "--no-plots", *extra])
     assert rc == 0
     rep = json.loads((tmp / "report.json").read_text())
     return rep, pd.read_csv(tmp / "fills.csv"), pd.read_csv(tmp / "equity.csv")

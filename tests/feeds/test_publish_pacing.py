@@ -60,6 +60,7 @@ def _arrivals(endpoint: str, ctx: zmq.Context[zmq.Socket[bytes]], want: int,
     sub.close(linger=0)
 
 
+@pytest.mark.alone  # gaps of 20 ms between messages: no other test's processes beside it
 def test_paced_stream_does_not_stop_at_chunk_boundaries() -> None:
     ctx: zmq.Context[zmq.Socket[bytes]] = zmq.Context()
     pub = Publisher("inproc://paced", ctx)

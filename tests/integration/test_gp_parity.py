@@ -44,7 +44,7 @@ def test_replay_matches_evaluator_to_the_cent(shared_data: Path, tmp_path: Path)
         out = tmp_path / f"replay-{overlap}"
         rc = run_engine.main([  # the window (symbols, dates, data file) comes from best.json
             "replay", "--strategy", str(best), "--window", "train", "--device", "cpu",
-            "--fill", "signal-close", "--config", str(config), "--out", str(out),
+            "--fill", "signal-close", "--config", str(config), "--out", str(out), "--no-plots",
         ])
         assert rc == 0
         rep = json.loads((out / "report.json").read_text())
@@ -78,6 +78,7 @@ def test_engine_gp_strategy_on_cuda_trades_like_cpu(shared_data: Path, tmp_path:
             "replay", "--data", str(data), "--symbols", ",".join(train["symbols"]),
             "--start", train["first_date"], "--end", train["last_date"],
             "--strategy", f"{best}#ensemble", "--device", device, "--out", str(out),
+            "--no-plots",
         ]) == 0
         reports[device] = json.loads((out / "report.json").read_text())
     assert reports["cpu"]["per_symbol"] == reports["cuda"]["per_symbol"]

@@ -16,6 +16,7 @@ from tests.live_procs import flood
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # the daemon must fall behind its feed: no other test's processes beside
 def test_overload_memory_bounded_nothing_lost(tmp_path: Path) -> None:
     r = flood(tmp_path, seconds=5.0, n_ticks=3_000_000)
     st = r["status"]

@@ -108,7 +108,7 @@ def _engine_fills(csv: Path, tmp: Path, flags: list[str]
     assert run_engine.main([
         "replay", "--data", str(csv), "--symbols", ",".join(SYMBOLS), "--end", END,
         "--strategy", "sma-cross:10,50,long-only", "--fill", "next-open",
-        "--config", str(cfg), "--out", str(out), *flags]) == 0
+        "--config", str(cfg), "--out", str(out), "--no-plots", *flags]) == 0
     fills = pd.read_csv(out / "fills.csv")
     assert (fills.quantity == 10.0).all()
     days = pd.to_datetime(fills.ts, utc=True).dt.tz_convert("America/New_York").dt.date

@@ -25,7 +25,7 @@ ARGS = ["--start", "2014-01-02", "--end", "2015-06-30"]
 
 def _replay(csv: Path, out: Path, *extra: str) -> dict[str, Any]:
     assert run_engine.main(["replay", "--data", str(csv), *ARGS, "--out", str(out),
-                            *extra]) == 0
+                            "--no-plots", *extra]) == 0
     return dict(json.loads((out / "report.json").read_text()))
 
 

@@ -122,6 +122,23 @@ def test_cli_writes_report_fills_and_plot(tmp_path: Path) -> None:
     cash -= float(fills.commission.sum())
     assert cash == pytest.approx(rep["final_equity"], abs=1e-6)
     assert (out / "equity.png").stat().st_size > 10_000
+    assert (out / "report.html").stat().st_size > 10_000
+
+
+def test_no_plots_writes_the_same_numbers_without_the_png_and_html(tmp_path: Path) -> None:
+    runs = {}
+    for name, extra in (("plots", []), ("numbers", ["--no-plots"])):
+        out = tmp_path / name
+        assert run_engine.main(["replay", "--ticks", "20000", "--n-symbols", "2", "--seed", "2",
+                                "--quiet", "--out", str(out), *extra]) == 0
+        runs[name] = out
+    assert (runs["plots"] / "equity.png").is_file() and (runs["plots"] / "report.html").is_file()
+    assert sorted(p.name for p in runs["numbers"].iterdir()) == [
+        "equity.csv", "fills.csv", "report.json", "trades.csv"]
+    for name in ("fills.csv", "trades.csv", "equity.csv"):
+        assert (runs["plots"] / name).read_bytes() == (runs["numbers"] / name).read_bytes()
+    reports = [_strip_timing(json.loads((runs[n] / "report.json").read_text())) for n in runs]
+    assert reports[0] == reports[1] and reports[0]["fills"] > 0
 
 
 def test_cli_bad_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

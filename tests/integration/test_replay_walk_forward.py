@@ -105,7 +105,7 @@ def test_anchored_ensemble_with_costs_equal_to_the_cent(shared_data: Path,
                                                         tmp_path: Path) -> None:
     extra = ("--anchored", "--ensemble", "2", "--commission", "2.5", "--slippage-bps", "7")
     e = run(shared_data, tmp_path, "evolve", *extra)["walk_forward"]
-    replayed = run(shared_data, tmp_path, "replay", *extra)
+    replayed = run(shared_data, tmp_path, "replay", *extra, "--no-plots")
     r = replayed["walk_forward"]
     assert replayed["costs"] == {"commission": 2.5, "slippage_bps": 7.0}
     assert all(f["train_start"] == START for f in r["folds"])  # anchored: one first day

@@ -35,7 +35,7 @@ def replayed(shared_data: Path, tmp_path_factory: pytest.TempPathFactory
         rc = run_engine.main(["replay", "--data", str(data), "--start", START, "--end", END,
                               "--strategy", "sma-cross:5,25", "--commission", str(COMMISSION),
                               "--slippage-bps", str(SLIPPAGE_BPS), "--device", "cpu",
-                              "--out", str(out)])
+                              "--out", str(out), "--no-plots"])
     assert rc == 0
     rep = json.loads((out / "report.json").read_text())
     return rep, pd.read_csv(out / "equity.csv"), pd.read_csv(data), text.getvalue()

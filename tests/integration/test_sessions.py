@@ -19,7 +19,7 @@ NY = "America/New_York"
 
 def _replay(day: Path, out: Path, *extra: str) -> tuple[dict[str, Any], pd.Series]:
     assert run_engine.main(["replay", "--data", str(day), "--device", "cpu",
-                            "--out", str(out), *extra]) == 0
+                            "--out", str(out), "--no-plots", *extra]) == 0
     rep = json.loads((out / "report.json").read_text())
     fills = pd.read_csv(out / "fills.csv")
     local = pd.to_datetime(fills["ts"], utc=True).dt.tz_convert(NY)

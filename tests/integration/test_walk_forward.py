@@ -140,7 +140,7 @@ def test_the_last_fold_is_an_evolve_run_and_its_file_replays_to_the_cent(
     out = tmp_path / "replay"
     assert run_engine.main(["replay", "--strategy", str(tmp / "best.json"), "--window", "test",
                             "--device", "cpu", "--fill", "signal-close", "--out",
-                            str(out)]) == 0
+                            str(out), "--no-plots"]) == 0
     rep = json.loads((out / "report.json").read_text())
     got = np.array([rep["per_symbol"][s]["final_equity"] for s in report["symbols"]])
     assert float(np.mean(got / 10_000 - 1)) == pytest.approx(last["test_roi"], abs=1e-6)
@@ -183,7 +183,7 @@ def test_replay_with_the_same_costs_ends_with_evolves_money(shared_data: Path,
     out = tmp_path / "replay"
     assert run_engine.main([
         "replay", "--strategy", str(best), "--window", "train", "--device", "cpu",
-        "--fill", "signal-close", *costs, "--out", str(out)]) == 0
+        "--fill", "signal-close", *costs, "--out", str(out), "--no-plots"]) == 0
     rep = json.loads((out / "report.json").read_text())
     got = np.array([rep["per_symbol"][s]["final_equity"] for s in train["symbols"]])
     assert rep["fills"] > 0

@@ -39,7 +39,7 @@ def _replay(evolved: dict[str, Any], window: str, name: str, *extra: str) -> dic
     out = evolved["tmp"] / name
     device = () if "--device" in extra else ("--device", "cpu")
     assert run_engine.main(["replay", "--strategy", str(evolved["best"]), "--window", window,
-                            *device, "--out", str(out), *extra]) == 0
+                            *device, "--out", str(out), "--no-plots", *extra]) == 0
     return dict(json.loads((out / "report.json").read_text()))
 
 
