@@ -219,8 +219,18 @@ def run_feed(ticks: str, *extra: str, timeout: float = 60) -> dict[str, Any]:
     t.start()
     t.join(timeout)
     assert not t.is_alive(), f"feed still running after {timeout} s: {err.getvalue()}"
-    assert result == [0], err.getvalue()
+    assert result == [0], err.getvalue() + _last_daemon()
     return {"stdout": out.getvalue(), "stderr": err.getvalue()}
+
+
+def _last_daemon() -> str:
+    """The newest forked daemon's state, for a feed that found no subscriber: whether it
+    is still running (slow to start) or exited, and how (its stderr's end)."""
+    if not _started:
+        return ""
+    d = _started[-1]
+    tail = d.stderr.getvalue()[-1500:]
+    return f"\nnewest daemon (pid {d.pid}): exit code {d.poll()}, stderr: {tail!r}"
 
 
 def start_feed(ticks: str, *extra: str) -> subprocess.Popen[str]:
