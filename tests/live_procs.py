@@ -6,6 +6,7 @@ import atexit
 import io
 import json
 import os
+import random
 import signal
 import socket
 import sqlite3
@@ -21,10 +22,40 @@ import zmq
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux: 32768 by default)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+#: The ports the tests bind come from below the kernel's ephemeral range, a block per
+#: pytest-xdist worker (gw0, gw1, ...; 0 without xdist), from a random place in it and then
+#: in turn. A port the kernel handed out (bind to port 0) was free only at that moment: under
+#: `-n 2` the other worker's pick, or any outgoing connection (each ZeroMQ connect takes an
+#: ephemeral port), could get the same number before the test bound it, and a daemon then
+#: exited at once on a taken --orders while its feed waited 30 s for it (seen once in CI).
+#: No outgoing connection is given a port below the range, and the workers' blocks differ.
+_PORT_BLOCK = 400
+_worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+_port_lo = max(1024, _ephemeral_low() - _PORT_BLOCK * (1 + _worker % 24))
+_port_next = random.randrange(_PORT_BLOCK)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port of this worker's block that is free now (a bind checks it)."""
+    global _port_next
+    for _ in range(_PORT_BLOCK):
+        port = _port_lo + _port_next % _PORT_BLOCK
+        _port_next += 1
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise OSError(f"no free port in {_port_lo}..{_port_lo + _PORT_BLOCK - 1}")
 
 
 def endpoints() -> tuple[str, str]:
@@ -188,8 +219,18 @@ def run_feed(ticks: str, *extra: str, timeout: float = 60) -> dict[str, Any]:
     t.start()
     t.join(timeout)
     assert not t.is_alive(), f"feed still running after {timeout} s: {err.getvalue()}"
-    assert result == [0], err.getvalue()
+    assert result == [0], err.getvalue() + _last_daemon()
     return {"stdout": out.getvalue(), "stderr": err.getvalue()}
+
+
+def _last_daemon() -> str:
+    """The newest forked daemon's state, for a feed that found no subscriber: whether it
+    is still running (slow to start) or exited, and how (its stderr's end)."""
+    if not _started:
+        return ""
+    d = _started[-1]
+    tail = d.stderr.getvalue()[-1500:]
+    return f"\nnewest daemon (pid {d.pid}): exit code {d.poll()}, stderr: {tail!r}"
 
 
 def start_feed(ticks: str, *extra: str) -> subprocess.Popen[str]:

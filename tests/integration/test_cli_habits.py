@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ import pytest
 
 import run_engine
 from tests.helpers import daily_csv
+from tests.live_procs import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["--ticks", "3000", "--n-symbols", "2", "--device", "cpu"]
@@ -42,12 +42,6 @@ def _error_line(err: str) -> str:
     return lines[0]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 # --- the silent results -------------------------------------------------------------------
 
 def test_evolve_out_never_overwrites_a_data_file(
@@ -63,7 +57,7 @@ def test_evolve_out_never_overwrites_a_data_file(
 
 
 def test_feed_negative_rate_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
-    rc = _main(["feed", "--publish", f"tcp://127.0.0.1:{_free_port()}", "--rate", "-5",
+    rc = _main(["feed", "--publish", f"tcp://127.0.0.1:{free_port()}", "--rate", "-5",
                 "--wait", "0.2", *SMALL[:4]])
     line = _error_line(capsys.readouterr().err)
     assert rc == 2 and "--rate" in line  # before: it ran (at full speed) or timed out
@@ -72,7 +66,7 @@ def test_feed_negative_rate_is_an_error(capsys: pytest.CaptureFixture[str]) -> N
 @pytest.mark.parametrize("rate", ["nan", "inf", "-0.5"])
 def test_feed_non_finite_rate_is_an_error(rate: str, capsys: pytest.CaptureFixture[str]
                                           ) -> None:
-    rc = _main(["feed", "--publish", f"tcp://127.0.0.1:{_free_port()}", "--rate", rate,
+    rc = _main(["feed", "--publish", f"tcp://127.0.0.1:{free_port()}", "--rate", rate,
                 "--wait", "0.2"])
     assert rc == 2 and "--rate" in _error_line(capsys.readouterr().err)
 
@@ -80,7 +74,7 @@ def test_feed_non_finite_rate_is_an_error(rate: str, capsys: pytest.CaptureFixtu
 @pytest.mark.parametrize("endpoint", ["tcp://0.0.0.0:{port}", "tcp://*:{port}"])
 def test_feed_follows_lives_rule_for_remote_endpoints(
         endpoint: str, capsys: pytest.CaptureFixture[str]) -> None:
-    rc = _main(["feed", "--publish", endpoint.format(port=_free_port()), "--wait", "0.2",
+    rc = _main(["feed", "--publish", endpoint.format(port=free_port()), "--wait", "0.2",
                 *SMALL[:4]])
     line = _error_line(capsys.readouterr().err)
     assert rc == 2 and "loopback" in line and "--curve" in line
@@ -89,7 +83,7 @@ def test_feed_follows_lives_rule_for_remote_endpoints(
 def test_feed_allow_remote_opts_in(capsys: pytest.CaptureFixture[str]) -> None:
     """With --allow-remote the bind goes ahead (it then waits for a subscriber, here in
     vain: the error is that one, not the endpoint's)."""
-    rc = _main(["feed", "--publish", f"tcp://0.0.0.0:{_free_port()}", "--allow-remote",
+    rc = _main(["feed", "--publish", f"tcp://0.0.0.0:{free_port()}", "--allow-remote",
                 "--wait", "0.2", *SMALL[:4]])
     line = _error_line(capsys.readouterr().err)
     assert rc == 2 and "loopback" not in line

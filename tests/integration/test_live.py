@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -20,14 +19,9 @@ from feeds.messages import Trade
 from feeds.synthetic import SyntheticMarket
 from feeds.transport import Publisher
 from tests.helpers import handshake_watch, trade_messages
+from tests.live_procs import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _trades(n: int, seed: int) -> list[Trade]:
@@ -70,7 +64,7 @@ def _stop(proc: subprocess.Popen[str], status: Path) -> dict:
 def test_daemon_survives_bad_input_journals_and_restarts(tmp_path: Path) -> None:
     journal = tmp_path / "journal.sqlite"
     pub = Publisher("tcp://127.0.0.1:*", zmq.Context())
-    orders = f"tcp://127.0.0.1:{_free_port()}"
+    orders = f"tcp://127.0.0.1:{free_port()}"
     trades = _trades(12_000, seed=5)
     first, second = trades[:8_000], trades[8_000:]
 
@@ -132,7 +126,7 @@ def test_daemon_publishes_option_values(tmp_path: Path, device: str) -> None:
                    'expiries = [30]\nrights = ["C"]\nstyle = "european"\ngrid = "seed"\n'
                    'messages = "option"\n')  # per contract (the default is one per group)
     pub = Publisher("tcp://127.0.0.1:*", zmq.Context())
-    orders = f"tcp://127.0.0.1:{_free_port()}"
+    orders = f"tcp://127.0.0.1:{free_port()}"
     journal = tmp_path / "j.sqlite"
     status = tmp_path / "s.json"
     proc = subprocess.Popen(

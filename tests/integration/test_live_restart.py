@@ -85,6 +85,7 @@ def test_kill_9_loses_and_doubles_nothing(tmp_path: Path, seed: int) -> None:
     wait_processed(j, kill_at, d)
     d.send_signal(signal.SIGKILL)
     d.wait(10)
+    feed.kill()  # the rest of its paced stream (up to 1.7 s) would reach no one
     feed.communicate(timeout=60)
     done = processed(j)
     assert done < N  # killed in the middle of the stream
