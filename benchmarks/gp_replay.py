@@ -187,6 +187,37 @@ def replay_once(spec: str, device: str, overlap: str, tmp: Path, tag: str,
             "per_symbol": {s: v["final_equity"] for s, v in rep["per_symbol"].items()}}
 
 
+def run_rounds(args: argparse.Namespace, tmp: Path, gpu: bool,
+               ways: list[tuple[str, str, str]], transports: list[str]
+               ) -> dict[str, list[dict[str, Any]]]:
+    """Evolve the strategy, then replay its best rule and its ensemble every way over every
+    transport, in rounds that interleave the ways (round 0 compiles and fills caches: not
+    kept); the rows by name."""
+    rows: dict[str, list[dict[str, Any]]] = {}
+    best = evolve(tmp, args, "cuda" if gpu else "cpu")
+    for strategy, spec in (("best rule", str(best)),
+                           (f"ensemble of {args.hall_of_fame}", f"{best}#ensemble")):
+        for r in range(args.rounds + 1):
+            for transport in transports:
+                for name, device, overlap in ways:
+                    got = replay_once(
+                        spec, device, overlap, tmp,
+                        f"r{r}-{device}-{overlap}-{'thread' in name}-{transport}",
+                        serial=256 if "thread" in name else None, transport=transport)
+                    way = name if transports == ["auto"] else f"{name} [{transport}]"
+                    if r:
+                        rows.setdefault(f"{strategy}: {way}", []).append(got)
+                    log(f"  {strategy}, round {r}, {way}: wall {got['wall_s']:.3f} s, "
+                        f"bar close {got['bar_close_us']:.1f} us, overlapped "
+                        f"{got['overlapped_bar_events']}/{got['bar_events']}, "
+                        f"{got['receive_batches']} receive batches")
+        if args.profile:
+            for name, device, overlap in ways:
+                replay_once(spec, device, overlap, tmp, f"{strategy}: {name}",
+                            serial=256 if "thread" in name else None, profile=args.profile)
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--data", type=Path, default=data_dir() / "sp500_5yr_daily")
@@ -225,31 +256,8 @@ def main() -> None:
     ways = [w for w in WAYS if (w[1] == "cpu" or gpu) and (
         not keys or w in exact or any(k in w[0] for k in keys if k not in WAY_NAMES))]
     transports = [t for t in args.transports.split(",") if t]
-    rows: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory() as td:
-        tmp = Path(td)
-        best = evolve(tmp, args, "cuda" if gpu else "cpu")
-        for strategy, spec in (("best rule", str(best)),
-                               (f"ensemble of {args.hall_of_fame}", f"{best}#ensemble")):
-            for r in range(args.rounds + 1):  # round 0 compiles and fills caches: not kept
-                for transport in transports:
-                    for name, device, overlap in ways:
-                        got = replay_once(
-                            spec, device, overlap, tmp,
-                            f"r{r}-{device}-{overlap}-{'thread' in name}-{transport}",
-                            serial=256 if "thread" in name else None, transport=transport)
-                        way = name if transports == ["auto"] else f"{name} [{transport}]"
-                        if r:
-                            rows.setdefault(f"{strategy}: {way}", []).append(got)
-                        log(f"  {strategy}, round {r}, {way}: wall {got['wall_s']:.3f} s, "
-                            f"bar close {got['bar_close_us']:.1f} us, overlapped "
-                            f"{got['overlapped_bar_events']}/{got['bar_events']}, "
-                            f"{got['receive_batches']} receive batches")
-            if args.profile:
-                for name, device, overlap in ways:
-                    replay_once(spec, device, overlap, tmp, f"{strategy}: {name}",
-                                serial=256 if "thread" in name else None,
-                                profile=args.profile)
+        rows = run_rounds(args, Path(td), gpu is not None, ways, transports)
     table = summarise(rows)
     print(f"{'row':56} {'wall s':>8} {'bar close us':>13} {'range':>15} {'overlapped':>11} "
           f"{'receives':>9} {'ran as':>11} same money")
