@@ -1094,11 +1094,13 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
                     q11 = q01
                     q00 = n00
                     q01 = n01
-                    big = max(abs(q00), abs(q01), abs(q10), abs(q11))
-                    q00 /= big
-                    q01 /= big
-                    q10 /= big
-                    q11 /= big
+                    # one reciprocal, four products: float64 division is a long
+                    # subroutine on the GPU, and any common scale of the pair will do
+                    inv_big = 1.0 / max(abs(q00), abs(q01), abs(q10), abs(q11))
+                    q00 *= inv_big
+                    q01 *= inv_big
+                    q10 *= inv_big
+                    q11 *= inv_big
                     cp = c64[j]
                 for level in range(SCAN_LEVELS):
                     k = level % 2
@@ -1120,11 +1122,11 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
                         n01 = q00 * r01 + q01 * r11
                         n10 = q10 * r00 + q11 * r10
                         n11 = q10 * r01 + q11 * r11
-                        big = max(abs(n00), abs(n01), abs(n10), abs(n11))
-                        q00 = n00 / big
-                        q01 = n01 / big
-                        q10 = n10 / big
-                        q11 = n11 / big
+                        inv_big = 1.0 / max(abs(n00), abs(n01), abs(n10), abs(n11))
+                        q00 = n00 * inv_big
+                        q01 = n01 * inv_big
+                        q10 = n10 * inv_big
+                        q11 = n11 * inv_big
                 k = SCAN_LEVELS % 2
                 mbuf[warp, k, 0, lane] = q00
                 mbuf[warp, k, 2, lane] = q10
@@ -1132,25 +1134,27 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
                     cuda.syncwarp()
                 else:
                     cuda.syncthreads()
-                u_prev = 1.0
+                inv_prev = 1.0  # 1/u_{first−1}
                 if lane > 0:  # (p_{first−1}, p_{first−2}) = the earlier lanes' product·(1, 0)
-                    u_prev = mbuf[warp, k, 0, lane - 1] / mbuf[warp, k, 2, lane - 1]
+                    inv_prev = mbuf[warp, k, 2, lane - 1] / mbuf[warp, k, 0, lane - 1]
                 cp = c_prev
                 f_all = np.float32(1.0)  # Π fwd over this lane's rows
                 for j in range(P):
+                    # two float64 reciprocals a row (the pivot's, carried to the next row)
+                    # in place of four divisions
                     t = a64[j] * cp
                     f = 0.0
                     u = b64[j]
                     if t != 0.0:
-                        u = b64[j] - t / u_prev
+                        u = b64[j] - t * inv_prev
                     if a64[j] != 0.0:
-                        f = -a64[j] / u_prev
+                        f = -a64[j] * inv_prev
                     fwd[j] = np.float32(f)
                     f_all *= np.float32(f)
                     fwd_cum[j] = f_all
-                    inv_u[j] = np.float32(1.0 / u)
-                    bwd[j] = np.float32(-c64[j] / u)
-                    u_prev = u
+                    inv_prev = 1.0 / u
+                    inv_u[j] = np.float32(inv_prev)
+                    bwd[j] = np.float32(-c64[j] * inv_prev)
                     cp = c64[j]
                 g_all = np.float32(1.0)  # Π bwd over this lane's rows
                 for jj in range(P):
