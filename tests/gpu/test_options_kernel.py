@@ -313,3 +313,35 @@ def test_real_gpu_seed_grid_float32_within_1e4_of_float64() -> None:
         g = price_params(params, name, "cuda").price
         c = price_params(params, name, "cpu").price
         assert np.max(np.abs(g - c)[worth] / c[worth]) <= 1e-3
+
+
+@pytest.mark.gpu
+def test_real_gpu_one_shot_workspace_equals_the_ordinary_launch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`price_params` on CUDA reuses a mapped workspace (pre-bound launch, no copies):
+    bit for bit numba's ordinary launch with device arrays, at sizes that make it grow,
+    after a larger call (stale rows past n), and from threads pricing at once (one takes
+    the workspace, the others the ordinary path)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gpu.options import engines
+
+    rng = np.random.default_rng(5)
+
+    def rows(n: int) -> np.ndarray:
+        return option_params(rng.uniform(60, 140, n), rng.uniform(80, 120, n),
+                             rng.uniform(0.02, 2.0, n), rng.uniform(0.1, 0.8, n),
+                             rng.uniform(0, 0.06, n), rng.random(n) < 0.5,
+                             rng.random(n) < 0.7, rng.uniform(0, 0.04, n))
+
+    cases = [rows(n) for n in (3, 1500, 5000, 700)]
+    got = [price_params(p, "default", "cuda") for p in cases]
+    assert engines._mapped_batches, "the workspace was not used"
+    with ThreadPoolExecutor(4) as pool:
+        threaded = list(pool.map(lambda p: price_params(p, "default", "cuda"), cases * 2))
+    monkeypatch.setattr(engines, "MAPPED_BATCH_MAX_ROWS", 0)
+    for i, p in enumerate(cases):
+        want = price_params(p, "default", "cuda")
+        for values in (got[i], threaded[i], threaded[i + len(cases)]):
+            for field in ("price", "delta", "gamma"):
+                np.testing.assert_array_equal(getattr(values, field), getattr(want, field))
