@@ -23,7 +23,7 @@ day). Here the same decisions come out of far fewer machine operations:
    fitness, evolution and the engine's replay parity are unchanged.
 
 One thread per (program, stock), the stocks of a program in consecutive threads so a
-warp's mask loads coalesce; the CPU twin runs the same core in a `prange` over programs.
+warp's mask loads coalesce; the CPU twin runs the same core over programs in chunks on threads.
 Both backends compile one core through `gpu.twin`.
 
 Operation counts (`BitwiseCounts`): *credited* GP ops = linear instructions x stocks x days
@@ -45,7 +45,7 @@ from typing import Any
 import numba
 import numpy as np
 import numpy.typing as npt
-from numba import cuda, prange
+from numba import cuda
 
 from gpu.device import resolve_device
 from gpu.gp import core as gp_core
@@ -53,6 +53,7 @@ from gpu.gp import window as gp_window
 from gpu.gp.core import CASH0, CODE_BUY, CODE_SELL, OP_AND, OP_GT, OP_NOT, STACK_SIZE
 from gpu.gp.window import WindowEvaluator, _check_programs, fitness_from_cash, gp_ops
 from gpu.indicators.catalogue import N_FLOAT, N_TERMINALS
+from gpu.threads import run_chunks
 from gpu.twin import compile_twin, cuda_kernel_cache, flush_stale_caches
 
 F64 = npt.NDArray[np.float64]
@@ -206,9 +207,11 @@ _simulate_cpu = _twin.cpu.simulate_bits
 
 
 # --------------------------------------------------------------------------- translation
-@numba.njit(cache=True, parallel=True)
-def _translate(programs: Any, lengths: Any, out: Any, out_lengths: Any) -> None:
-    for i in prange(programs.shape[0]):
+@numba.njit(cache=True, nogil=True)
+def _translate(lo: int, hi: int, programs: Any, lengths: Any, out: Any,
+               out_lengths: Any) -> None:
+    """Programs lo..hi-1 (run in chunks on threads, `gpu.threads.run_chunks`)."""
+    for i in range(lo, hi):
         pc = 0
         n = 0
         while pc < lengths[i]:
@@ -241,26 +244,29 @@ def to_mask_programs(programs: np.ndarray, lengths: np.ndarray) -> tuple[I16, I3
     out = np.zeros(programs.shape, np.int16)
     out_lengths = np.zeros(programs.shape[0], np.int32)
     if programs.shape[0]:
-        _translate(programs, lengths, out, out_lengths)
+        run_chunks(_translate, programs.shape[0], programs, lengths, out, out_lengths,
+                   min_chunk=256)
     return out, out_lengths
 
 
 # --------------------------------------------------------------------------- CPU drivers
-@numba.njit(parallel=True, cache=True)
-def _masks_cpu(panel: Any, day0: int, day1: int, out: Any) -> None:
+@numba.njit(nogil=True, cache=True)
+def _masks_cpu(lo: int, hi: int, panel: Any, day0: int, day1: int, out: Any) -> None:
+    """Masks lo..hi-1 (run in chunks on threads)."""
     n_words, n_stocks = out.shape[1], out.shape[2]
-    for k in prange(out.shape[0]):
+    for k in range(lo, hi):
         for w in range(n_words):
             for s in range(n_stocks):
                 out[k, w, s] = _mask_word_cpu(panel, day0, day1, k, w, s)
 
 
-@numba.njit(parallel=True, cache=True)
-def _final_cash_bits_cpu(code: Any, lengths: Any, masks: Any, close: Any, day0: int, day1: int,
-                         costs: Any, out: Any) -> None:
+@numba.njit(nogil=True, cache=True)
+def _final_cash_bits_cpu(lo: int, hi: int, code: Any, lengths: Any, masks: Any, close: Any,
+                         day0: int, day1: int, costs: Any, out: Any) -> None:
+    """Programs lo..hi-1's final cash per stock (run in chunks on threads)."""
     n_stocks = close.shape[1]
-    for i in prange(code.shape[0]):
-        stack = np.empty(STACK_WORDS, np.uint64)
+    stack = np.empty(STACK_WORDS, np.uint64)
+    for i in range(lo, hi):
         for s in range(n_stocks):
             out[i, s] = _simulate_cpu(code[i], lengths[i], masks, close, s, day0, day1, stack,
                                       costs)
@@ -284,13 +290,15 @@ def _mix(h: Any, x: Any) -> Any:
     return z ^ (z >> _S31)
 
 
-@numba.njit(parallel=True, cache=True)
-def _behaviours_cpu(code: Any, lengths: Any, masks: Any, n_days: int, out: Any) -> None:
-    """out[i] = a 64-bit hash of every signal change (stock, day, direction) of program i."""
+@numba.njit(nogil=True, cache=True)
+def _behaviours_cpu(lo: int, hi: int, code: Any, lengths: Any, masks: Any, n_days: int,
+                    out: Any) -> None:
+    """out[i] = a 64-bit hash of every signal change (stock, day, direction) of program i,
+    for i in lo..hi-1 (run in chunks on threads)."""
     n_stocks = masks.shape[2]
     n_w = masks.shape[1]
-    for i in prange(code.shape[0]):
-        stack = np.empty(STACK_WORDS, np.uint64)
+    stack = np.empty(STACK_WORDS, np.uint64)
+    for i in range(lo, hi):
         h = np.uint64(n_stocks)
         for s in range(n_stocks):
             signal = 0
@@ -326,7 +334,8 @@ def behaviours(programs: np.ndarray, lengths: np.ndarray, masks: U64, n_days: in
     out = np.zeros(programs.shape[0], np.uint64)
     if programs.shape[0]:
         code, code_lengths = to_mask_programs(programs, lengths)
-        _behaviours_cpu(code, code_lengths, np.ascontiguousarray(masks, np.uint64), n_days, out)
+        run_chunks(_behaviours_cpu, code.shape[0], code, code_lengths,
+                   np.ascontiguousarray(masks, np.uint64), n_days, out, min_chunk=64)
     return out
 
 
@@ -375,7 +384,7 @@ def build_masks(panel: np.ndarray, day0: int, day1: int, device: str = "cpu") ->
     shape = (N_MASKS, n_words(day1 - day0), panel.shape[2])
     if resolve_device(device, "GP masks") == "cpu":
         out = np.empty(shape, np.uint64)
-        _masks_cpu(panel, day0, day1, out)
+        run_chunks(_masks_cpu, out.shape[0], panel, day0, day1, out, min_chunk=1)
         return out
     d_out = cuda.device_array(shape, np.uint64)
     _masks_kernel[_blocks(d_out.size), THREADS_PER_BLOCK](cuda.to_device(panel), day0, day1, d_out)
@@ -441,7 +450,8 @@ class BitwiseEvaluator(WindowEvaluator):
         t0 = time.perf_counter()
         if self.device == "cpu":
             self._masks: Any = np.empty(shape, np.uint64)
-            _masks_cpu(panel_c, day0, day1, self._masks)
+            run_chunks(_masks_cpu, self._masks.shape[0], panel_c, day0, day1, self._masks,
+                       min_chunk=1)
             self._close: Any = close_c
         else:
             self._masks = cuda.device_array(shape, np.uint64)
@@ -563,8 +573,8 @@ class BitwiseEvaluator(WindowEvaluator):
             self._cash = np.empty((n, self.n_stocks), np.float64)
         if self.device == "cpu":
             out = self._cash[:n]
-            _final_cash_bits_cpu(code, code_lengths, self._masks, self._close, self.day0,
-                                 self.day1, self.costs, out)
+            run_chunks(_final_cash_bits_cpu, n, code, code_lengths, self._masks, self._close,
+                       self.day0, self.day1, self.costs, out, min_chunk=16)
         else:
             # only the used columns travel; the cash comes back through a reused pinned
             # buffer (a pageable copy of 25,000 x 128 doubles costs several ms)

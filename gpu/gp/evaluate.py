@@ -1,4 +1,4 @@
-"""Evaluate compiled GP trading programs over a panel: a CPU (numba prange) and a CUDA kernel.
+"""Evaluate compiled GP trading programs over a panel: a CPU twin (numba) and a CUDA kernel.
 
 Inputs, shared by both backends:
 - `programs` int16 (n_programs, max_len): postfix op codes (gpu.gp.core), buy tree then
@@ -11,7 +11,8 @@ CUDA layout: one thread per (program, stock), thread t -> program t // n_stocks,
 t % n_stocks, so the stocks of one program sit in consecutive threads of a warp, run the
 same op sequence without divergence and read the program row as a broadcast. The
 interpreter's stack is a few bits in a register (gp_core.decision_code), never local memory. The
-CPU twin runs the same core functions in a prange over programs.
+CPU twin runs the same core functions over programs, in chunks on threads (final cash,
+`gpu.threads.run_chunks`) or in a prange (the decisions, `_codes_cpu`).
 
 Compiled kernels follow the one cache policy of `gpu.twin`: cached on disk (CUDA ones only
 on a real GPU), and flushed at import whenever gp_core.py is newer than their cache entry,
@@ -49,6 +50,7 @@ from gpu.gp.window import (  # noqa: F401 (the shared pieces stay importable fro
     roi,
 )
 from gpu.indicators.catalogue import N_FLOAT, N_TERMINALS
+from gpu.threads import run_chunks
 from gpu.twin import cuda_kernel_cache, flush_stale_caches
 
 F32 = npt.NDArray[np.float32]
@@ -69,11 +71,12 @@ _simulate_codes_cpu = _cpu.simulate_codes
 
 
 # --------------------------------------------------------------------------- CPU kernels
-@numba.njit(parallel=True, cache=True)
-def _final_cash_cpu(programs: Any, lengths: Any, panel: Any, close: Any, day0: int, day1: int,
-                    costs: Any, out: Any) -> None:
+@numba.njit(nogil=True, cache=True)
+def _final_cash_cpu(lo: int, hi: int, programs: Any, lengths: Any, panel: Any, close: Any,
+                    day0: int, day1: int, costs: Any, out: Any) -> None:
+    """Programs lo..hi-1's final cash per stock (run in chunks on threads)."""
     n_stocks = close.shape[1]
-    for i in prange(programs.shape[0]):
+    for i in range(lo, hi):
         program = programs[i]
         for s in range(n_stocks):
             out[i, s] = _simulate_cpu(program, lengths[i], panel, close, s, day0, day1, costs)
@@ -273,8 +276,8 @@ class PopulationEvaluator(WindowEvaluator):
         if n == 0:
             return out
         if self.device == "cpu":
-            _final_cash_cpu(programs, lengths, self.panel, self.close, self.day0, self.day1,
-                            self.costs, out)
+            run_chunks(_final_cash_cpu, n, programs, lengths, self.panel, self.close,
+                       self.day0, self.day1, self.costs, out, min_chunk=16)
         else:
             d_out = cuda.device_array(out.shape, np.float64)
             _final_cash_kernel[_blocks(n * self.n_stocks), THREADS_PER_BLOCK](

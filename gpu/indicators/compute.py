@@ -36,6 +36,7 @@ from numba import cuda
 from gpu.device import cuda_simulated, resolve_device
 from gpu.indicators import core
 from gpu.indicators.catalogue import N_TERMINALS
+from gpu.threads import run_chunks
 from gpu.twin import compile_twin, flush_stale_caches
 
 F64 = npt.NDArray[np.float64]
@@ -130,16 +131,18 @@ def _reset_cpu(state: F64, values: F32) -> None:
             values[symbol, k] = np.nan
 
 
-@numba.njit(parallel=True, cache=True)
-def _panel_cpu(o: F64, h: F64, l: F64, c: F64, v: F64, out: F32, raw: F64) -> None:
-    """Every stock over every day into out (days, N_TERMINALS, stocks); also the float64
-    values behind them into raw (days, N_RAW, stocks) unless raw is empty (the test hook)."""
-    n_days, n_stocks = c.shape
+@numba.njit(nogil=True, cache=True)
+def _panel_cpu(lo: int, hi: int, o: F64, h: F64, l: F64, c: F64, v: F64, out: F32,
+               raw: F64) -> None:
+    """Stocks lo..hi-1 over every day into out (days, N_TERMINALS, stocks); also the float64
+    values behind them into raw (days, N_RAW, stocks) unless raw is empty (the test hook).
+    Run in chunks of stocks on threads (`gpu.threads.run_chunks`)."""
+    n_days = c.shape[0]
     keep_raw = raw.shape[0] > 0
-    for s in numba.prange(n_stocks):
-        state = np.empty(STATE_LEN)
+    state = np.empty(STATE_LEN)
+    row = np.empty(N_TERMINALS, np.float32)
+    for s in range(lo, hi):
         _init_cpu(state)
-        row = np.empty(N_TERMINALS, np.float32)
         for d in range(n_days):
             _update_cpu(state, o[d, s], h[d, s], l[d, s], c[d, s], v[d, s], row)
             for k in range(N_TERMINALS):
@@ -278,7 +281,7 @@ def compute_panel(
         return _panel_cuda(arrays)
     n_days, n_stocks = arrays[3].shape
     out = np.empty((n_days, N_TERMINALS, n_stocks), np.float32)
-    _panel_cpu(*arrays, out, np.empty((0, core.N_RAW, 0)))
+    run_chunks(_panel_cpu, n_stocks, *arrays, out, np.empty((0, core.N_RAW, 0)), min_chunk=1)
     return out
 
 
@@ -290,7 +293,8 @@ def _raw_history(open: Any, high: Any, low: Any, close: Any, volume: Any) -> F64
     arrays = _panel_inputs(open, high, low, close, volume)
     n_days, n_stocks = arrays[3].shape
     raw = np.empty((n_days, core.N_RAW, n_stocks), np.float64)
-    _panel_cpu(*arrays, np.empty((n_days, N_TERMINALS, n_stocks), np.float32), raw)
+    run_chunks(_panel_cpu, n_stocks, *arrays, np.empty((n_days, N_TERMINALS, n_stocks),
+               np.float32), raw, min_chunk=1)
     return raw
 
 

@@ -32,6 +32,7 @@ from gpu.gp.core import (
     TYPE_FLOAT,
 )
 from gpu.indicators.catalogue import N_BOOL, N_FLOAT
+from gpu.threads import run_chunks
 from strategies.gp.representation import (
     DEFAULT_MAX_NODES,
     Population,
@@ -88,13 +89,15 @@ def random_tree(out: npt.NDArray[np.int16], capacity: int, root_type: int, max_d
     return n
 
 
-@numba.njit(cache=True, parallel=True)
-def _ramped(ops: npt.NDArray[np.int16], sizes: npt.NDArray[np.int16],
-            lengths: npt.NDArray[np.int16], seeds: npt.NDArray[np.uint64],
-            min_depth: int, max_depth: int) -> None:
+@numba.njit(cache=True, nogil=True)
+def _ramped_range(lo: int, hi: int, ops: npt.NDArray[np.int16], sizes: npt.NDArray[np.int16],
+                  lengths: npt.NDArray[np.int16], seeds: npt.NDArray[np.uint64],
+                  min_depth: int, max_depth: int) -> None:
+    """Individuals lo..hi-1, each from its own seed (`ramped_half_and_half` runs the range
+    in chunks on threads, `gpu.threads.run_chunks`)."""
     n_depths = max_depth - min_depth + 1
     capacity = ops.shape[2]
-    for i in numba.prange(ops.shape[0]):
+    for i in range(lo, hi):
         state = np.empty(1, np.uint64)
         state[0] = seeds[i]
         depth = min_depth + i % n_depths
@@ -121,5 +124,6 @@ def ramped_half_and_half(n: int, rng: np.random.Generator, min_depth: int = 2,
         raise ValueError(f"need 1 <= min_depth <= max_depth, got {min_depth}, {max_depth}")
     pop = Population.empty(n, max_nodes)
     if n:
-        _ramped(pop.ops, pop.sizes, pop.lengths, child_seeds(rng, n), min_depth, max_depth)
+        run_chunks(_ramped_range, n, pop.ops, pop.sizes, pop.lengths, child_seeds(rng, n),
+                   min_depth, max_depth)
     return pop

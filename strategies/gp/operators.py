@@ -1,8 +1,9 @@
 """Genetic operators on flat prefix trees: subtree crossover, subtree and point mutation.
 
 Each operator is a small numba function on one tree; `breed` applies them to a whole
-generation in one parallel pass (prange over children), each child with its own random
-stream (strategies.gp.rng), so breeding 25,000 children takes milliseconds.
+generation in parallel (chunks of children on threads, `gpu.threads.run_chunks`), each
+child with its own random stream (strategies.gp.rng), so breeding 25,000 children takes
+milliseconds.
 
 Type safety by construction: crossover only swaps subtrees whose roots return the same type
 (a float terminal for a float terminal, a bool subtree for a bool subtree); subtree mutation
@@ -24,6 +25,7 @@ import numpy.typing as npt
 
 from gpu.gp.core import ARITY, OP_AND, OP_GT, OP_LT, OP_NOT, OP_OR, RETURN_TYPE
 from gpu.indicators.catalogue import N_BOOL, N_FLOAT, N_TERMINALS
+from gpu.threads import run_chunks
 from strategies.gp.init import random_tree
 from strategies.gp.representation import Population, scan_tree, subtree_sizes
 from strategies.gp.rng import below, child_seeds, uniform
@@ -151,21 +153,33 @@ def point_mutation(tree: I16, n: int, p_node: float, state: U64) -> None:
             tree[k] = _replacement(tree[k], state)
 
 
-@numba.njit(cache=True, parallel=True)
-def _breed(p_ops: I16, p_sizes: I16, p_lengths: I16, recipients: npt.NDArray[np.int64],
-           donors: npt.NDArray[np.int64], seeds: U64, p_crossover: float,
-           p_subtree: float, p_point: float, p_node: float, max_depth: int,
-           mutation_depth: int, c_ops: I16, c_sizes: I16, c_lengths: I16) -> None:
+@numba.njit(cache=True, nogil=True)
+def copy_nodes(src: I16, dst: I16) -> None:
+    """dst[:] = src element by element: a slice assignment between arrays makes numba
+    compile its shape-mismatch message (string formatting), about 2 s of a cold start on
+    the 2-core VM, in every process that compiles a caller."""
+    for k in range(src.shape[0]):
+        dst[k] = src[k]
+
+
+@numba.njit(cache=True, nogil=True)
+def _breed_range(lo: int, hi: int, p_ops: I16, p_sizes: I16, p_lengths: I16,
+                 recipients: npt.NDArray[np.int64], donors: npt.NDArray[np.int64],
+                 seeds: U64, p_crossover: float, p_subtree: float, p_point: float,
+                 p_node: float, max_depth: int, mutation_depth: int, c_ops: I16,
+                 c_sizes: I16, c_lengths: I16) -> None:
+    """Children lo..hi-1 (each from its own seed, so any split of the range gives the same
+    children); `breed` runs the range in chunks on threads (`gpu.threads.run_chunks`)."""
     max_nodes = p_ops.shape[2]
-    for c in numba.prange(recipients.shape[0]):
+    for c in range(lo, hi):
         state = np.empty(1, np.uint64)
         state[0] = seeds[c]
         r = recipients[c]
         d = donors[c]
         scratch = np.empty(max_nodes, np.int16)
         for t in range(2):
-            c_ops[c, t, :] = p_ops[r, t, :]
-            c_sizes[c, t, :] = p_sizes[r, t, :]
+            copy_nodes(p_ops[r, t], c_ops[c, t])
+            copy_nodes(p_sizes[r, t], c_sizes[c, t])
             c_lengths[c, t] = p_lengths[r, t]
         if uniform(state) < p_crossover:
             t = below(state, 2)
@@ -177,11 +191,11 @@ def _breed(p_ops: I16, p_sizes: I16, p_lengths: I16, recipients: npt.NDArray[np.
                 c_lengths[c, t] = m
                 subtree_sizes(c_ops[c, t], m, c_sizes[c, t])
             else:  # crossover abandoned: restore the recipient's tree
-                c_ops[c, t, :] = p_ops[r, t, :]
+                copy_nodes(p_ops[r, t], c_ops[c, t])
         if uniform(state) < p_subtree:
             t = below(state, 2)
             n = c_lengths[c, t]
-            scratch[:] = c_ops[c, t, :]
+            copy_nodes(c_ops[c, t], scratch)
             m = subtree_mutation(scratch, c_sizes[c, t], n, c_ops[c, t], max_nodes, max_depth,
                                  mutation_depth, state)
             if m > 0:
@@ -189,7 +203,7 @@ def _breed(p_ops: I16, p_sizes: I16, p_lengths: I16, recipients: npt.NDArray[np.
                 c_lengths[c, t] = m
                 subtree_sizes(c_ops[c, t], m, c_sizes[c, t])
             else:
-                c_ops[c, t, :] = scratch
+                copy_nodes(scratch, c_ops[c, t])
         if uniform(state) < p_point:
             t = below(state, 2)
             point_mutation(c_ops[c, t], c_lengths[c, t], p_node, state)
@@ -222,7 +236,7 @@ def breed(parents: Population, recipients: npt.ArrayLike, donors: npt.ArrayLike,
             seeds = child_seeds(rng, rec.size)
         elif seeds.shape != rec.shape:
             raise ValueError(f"{seeds.size} seeds for {rec.size} children")
-        _breed(parents.ops, parents.sizes, parents.lengths, rec, don, seeds,
-               p_crossover, p_subtree, p_point, p_node, max_depth, mutation_depth,
-               out.ops, out.sizes, out.lengths)
+        run_chunks(_breed_range, rec.size, parents.ops, parents.sizes, parents.lengths, rec,
+                   don, seeds, p_crossover, p_subtree, p_point, p_node, max_depth,
+                   mutation_depth, out.ops, out.sizes, out.lengths)
     return out

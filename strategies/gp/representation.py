@@ -42,6 +42,7 @@ from gpu.gp.core import (
     TYPE_BOOL,
 )
 from gpu.indicators.catalogue import N_FLOAT, TERMINAL_INDEX, TERMINALS
+from gpu.threads import run_chunks
 
 I16 = npt.NDArray[np.int16]
 I32 = npt.NDArray[np.int32]
@@ -131,11 +132,12 @@ def prefix_to_postfix(ops: I16, n: int, sizes: I16, depths: I32, out: I16) -> No
         out[i - depths[i] + sizes[i] - 1] = ops[i]
 
 
-@numba.njit(cache=True, parallel=True)
-def _compile_population(ops: I16, sizes: I16, lengths: I16, programs: I16, prog_len: I32
-                        ) -> None:
-    for i in numba.prange(ops.shape[0]):
-        depths = np.empty(ops.shape[2], np.int32)
+@numba.njit(cache=True, nogil=True)
+def _compile_population(lo: int, hi: int, ops: I16, sizes: I16, lengths: I16, programs: I16,
+                        prog_len: I32) -> None:
+    """Individuals lo..hi-1 to postfix programs (run in chunks on threads)."""
+    depths = np.empty(ops.shape[2], np.int32)
+    for i in range(lo, hi):
         at = 0
         for t in range(2):
             n = lengths[i, t]
@@ -145,14 +147,15 @@ def _compile_population(ops: I16, sizes: I16, lengths: I16, programs: I16, prog_
         prog_len[i] = at
 
 
-@numba.njit(cache=True, parallel=True)
-def _validate_population(ops: I16, sizes: I16, lengths: I16, max_depth: int, out: I16
-                         ) -> None:
-    """out[i, t] = 0 if tree t of individual i is valid, else a reason code."""
+@numba.njit(cache=True, nogil=True)
+def _validate_population(lo: int, hi: int, ops: I16, sizes: I16, lengths: I16, max_depth: int,
+                         out: I16) -> None:
+    """out[i, t] = 0 if tree t of individual i is valid, else a reason code, for i in
+    lo..hi-1 (run in chunks on threads)."""
     max_nodes = ops.shape[2]
-    for i in numba.prange(ops.shape[0]):
-        depths = np.empty(max_nodes, np.int32)
-        check = np.empty(max_nodes, np.int16)
+    depths = np.empty(max_nodes, np.int32)
+    check = np.empty(max_nodes, np.int16)
+    for i in range(lo, hi):
         for t in range(2):
             n = lengths[i, t]
             if n < 1 or n > max_nodes:
@@ -230,7 +233,8 @@ class Population:
         programs = np.zeros((n, 2 * self.max_nodes), np.int16)
         lengths = np.zeros(n, np.int32)
         if n:
-            _compile_population(self.ops, self.sizes, self.lengths, programs, lengths)
+            run_chunks(_compile_population, n, self.ops, self.sizes, self.lengths, programs,
+                       lengths, min_chunk=256)
         return programs, lengths
 
     def check(self, max_depth: int = DEFAULT_MAX_DEPTH) -> None:
@@ -240,7 +244,8 @@ class Population:
                              f"{STACK_SIZE - 3}")
         out = np.zeros((len(self), 2), np.int16)
         if len(self):
-            _validate_population(self.ops, self.sizes, self.lengths, max_depth, out)
+            run_chunks(_validate_population, len(self), self.ops, self.sizes, self.lengths,
+                       max_depth, out, min_chunk=256)
         bad = np.argwhere(out != 0)
         if bad.size:
             i, t = (int(x) for x in bad[0])

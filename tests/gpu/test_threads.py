@@ -1,0 +1,72 @@
+"""gpu.threads.run_chunks: a nogil range function over range(n) on threads, as one call."""
+
+from __future__ import annotations
+
+import threading
+
+import numba
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpu.threads import chunk_bounds, run_chunks
+
+
+@numba.njit(nogil=True, cache=True)
+def _mark(lo: int, hi: int, hits: np.ndarray, square: np.ndarray) -> None:
+    for i in range(lo, hi):
+        hits[i] += 1
+        square[i] = i * i
+
+
+@given(n=st.integers(0, 5000), chunks=st.integers(1, 64))
+@settings(max_examples=200, deadline=None)
+def test_chunk_bounds_cover_the_range_once_in_near_equal_pieces(n: int, chunks: int) -> None:
+    bounds = chunk_bounds(n, chunks)
+    covered = [i for lo, hi in bounds for i in range(lo, hi)]
+    assert covered == list(range(n))
+    sizes = [hi - lo for lo, hi in bounds]
+    assert len(bounds) == max(1, min(chunks, n))
+    assert max(sizes) - min(sizes) <= 1
+
+
+@pytest.mark.parametrize("n", [0, 1, 31, 32, 33, 1000, 4097])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_every_index_runs_exactly_once(n: int, threads: int) -> None:
+    hits = np.zeros(n, np.int64)
+    square = np.zeros(n, np.int64)
+    before = numba.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        run_chunks(_mark, n, hits, square, min_chunk=8)
+    finally:
+        numba.set_num_threads(before)
+    assert (hits == 1).all()
+    np.testing.assert_array_equal(square, np.arange(n) ** 2)
+
+
+def test_the_calling_threads_numba_thread_count_limits_the_chunks() -> None:
+    seen: list[str] = []
+
+    def record(lo: int, hi: int) -> None:
+        seen.append(threading.current_thread().name)
+
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        run_chunks(record, 10_000, min_chunk=1)
+    finally:
+        numba.set_num_threads(before)
+    assert seen == [threading.current_thread().name]
+
+
+def test_an_error_in_a_chunk_reaches_the_caller() -> None:
+    def fail_late(lo: int, hi: int) -> None:
+        if lo == 0:
+            raise ValueError("chunk at 0 failed")
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("one numba thread: a single chunk")
+    with pytest.raises(ValueError, match="chunk at 0 failed"):
+        run_chunks(fail_late, 1000, min_chunk=1)
