@@ -45,7 +45,7 @@ from typing import Any
 import numba
 import numpy as np
 import numpy.typing as npt
-from numba import cuda
+from numba import cuda, prange
 
 from gpu.device import resolve_device
 from gpu.gp import core as gp_core
@@ -207,11 +207,9 @@ _simulate_cpu = _twin.cpu.simulate_bits
 
 
 # --------------------------------------------------------------------------- translation
-@numba.njit(cache=True, nogil=True)
-def _translate(lo: int, hi: int, programs: Any, lengths: Any, out: Any,
-               out_lengths: Any) -> None:
-    """Programs lo..hi-1 (run in chunks on threads, `gpu.threads.run_chunks`)."""
-    for i in range(lo, hi):
+@numba.njit(cache=True, parallel=True)
+def _translate(programs: Any, lengths: Any, out: Any, out_lengths: Any) -> None:
+    for i in prange(programs.shape[0]):
         pc = 0
         n = 0
         while pc < lengths[i]:
@@ -244,8 +242,7 @@ def to_mask_programs(programs: np.ndarray, lengths: np.ndarray) -> tuple[I16, I3
     out = np.zeros(programs.shape, np.int16)
     out_lengths = np.zeros(programs.shape[0], np.int32)
     if programs.shape[0]:
-        run_chunks(_translate, programs.shape[0], programs, lengths, out, out_lengths,
-                   min_chunk=256)
+        _translate(programs, lengths, out, out_lengths)
     return out, out_lengths
 
 
@@ -290,15 +287,13 @@ def _mix(h: Any, x: Any) -> Any:
     return z ^ (z >> _S31)
 
 
-@numba.njit(nogil=True, cache=True)
-def _behaviours_cpu(lo: int, hi: int, code: Any, lengths: Any, masks: Any, n_days: int,
-                    out: Any) -> None:
-    """out[i] = a 64-bit hash of every signal change (stock, day, direction) of program i,
-    for i in lo..hi-1 (run in chunks on threads)."""
+@numba.njit(parallel=True, cache=True)
+def _behaviours_cpu(code: Any, lengths: Any, masks: Any, n_days: int, out: Any) -> None:
+    """out[i] = a 64-bit hash of every signal change (stock, day, direction) of program i."""
     n_stocks = masks.shape[2]
     n_w = masks.shape[1]
-    stack = np.empty(STACK_WORDS, np.uint64)
-    for i in range(lo, hi):
+    for i in prange(code.shape[0]):
+        stack = np.empty(STACK_WORDS, np.uint64)
         h = np.uint64(n_stocks)
         for s in range(n_stocks):
             signal = 0
@@ -334,8 +329,7 @@ def behaviours(programs: np.ndarray, lengths: np.ndarray, masks: U64, n_days: in
     out = np.zeros(programs.shape[0], np.uint64)
     if programs.shape[0]:
         code, code_lengths = to_mask_programs(programs, lengths)
-        run_chunks(_behaviours_cpu, code.shape[0], code, code_lengths,
-                   np.ascontiguousarray(masks, np.uint64), n_days, out, min_chunk=64)
+        _behaviours_cpu(code, code_lengths, np.ascontiguousarray(masks, np.uint64), n_days, out)
     return out
 
 

@@ -132,12 +132,11 @@ def prefix_to_postfix(ops: I16, n: int, sizes: I16, depths: I32, out: I16) -> No
         out[i - depths[i] + sizes[i] - 1] = ops[i]
 
 
-@numba.njit(cache=True, nogil=True)
-def _compile_population(lo: int, hi: int, ops: I16, sizes: I16, lengths: I16, programs: I16,
-                        prog_len: I32) -> None:
-    """Individuals lo..hi-1 to postfix programs (run in chunks on threads)."""
-    depths = np.empty(ops.shape[2], np.int32)
-    for i in range(lo, hi):
+@numba.njit(cache=True, parallel=True)
+def _compile_population(ops: I16, sizes: I16, lengths: I16, programs: I16, prog_len: I32
+                        ) -> None:
+    for i in numba.prange(ops.shape[0]):
+        depths = np.empty(ops.shape[2], np.int32)
         at = 0
         for t in range(2):
             n = lengths[i, t]
@@ -233,8 +232,7 @@ class Population:
         programs = np.zeros((n, 2 * self.max_nodes), np.int16)
         lengths = np.zeros(n, np.int32)
         if n:
-            run_chunks(_compile_population, n, self.ops, self.sizes, self.lengths, programs,
-                       lengths, min_chunk=256)
+            _compile_population(self.ops, self.sizes, self.lengths, programs, lengths)
         return programs, lengths
 
     def check(self, max_depth: int = DEFAULT_MAX_DEPTH) -> None:

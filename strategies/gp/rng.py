@@ -1,9 +1,9 @@
 """Per-individual random streams for the numba genetic operators.
 
 All randomness of a run comes from one `np.random.Generator(PCG64(seed))` on the host. The
-operators run in parallel (chunks of children on threads, `gpu.threads.run_chunks`), so the
+operators run in parallel (numba prange; the first population in chunks on threads), so the
 host draws one uint64 seed per child and each child consumes its own splitmix64 stream: the
-result does not depend on how the children are split over threads, nor on the evaluator's
+result does not depend on how children are scheduled over threads, nor on the evaluator's
 device.
 """
 
