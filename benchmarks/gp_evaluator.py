@@ -32,6 +32,7 @@ from feeds.datadir import data_dir  # noqa: E402
 from gpu.device import cuda_present  # noqa: E402
 from gpu.gp import decider as gp_decider  # noqa: E402
 from gpu.gp import evaluate as gp_eval
+from gpu.threads import run_chunks  # noqa: E402
 from strategies.gp.init import ramped_half_and_half  # noqa: E402
 from strategies.gp.operators import breed  # noqa: E402
 from strategies.gp.representation import Population  # noqa: E402
@@ -54,13 +55,13 @@ def time_cpu(programs: np.ndarray, lengths: np.ndarray, panel: np.ndarray, close
     try:
         out = np.empty((programs.shape[0], close.shape[1]))
         n_days = close.shape[0]
-        gp_eval._final_cash_cpu(programs[:2], lengths[:2], panel, close, 0, n_days,
-                                gp_eval.DEFAULT_COSTS, out[:2])
+        run_chunks(gp_eval._final_cash_cpu, 2, programs[:2], lengths[:2], panel, close, 0,
+                   n_days, gp_eval.DEFAULT_COSTS, out[:2])
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            gp_eval._final_cash_cpu(programs, lengths, panel, close, 0, n_days,
-                                    gp_eval.DEFAULT_COSTS, out)
+            run_chunks(gp_eval._final_cash_cpu, programs.shape[0], programs, lengths, panel,
+                       close, 0, n_days, gp_eval.DEFAULT_COSTS, out, min_chunk=16)
             times.append(time.perf_counter() - t0)
         return statistics.median(times)
     finally:
@@ -163,8 +164,8 @@ def main() -> None:
         # the first CPU individuals evaluated on the CPU must match the GPU's money exactly
         m = min(200, args.population)
         out = np.empty((m, args.stocks))
-        gp_eval._final_cash_cpu(prog[:m], lens[:m], panel, close, 0, args.days,
-                                gp_eval.DEFAULT_COSTS, out)
+        run_chunks(gp_eval._final_cash_cpu, m, prog[:m], lens[:m], panel, close, 0, args.days,
+                   gp_eval.DEFAULT_COSTS, out, min_chunk=16)
         if not np.array_equal(out, cash[:m]):
             print("WARNING: CUDA and CPU final cash differ", file=sys.stderr)
 

@@ -7,10 +7,16 @@ one call `fn(0, n, *args)` whenever iterations write disjoint outputs and draw f
 own random streams, as the GP operators' do.
 
 Why: `numba.njit(parallel=True)` compiles the loop as a gufunc and optimises the inlined
-loop body a second time. For the GP breeding step that took 6.2 s of a cold start on the
-2-core VM against 3.7 s for the same body compiled plain (2026-11-28), in every process
-with an empty cache. A chunk is milliseconds of work, so the pool's hand-off (tens of
-microseconds) does not show.
+loop body a second time, which every process with an empty cache pays. Measured on the
+2-core VM (2026-11-28): the GP breeding step's first compile took 6.2 s with `prange`
+against 3.8 s as a plain range function; the small CPU `evolve` compiled 23.4 s of
+top-level functions with every GP loop on `prange`, 14.1 s with all of them here. The
+cost is a hand-off per chunk through Python threads and the GIL: on a 16-core H200 host
+the headline's breeding (196 calls) took 1.2 s this way against 0.26-0.40 s on numba's
+parallel runtime. So loops that run once per command (the first population, the
+indicator panel, the masks, the population check) and the CPU evaluators (long calls)
+run here; the loops of every generation (breeding, compiling and checking programs,
+fitness rows, behaviours) stay on `prange`.
 
 The number of chunks follows `numba.get_num_threads()` of the calling thread, so code that
 limits numba's threads for a task (`numba.set_num_threads`, e.g. an island of the island
