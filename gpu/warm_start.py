@@ -48,34 +48,44 @@ def start_context(device: str) -> threading.Thread | None:
     return thread
 
 
-def skip_blas_probe() -> bool:
-    """Import numba.np.arraymath with scipy.linalg hidden, so its BLAS probe fails fast (see
-    the module doc). True if the probe was skipped; False if too late (already imported) or
-    scipy.linalg is loaded already (then the probe costs nothing)."""
-    if "numba.np.arraymath" in sys.modules or "scipy.linalg" in sys.modules:
-        return False
-    if not _probe_is_known():
-        return False
-    sys.modules["scipy.linalg"] = None  # type: ignore[assignment]  # its import raises
-    try:
-        import numba.np.arraymath  # noqa: F401
-    except ImportError:  # a numba that needs scipy.linalg here: import it normally later
-        return False
-    finally:
-        del sys.modules["scipy.linalg"]
-    return True
+#: the modules whose body runs the probe: numba's CPU target, and numba-cuda's own copy,
+#: imported when a CUDA kernel is first compiled or loaded from the cache (measured on the
+#: H200, 2026-11-28: 0.48 s of the headline's first kernel load, in scipy.linalg's import)
+PROBED_MODULES = ("numba.np.arraymath", "numba.cuda.np.arraymath")
 
 
-#: the probe's line in numba/np/arraymath.py (numba 0.68)
+def skip_blas_probe(cuda: bool = False) -> bool:
+    """Import numba.np.arraymath (and with `cuda` numba.cuda.np.arraymath, which imports
+    numba.cuda) with scipy.linalg hidden, so their BLAS probes fail fast (see the module
+    doc). True if a probe was skipped; False if too late (already imported) or scipy.linalg
+    is loaded already (then the probe costs nothing)."""
+    if "scipy.linalg" in sys.modules:
+        return False
+    skipped = False
+    for name in PROBED_MODULES[: 2 if cuda else 1]:
+        if name in sys.modules or not _probe_is_known(name):
+            continue
+        sys.modules["scipy.linalg"] = None  # type: ignore[assignment]  # its import raises
+        try:
+            importlib.import_module(name)
+            skipped = True
+        except ImportError:  # a numba that needs scipy.linalg here: import it normally later
+            pass
+        finally:
+            del sys.modules["scipy.linalg"]
+    return skipped
+
+
+#: the probe's line in numba/np/arraymath.py (numba 0.68) and numba-cuda's copy (0.30.4)
 _PROBE_LINE = "_HAVE_BLAS = _check_blas()"
 
 
-def _probe_is_known() -> bool:
-    """Whether this numba's arraymath holds the probe as described in the module doc: the
-    assignment, and one reader (np.convolve/np.correlate's inner product). Another numba,
-    where the answer may gate more, keeps its probe."""
+def _probe_is_known(module: str = "numba.np.arraymath") -> bool:
+    """Whether `module` (numba's arraymath or numba-cuda's) holds the probe as described in
+    the module doc: the assignment, and one reader (np.convolve/np.correlate's inner
+    product). Another version, where the answer may gate more, keeps its probe."""
     try:
-        spec = importlib.util.find_spec("numba.np.arraymath")
+        spec = importlib.util.find_spec(module)
         text = Path(str(spec.origin if spec else "")).read_text(encoding="utf-8")
     except (ImportError, OSError, UnicodeDecodeError, ValueError):
         return False

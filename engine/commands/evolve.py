@@ -391,7 +391,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "seconds": time.perf_counter() - t0}
     # the CUDA context is made while the window loads; numba's BLAS probe is skipped
     warm_start.start_context(args.device)
-    warm_start.skip_blas_probe()
+    warm_start.skip_blas_probe(cuda=args.device == "cuda")
     on_islands = args.islands is not None or bool(args.scheduler)
     # the PNG's process starts now: matplotlib's import overlaps the evolution
     with PlotWorker(background=None if not on_islands else False) as plots:

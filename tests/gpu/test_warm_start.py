@@ -47,3 +47,21 @@ def test_no_context_thread_for_the_cpu() -> None:
 def test_the_installed_numba_holds_the_probe_the_skip_was_written_for() -> None:
     # the guard must accept the numba this project runs on, or the skip is dead code
     assert warm_start._probe_is_known()
+
+
+CUDA_PROBE = """
+import sys
+from gpu import warm_start
+skipped = warm_start.skip_blas_probe(cuda=True)
+cuda_arraymath = sys.modules["numba.cuda.np.arraymath"]
+print(skipped, "scipy.linalg" in sys.modules, cuda_arraymath._HAVE_BLAS)
+"""
+
+
+def test_numba_cudas_copy_of_the_probe_is_skipped_too() -> None:
+    """numba-cuda's arraymath runs the same probe when a CUDA kernel is first loaded; with
+    `cuda=True` it is imported with scipy.linalg hidden (no GPU needed for the import)."""
+    assert warm_start._probe_is_known("numba.cuda.np.arraymath")
+    out = subprocess.run([sys.executable, "-c", CUDA_PROBE], cwd=REPO, capture_output=True,
+                         text=True, check=True, timeout=300).stdout.split()
+    assert out == ["True", "False", "False"]
