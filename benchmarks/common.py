@@ -51,7 +51,7 @@ def gpu_name() -> str:
     """The current CUDA device's name."""
     from numba import cuda
 
-    name = cuda.get_current_device().name
+    name = getattr(cuda.get_current_device(), "name", "numba's CUDA simulator")
     return name.decode() if isinstance(name, bytes) else str(name)
 
 

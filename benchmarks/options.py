@@ -368,6 +368,11 @@ def gpu_results(result: dict[str, Any], rows: list[dict[str, Any]], grids: dict[
     # the default grid on its reference workload: American options with dividend yields
     result["latency_1000_default"] = latency_gpu(1000, grids["default"], latency_repeats,
                                                  reference_rows(1000))
+    # the path's own floor: the same group with expired rows, whose kernel only writes
+    # closed-form values (launch, mapped memory, event, copies)
+    expired = reference_rows(1000)
+    expired[:, core.EXPIRY] = 0.0
+    result["latency_1000_floor"] = latency_gpu(1000, grids["default"], latency_repeats, expired)
     result["ten_groups_round_default"] = ten_groups_round(grids["default"], latency_repeats)
     for g in ("seed", "default", "fine"):
         result[f"gpu_vs_cpu_{g}"] = gpu_vs_cpu(grids[g])
@@ -401,6 +406,9 @@ def print_report(result: dict[str, Any], backend: str) -> None:
         lat = result["latency_1000_default"]
         print(f"the same at the default grid (American, with dividends): p50 "
               f"{lat['p50_us']:.1f} µs, p99 {lat['p99_us']:.1f} µs (goal p50 ≤ 50 µs)")
+        floor = result["latency_1000_floor"]
+        print(f"the same path with expired rows (its floor, no PDE): p50 "
+              f"{floor['p50_us']:.1f} µs, p99 {floor['p99_us']:.1f} µs")
         ten = result["ten_groups_round_default"]
         print(f"ten groups of 1,000 (default grid) in one launch: p50 {ten['p50_us']:.1f} µs, "
               f"p99 {ten['p99_us']:.1f} µs (every 10 ms of data time needs p99 < 10 ms / "
