@@ -6,15 +6,15 @@ The first is cheaper to compile (numba optimises a `parallel=True` loop body twi
 second cheaper to call. For 1, 2, 4, ... up to numba's thread count this prints the median
 time of:
 - handing out empty chunks (`run_chunks` over a no-op) against an empty `prange` loop;
-- one generation's breeding of `--children` children (`strategies.gp.operators`): numba's
-  `prange` over every child, against `run_chunks` over slices of the children, each slice
-  bred with numba limited to one thread in its thread (the same children, bit for bit).
+- one generation's breeding of `--children` children (`strategies.gp.operators`), the two
+  ways `gpu.threads.parallel_range` can run it: numba's `prange` over one chunk a thread,
+  and `run_chunks` (the same children, bit for bit).
 
     python benchmarks/thread_chunks.py [--children 25000] [--repeats 40] [--json PATH]
 
-A probe of the same comparison (2026-11-28, the H200 host's 16 cores; its chunks bred
-through a plain range function, commit f011ad6): 16 empty chunks 0.42 ms, breeding 25,000
-children 3.04 ms on `prange` against 4.07 ms in chunks (`results/h200-2026-11-28/README.md`).
+A probe of the same comparison (2026-11-28, the H200 host's 16 cores; `prange` over every
+child rather than one chunk a thread): 16 empty chunks 0.42 ms, breeding 25,000 children
+3.04 ms on `prange` against 4.07 ms in chunks (`results/h200-2026-11-28/README.md`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.common import write_json  # noqa: E402
 from gpu.threads import run_chunks  # noqa: E402
 from strategies.gp.init import ramped_half_and_half  # noqa: E402
-from strategies.gp.operators import _breed  # noqa: E402
+from strategies.gp.operators import _breed_parallel, _breed_range  # noqa: E402
 from strategies.gp.rng import child_seeds  # noqa: E402
 
 
@@ -64,7 +64,9 @@ def median_ms(run: Callable[[], None], repeats: int) -> float:
 
 
 def breeding(n: int) -> tuple[Callable[[], None], Callable[[], None], Callable[[], bool]]:
-    """(numba's prange over all children, run_chunks over slices, whether both agree)."""
+    """The two ways `parallel_range` can breed a generation: numba's prange over one chunk
+    per thread (`_breed_parallel`), and `run_chunks` over `_breed_range`; and a check that
+    both bred the same children."""
     rng = np.random.default_rng(1)
     parents = ramped_half_and_half(n, rng)
     rec, don = rng.integers(0, n, n), rng.integers(0, n, n)
@@ -72,29 +74,19 @@ def breeding(n: int) -> tuple[Callable[[], None], Callable[[], None], Callable[[
     shape = parents.ops.shape
     outs = [(np.zeros(shape, np.int16), np.zeros(shape, np.int16), np.zeros((n, 2), np.int16))
             for _ in range(2)]
-    probs = (0.9, 0.1, 0.1, 0.1, 8, 4)
+    args = (parents.ops, parents.sizes, parents.lengths, rec, don, seeds, 0.9, 0.1, 0.1, 0.1,
+            8, 4)
 
-    def whole() -> None:
-        o = outs[0]
-        _breed(parents.ops, parents.sizes, parents.lengths, rec, don, seeds, *probs, *o)
+    def on_prange() -> None:
+        _breed_parallel(max(1, min(numba.get_num_threads(), n)), n, *args, *outs[0])
 
-    def part(lo: int, hi: int) -> None:
-        before = numba.get_num_threads()
-        numba.set_num_threads(1)  # this chunk stays on its thread (the caller's included)
-        try:
-            o = outs[1]
-            _breed(parents.ops, parents.sizes, parents.lengths, rec[lo:hi], don[lo:hi],
-                   seeds[lo:hi], *probs, o[0][lo:hi], o[1][lo:hi], o[2][lo:hi])
-        finally:
-            numba.set_num_threads(before)
-
-    def chunked() -> None:
-        run_chunks(part, n)
+    def on_threads() -> None:
+        run_chunks(_breed_range, n, *args, *outs[1])
 
     def same() -> bool:
         return all(np.array_equal(a, b) for a, b in zip(outs[0], outs[1], strict=True))
 
-    return whole, chunked, same
+    return on_prange, on_threads, same
 
 
 def main() -> int:
@@ -108,7 +100,7 @@ def main() -> int:
     repeats = 3 if args.quick else args.repeats
     most = numba.get_num_threads()
     counts = sorted({1, most, *(k for k in (2, 4, 8, 16, 32, 64) if k <= most)})
-    whole, chunked, same = breeding(n)
+    on_prange, on_threads, same = breeding(n)
     empty = np.zeros(n)
     rows: list[dict[str, Any]] = []
     print("| threads | empty chunks ms | empty prange ms | breeding, prange ms | "
@@ -119,8 +111,8 @@ def main() -> int:
                "empty_chunks_ms": median_ms(lambda: run_chunks(_touch, n, empty, min_chunk=1),
                                             repeats),
                "empty_prange_ms": median_ms(lambda: _touch_prange(empty), repeats),
-               "breed_prange_ms": median_ms(whole, repeats),
-               "breed_chunks_ms": median_ms(chunked, repeats),
+               "breed_prange_ms": median_ms(on_prange, repeats),
+               "breed_chunks_ms": median_ms(on_threads, repeats),
                "same_children": same()}
         rows.append(row)
         print(f"| {k} | {row['empty_chunks_ms']:.3f} | {row['empty_prange_ms']:.3f} | "

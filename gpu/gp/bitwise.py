@@ -53,7 +53,7 @@ from gpu.gp import window as gp_window
 from gpu.gp.core import CASH0, CODE_BUY, CODE_SELL, OP_AND, OP_GT, OP_NOT, STACK_SIZE
 from gpu.gp.window import WindowEvaluator, _check_programs, fitness_from_cash, gp_ops
 from gpu.indicators.catalogue import N_FLOAT, N_TERMINALS
-from gpu.threads import run_chunks
+from gpu.threads import chunk_lo, parallel_range, run_chunks
 from gpu.twin import compile_twin, cuda_kernel_cache, flush_stale_caches
 
 F64 = npt.NDArray[np.float64]
@@ -207,9 +207,11 @@ _simulate_cpu = _twin.cpu.simulate_bits
 
 
 # --------------------------------------------------------------------------- translation
-@numba.njit(cache=True, parallel=True)
-def _translate(programs: Any, lengths: Any, out: Any, out_lengths: Any) -> None:
-    for i in prange(programs.shape[0]):
+@numba.njit(cache=True, nogil=True)
+def _translate(lo: int, hi: int, programs: Any, lengths: Any, out: Any,
+               out_lengths: Any) -> None:
+    """Programs lo..hi-1 (in parallel: `gpu.threads.parallel_range`)."""
+    for i in range(lo, hi):
         pc = 0
         n = 0
         while pc < lengths[i]:
@@ -237,12 +239,21 @@ def _translate(programs: Any, lengths: Any, out: Any, out_lengths: Any) -> None:
         out_lengths[i] = n
 
 
+@numba.njit(cache=True, parallel=True)
+def _translate_parallel(chunks: int, n: int, programs: Any, lengths: Any, out: Any,
+                        out_lengths: Any) -> None:
+    for k in prange(chunks):
+        _translate(chunk_lo(k, chunks, n), chunk_lo(k + 1, chunks, n), programs, lengths, out,
+                   out_lengths)
+
+
 def to_mask_programs(programs: np.ndarray, lengths: np.ndarray) -> tuple[I16, I32]:
     """Linear mask programs (int16 codes, lengths) of type-checked postfix programs."""
     out = np.zeros(programs.shape, np.int16)
     out_lengths = np.zeros(programs.shape[0], np.int32)
     if programs.shape[0]:
-        _translate(programs, lengths, out, out_lengths)
+        parallel_range(_translate, _translate_parallel, programs.shape[0], programs, lengths,
+                       out, out_lengths, min_chunk=256)
     return out, out_lengths
 
 
@@ -287,13 +298,15 @@ def _mix(h: Any, x: Any) -> Any:
     return z ^ (z >> _S31)
 
 
-@numba.njit(parallel=True, cache=True)
-def _behaviours_cpu(code: Any, lengths: Any, masks: Any, n_days: int, out: Any) -> None:
-    """out[i] = a 64-bit hash of every signal change (stock, day, direction) of program i."""
+@numba.njit(nogil=True, cache=True)
+def _behaviours_cpu(lo: int, hi: int, code: Any, lengths: Any, masks: Any, n_days: int,
+                    out: Any) -> None:
+    """out[i] = a 64-bit hash of every signal change (stock, day, direction) of program i,
+    for i in lo..hi-1 (in parallel: `gpu.threads.parallel_range`)."""
     n_stocks = masks.shape[2]
     n_w = masks.shape[1]
-    for i in prange(code.shape[0]):
-        stack = np.empty(STACK_WORDS, np.uint64)
+    stack = np.empty(STACK_WORDS, np.uint64)
+    for i in range(lo, hi):
         h = np.uint64(n_stocks)
         for s in range(n_stocks):
             signal = 0
@@ -318,6 +331,14 @@ def _behaviours_cpu(code: Any, lengths: Any, masks: Any, n_days: int, out: Any) 
         out[i] = h
 
 
+@numba.njit(parallel=True, cache=True)
+def _behaviours_parallel(chunks: int, n: int, code: Any, lengths: Any, masks: Any, n_days: int,
+                         out: Any) -> None:
+    for k in prange(chunks):
+        _behaviours_cpu(chunk_lo(k, chunks, n), chunk_lo(k + 1, chunks, n), code, lengths,
+                        masks, n_days, out)
+
+
 def behaviours(programs: np.ndarray, lengths: np.ndarray, masks: U64, n_days: int) -> U64:
     """Behaviour fingerprints (n_programs,) uint64 over a window's host `masks`
     (`build_masks`): a hash of the days on which each stock's signal turns long or flat.
@@ -329,7 +350,8 @@ def behaviours(programs: np.ndarray, lengths: np.ndarray, masks: U64, n_days: in
     out = np.zeros(programs.shape[0], np.uint64)
     if programs.shape[0]:
         code, code_lengths = to_mask_programs(programs, lengths)
-        _behaviours_cpu(code, code_lengths, np.ascontiguousarray(masks, np.uint64), n_days, out)
+        parallel_range(_behaviours_cpu, _behaviours_parallel, code.shape[0], code, code_lengths,
+                       np.ascontiguousarray(masks, np.uint64), n_days, out, min_chunk=64)
     return out
 
 

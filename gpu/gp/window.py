@@ -21,6 +21,7 @@ from gpu.device import resolve_device
 from gpu.gp import core as gp_core
 from gpu.gp.core import CASH0, DEFAULT_COSTS, STACK_SIZE
 from gpu.indicators.catalogue import N_FLOAT, N_TERMINALS
+from gpu.threads import chunk_lo, parallel_range
 from gpu.twin import flush_stale_caches
 
 F32 = npt.NDArray[np.float32]
@@ -74,19 +75,30 @@ def _program_ok(program: Any, n: int, kinds: Any) -> bool:
     return sp == 2 and kinds[0] == 1 and kinds[1] == 1
 
 
-@numba.njit(cache=True, parallel=True)
-def _first_bad_program(programs: Any, lengths: Any) -> int:
-    """Index of the first program that fails `_program_ok`, or -1 (a prange over programs:
-    an evolution checks 25,000 of them every generation)."""
-    n = programs.shape[0]
-    bad = np.zeros(n, np.bool_)
-    for i in prange(n):
-        kinds = np.empty(programs.shape[1] + 1, np.int8)
+@numba.njit(cache=True, nogil=True)
+def _mark_bad_programs(lo: int, hi: int, programs: Any, lengths: Any, bad: Any) -> None:
+    """bad[i] = program i fails `_program_ok`, for i in lo..hi-1 (in parallel: an
+    evolution checks 25,000 programs every generation)."""
+    kinds = np.empty(programs.shape[1] + 1, np.int8)
+    for i in range(lo, hi):
         bad[i] = not _program_ok(programs[i], lengths[i], kinds)
-    for i in range(n):
-        if bad[i]:
-            return i
-    return -1
+
+
+@numba.njit(cache=True, parallel=True)
+def _mark_bad_programs_parallel(chunks: int, n: int, programs: Any, lengths: Any,
+                                bad: Any) -> None:
+    for k in prange(chunks):
+        _mark_bad_programs(chunk_lo(k, chunks, n), chunk_lo(k + 1, chunks, n), programs,
+                           lengths, bad)
+
+
+def _first_bad_program(programs: Any, lengths: Any) -> int:
+    """Index of the first program that fails `_program_ok`, or -1."""
+    bad = np.zeros(programs.shape[0], np.bool_)
+    parallel_range(_mark_bad_programs, _mark_bad_programs_parallel, programs.shape[0],
+                   programs, lengths, bad, min_chunk=256)
+    hits = np.flatnonzero(bad)
+    return int(hits[0]) if hits.size else -1
 
 
 def _check_programs(programs: np.ndarray, lengths: np.ndarray) -> tuple[I16, I32]:
@@ -205,17 +217,24 @@ def _pairwise_sum(a: Any, n: int) -> float:
     return vals[0]
 
 
+@numba.njit(cache=True, nogil=True)
+def _fitness_rows(lo: int, hi: int, cash: Any, roi_bh: Any, cash0: float, out: Any) -> None:
+    """Rows lo..hi-1 of `fitness_from_cash` (in parallel: `gpu.threads.parallel_range`)."""
+    n_stocks = cash.shape[1]
+    row = np.empty(n_stocks, np.float64)  # one row of excess ROI, in cache
+    for i in range(lo, hi):
+        for s in range(n_stocks):
+            row[s] = (cash[i, s] / cash0 - 1.0) - roi_bh[s]
+        # numpy's add.reduce starts from the identity 0.0, then divides by the count
+        out[i] = (0.0 + _pairwise_sum(row, n_stocks)) / n_stocks
+
+
 @numba.njit(cache=True, parallel=True)
-def _fitness_rows(cash: Any, roi_bh: Any, cash0: float, out: Any) -> None:
-    n, n_stocks = cash.shape
-    rows_per_task = 64
-    for task in prange((n + rows_per_task - 1) // rows_per_task):
-        row = np.empty(n_stocks, np.float64)  # one row of excess ROI, in cache
-        for i in range(task * rows_per_task, min(n, (task + 1) * rows_per_task)):
-            for s in range(n_stocks):
-                row[s] = (cash[i, s] / cash0 - 1.0) - roi_bh[s]
-            # numpy's add.reduce starts from the identity 0.0, then divides by the count
-            out[i] = (0.0 + _pairwise_sum(row, n_stocks)) / n_stocks
+def _fitness_rows_parallel(chunks: int, n: int, cash: Any, roi_bh: Any, cash0: float,
+                           out: Any) -> None:
+    for k in prange(chunks):
+        _fitness_rows(chunk_lo(k, chunks, n), chunk_lo(k + 1, chunks, n), cash, roi_bh, cash0,
+                      out)
 
 
 def fitness_from_cash(cash: np.ndarray, bh_cash: np.ndarray) -> F64:
@@ -231,7 +250,8 @@ def fitness_from_cash(cash: np.ndarray, bh_cash: np.ndarray) -> F64:
         excess = roi(cash) - roi(bh_cash)[None, :]
         return np.asarray(np.mean(excess, axis=1), np.float64)
     out = np.empty(cash.shape[0], np.float64)
-    _fitness_rows(cash, roi(bh_cash), float(CASH0), out)
+    parallel_range(_fitness_rows, _fitness_rows_parallel, cash.shape[0], cash, roi(bh_cash),
+                   float(CASH0), out, min_chunk=256)
     return out
 
 

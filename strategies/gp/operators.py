@@ -1,8 +1,9 @@
 """Genetic operators on flat prefix trees: subtree crossover, subtree and point mutation.
 
 Each operator is a small numba function on one tree; `breed` applies them to a whole
-generation in one parallel pass (prange over children), each child with its own random
-stream (strategies.gp.rng), so breeding 25,000 children takes milliseconds.
+generation in parallel (`gpu.threads.parallel_range`: chunks of children on Python threads
+on a machine of few cores, numba's prange on more), each child with its own random stream
+(strategies.gp.rng), so breeding 25,000 children takes milliseconds.
 
 Type safety by construction: crossover only swaps subtrees whose roots return the same type
 (a float terminal for a float terminal, a bool subtree for a bool subtree); subtree mutation
@@ -24,6 +25,7 @@ import numpy.typing as npt
 
 from gpu.gp.core import ARITY, OP_AND, OP_GT, OP_LT, OP_NOT, OP_OR, RETURN_TYPE
 from gpu.indicators.catalogue import N_BOOL, N_FLOAT, N_TERMINALS
+from gpu.threads import chunk_lo, parallel_range
 from strategies.gp.init import random_tree
 from strategies.gp.representation import Population, scan_tree, subtree_sizes
 from strategies.gp.rng import below, child_seeds, uniform
@@ -160,16 +162,16 @@ def copy_nodes(src: I16, dst: I16) -> None:
         dst[k] = src[k]
 
 
-@numba.njit(cache=True, parallel=True)
-def _breed(p_ops: I16, p_sizes: I16, p_lengths: I16, recipients: npt.NDArray[np.int64],
-           donors: npt.NDArray[np.int64], seeds: U64, p_crossover: float,
-           p_subtree: float, p_point: float, p_node: float, max_depth: int,
-           mutation_depth: int, c_ops: I16, c_sizes: I16, c_lengths: I16) -> None:
-    # numba's parallel loop, not gpu.threads' chunks: breeding runs every generation, and
-    # on 16 cores the chunks on Python threads took 4.07 ms a call against 3.04 ms here
-    # (25,000 children, H200 host, 2026-11-28)
+@numba.njit(cache=True, nogil=True)
+def _breed_range(lo: int, hi: int, p_ops: I16, p_sizes: I16, p_lengths: I16,
+                 recipients: npt.NDArray[np.int64], donors: npt.NDArray[np.int64],
+                 seeds: U64, p_crossover: float, p_subtree: float, p_point: float,
+                 p_node: float, max_depth: int, mutation_depth: int, c_ops: I16,
+                 c_sizes: I16, c_lengths: I16) -> None:
+    """Children lo..hi-1 (each from its own seed, so any split of the range gives the same
+    children); `breed` runs the range in parallel (`gpu.threads.parallel_range`)."""
     max_nodes = p_ops.shape[2]
-    for c in numba.prange(recipients.shape[0]):
+    for c in range(lo, hi):
         state = np.empty(1, np.uint64)
         state[0] = seeds[c]
         r = recipients[c]
@@ -207,6 +209,20 @@ def _breed(p_ops: I16, p_sizes: I16, p_lengths: I16, recipients: npt.NDArray[np.
             point_mutation(c_ops[c, t], c_lengths[c, t], p_node, state)
 
 
+@numba.njit(cache=True, parallel=True)
+def _breed_parallel(chunks: int, n: int, p_ops: I16, p_sizes: I16, p_lengths: I16,
+                    recipients: npt.NDArray[np.int64], donors: npt.NDArray[np.int64],
+                    seeds: U64, p_crossover: float, p_subtree: float, p_point: float,
+                    p_node: float, max_depth: int, mutation_depth: int, c_ops: I16,
+                    c_sizes: I16, c_lengths: I16) -> None:
+    """`_breed_range` in `chunks` contiguous chunks on numba's parallel runtime (machines
+    with more than `gpu.threads.CHUNKS_MAX_THREADS` threads; see `parallel_range`)."""
+    for k in numba.prange(chunks):
+        _breed_range(chunk_lo(k, chunks, n), chunk_lo(k + 1, chunks, n), p_ops, p_sizes,
+                     p_lengths, recipients, donors, seeds, p_crossover, p_subtree, p_point,
+                     p_node, max_depth, mutation_depth, c_ops, c_sizes, c_lengths)
+
+
 def breed(parents: Population, recipients: npt.ArrayLike, donors: npt.ArrayLike,
           rng: np.random.Generator, *, p_crossover: float = 0.9, p_subtree: float = 0.1,
           p_point: float = 0.1, p_node: float = 0.1, max_depth: int = 8,
@@ -234,7 +250,7 @@ def breed(parents: Population, recipients: npt.ArrayLike, donors: npt.ArrayLike,
             seeds = child_seeds(rng, rec.size)
         elif seeds.shape != rec.shape:
             raise ValueError(f"{seeds.size} seeds for {rec.size} children")
-        _breed(parents.ops, parents.sizes, parents.lengths, rec, don, seeds,
-               p_crossover, p_subtree, p_point, p_node, max_depth, mutation_depth,
-               out.ops, out.sizes, out.lengths)
+        parallel_range(_breed_range, _breed_parallel, rec.size, parents.ops, parents.sizes,
+                       parents.lengths, rec, don, seeds, p_crossover, p_subtree, p_point,
+                       p_node, max_depth, mutation_depth, out.ops, out.sizes, out.lengths)
     return out

@@ -42,7 +42,7 @@ from gpu.gp.core import (
     TYPE_BOOL,
 )
 from gpu.indicators.catalogue import N_FLOAT, TERMINAL_INDEX, TERMINALS
-from gpu.threads import run_chunks
+from gpu.threads import chunk_lo, parallel_range, run_chunks
 
 I16 = npt.NDArray[np.int16]
 I32 = npt.NDArray[np.int32]
@@ -132,11 +132,12 @@ def prefix_to_postfix(ops: I16, n: int, sizes: I16, depths: I32, out: I16) -> No
         out[i - depths[i] + sizes[i] - 1] = ops[i]
 
 
-@numba.njit(cache=True, parallel=True)
-def _compile_population(ops: I16, sizes: I16, lengths: I16, programs: I16, prog_len: I32
-                        ) -> None:
-    for i in numba.prange(ops.shape[0]):
-        depths = np.empty(ops.shape[2], np.int32)
+@numba.njit(cache=True, nogil=True)
+def _compile_population(lo: int, hi: int, ops: I16, sizes: I16, lengths: I16, programs: I16,
+                        prog_len: I32) -> None:
+    """Individuals lo..hi-1 to postfix programs (in parallel: `gpu.threads.parallel_range`)."""
+    depths = np.empty(ops.shape[2], np.int32)
+    for i in range(lo, hi):
         at = 0
         for t in range(2):
             n = lengths[i, t]
@@ -144,6 +145,14 @@ def _compile_population(ops: I16, sizes: I16, lengths: I16, programs: I16, prog_
             prefix_to_postfix(ops[i, t], n, sizes[i, t], depths, programs[i, at:at + n])
             at += n
         prog_len[i] = at
+
+
+@numba.njit(cache=True, parallel=True)
+def _compile_population_parallel(chunks: int, n: int, ops: I16, sizes: I16, lengths: I16,
+                                 programs: I16, prog_len: I32) -> None:
+    for k in numba.prange(chunks):
+        _compile_population(chunk_lo(k, chunks, n), chunk_lo(k + 1, chunks, n), ops, sizes,
+                            lengths, programs, prog_len)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -232,7 +241,8 @@ class Population:
         programs = np.zeros((n, 2 * self.max_nodes), np.int16)
         lengths = np.zeros(n, np.int32)
         if n:
-            _compile_population(self.ops, self.sizes, self.lengths, programs, lengths)
+            parallel_range(_compile_population, _compile_population_parallel, n, self.ops,
+                           self.sizes, self.lengths, programs, lengths, min_chunk=256)
         return programs, lengths
 
     def check(self, max_depth: int = DEFAULT_MAX_DEPTH) -> None:

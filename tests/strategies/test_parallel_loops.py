@@ -1,0 +1,77 @@
+"""The GP loops run through `gpu.threads.parallel_range` give the same results on both of its
+paths (chunks on Python threads; numba's prange over chunks) and as one serial call."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numba
+import numpy as np
+import pytest
+
+from gpu import threads
+from gpu.gp import bitwise as gp_bitwise
+from gpu.gp.window import _check_programs, fitness_from_cash
+from strategies.gp.window import GPWindow, load_window
+from tests.gpu.gp_common import bred_population
+
+
+@pytest.fixture(scope="module")
+def window(shared_data: Any) -> GPWindow:
+    return load_window(shared_data / "sp500_5yr_daily", 4, 140, 60)
+
+
+def both_paths(run: Callable[[], Any], monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """run() with every loop on Python threads, on numba's prange and on one thread."""
+    out = []
+    for most in (1 << 20, 0):  # threads path / prange path (any thread count > 0)
+        monkeypatch.setattr(threads, "CHUNKS_MAX_THREADS", most)
+        out.append(run())
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)  # one chunk: a single serial call on either path
+    try:
+        out.append(run())
+    finally:
+        numba.set_num_threads(before)
+    return out
+
+
+def test_breeding_is_the_same_on_every_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    # bred_population breeds three generations from a seeded start
+    pops = both_paths(lambda: bred_population(600, seed=3, max_depth=6), monkeypatch)
+    for pop in pops[1:]:
+        for field in ("ops", "sizes", "lengths"):
+            np.testing.assert_array_equal(getattr(pop, field), getattr(pops[0], field))
+
+
+def test_compile_check_translate_behaviours_and_fitness_are_the_same_on_every_path(
+        window: GPWindow, monkeypatch: pytest.MonkeyPatch) -> None:
+    pop = bred_population(700, seed=5, max_depth=6)
+    day0, day1 = window.train.day0, window.train.day1
+    masks = gp_bitwise.build_masks(window.panel, day0, day1, "cpu")
+    rng = np.random.default_rng(9)
+    cash = rng.uniform(5e3, 2e4, (700, 4))
+    bh = rng.uniform(5e3, 2e4, 4)
+
+    def run() -> tuple[np.ndarray, ...]:
+        programs, lengths = pop.compile()
+        checked = _check_programs(programs, lengths)
+        code, code_lengths = gp_bitwise.to_mask_programs(*checked)
+        fingerprints = gp_bitwise.behaviours(programs, lengths, masks, day1 - day0)
+        return programs, lengths, code, code_lengths, fingerprints, fitness_from_cash(cash, bh)
+
+    results = both_paths(run, monkeypatch)
+    for other in results[1:]:
+        for got, want in zip(other, results[0], strict=True):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_a_bad_program_is_found_first_on_every_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    programs, lengths = bred_population(900, seed=7, max_depth=6).compile()
+    lengths = lengths.copy()
+    lengths[[611, 700]] = 1  # too short to be two trees
+    for most in (1 << 20, 0):
+        monkeypatch.setattr(threads, "CHUNKS_MAX_THREADS", most)
+        with pytest.raises(ValueError, match="program 611 "):
+            _check_programs(programs, lengths)
