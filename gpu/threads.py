@@ -16,8 +16,11 @@ a hand-off per chunk through Python threads and the GIL: on a 16-core H200 host 
 handing out 16 empty chunks 0.42 ms (0.11 ms for 2), about 0.5 s over the headline's 50
 generations of some 25 such calls each. So loops that run once per command (the first
 population, the indicator panel, the masks, the population check) and the CPU evaluators
-(long calls) run here; the loops of every generation (breeding, compiling and checking
-programs, fitness rows, behaviours) stay on `prange`.
+(long calls) always run here. The loops of every generation (breeding, compiling and
+checking programs, fitness rows, behaviours) go through `parallel_range`: here with at
+most CHUNKS_MAX_THREADS numba threads, where the hand-off is cheap and a short run's time is
+mostly compiling; on numba's `prange` over chunks with more. A process compiles only the
+variant it runs.
 
 The number of chunks follows `numba.get_num_threads()` of the calling thread, so code that
 limits numba's threads for a task (`numba.set_num_threads`, e.g. an island of the island
