@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu.threads import chunk_bounds, run_chunks
+from gpu.threads import chunk_bounds, chunk_lo, run_chunks
 
 
 @numba.njit(nogil=True, cache=True)
@@ -70,3 +70,33 @@ def test_an_error_in_a_chunk_reaches_the_caller() -> None:
         pytest.skip("one numba thread: a single chunk")
     with pytest.raises(ValueError, match="chunk at 0 failed"):
         run_chunks(fail_late, 1000, min_chunk=1)
+
+
+@numba.njit(parallel=True, cache=True)
+def _mark_parallel(chunks: int, n: int, hits: np.ndarray, square: np.ndarray) -> None:
+    for k in numba.prange(chunks):
+        _mark(chunk_lo(k, chunks, n), chunk_lo(k + 1, chunks, n), hits, square)
+
+
+@given(n=st.integers(0, 3000), chunks=st.integers(1, 40))
+@settings(max_examples=200, deadline=None)
+def test_chunk_lo_splits_as_chunk_bounds(n: int, chunks: int) -> None:
+    if n < chunks:
+        chunks = max(1, n)
+    want = chunk_bounds(n, chunks)
+    got = [(chunk_lo(k, chunks, n), chunk_lo(k + 1, chunks, n)) for k in range(chunks)]
+    assert got == want
+
+
+@pytest.mark.parametrize("most", [1 << 20, 0])  # Python threads / numba's prange
+@pytest.mark.parametrize("n", [0, 1, 33, 2000])
+def test_parallel_range_runs_every_index_once_on_either_path(
+        most: int, n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpu import threads
+
+    monkeypatch.setattr(threads, "CHUNKS_MAX_THREADS", most)
+    hits = np.zeros(n, np.int64)
+    square = np.zeros(n, np.int64)
+    threads.parallel_range(_mark, _mark_parallel, n, hits, square, min_chunk=8)
+    assert (hits == 1).all()
+    np.testing.assert_array_equal(square, np.arange(n) ** 2)
