@@ -20,9 +20,7 @@ child rather than one chunk a thread): 16 empty chunks 0.42 ms, breeding 25,000 
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,7 +32,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import write_json  # noqa: E402
+from benchmarks.common import median_seconds, write_json  # noqa: E402
 from gpu.threads import run_chunks  # noqa: E402
 from strategies.gp.init import ramped_half_and_half  # noqa: E402
 from strategies.gp.operators import _breed_parallel, _breed_range  # noqa: E402
@@ -54,13 +52,7 @@ def _touch_prange(a: Any) -> None:
 
 
 def median_ms(run: Callable[[], None], repeats: int) -> float:
-    run()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+    return median_seconds(run, repeats) * 1e3
 
 
 def breeding(n: int) -> tuple[Callable[[], None], Callable[[], None], Callable[[], bool]]:
