@@ -44,22 +44,25 @@ from strategies.gp.rng import below, child_seeds, uniform
 _FUNCTIONS = np.array([OP_AND, OP_OR, OP_NOT, OP_LT, OP_GT], np.int16)
 #: NOT drawn less often than AND/OR: chains of NOT add nodes and no meaning
 _LOGIC = np.array([OP_AND, OP_OR, OP_AND, OP_OR, OP_NOT], np.int16)
+#: `full` = False for random_tree, as a numpy bool: a Python False would compile random_tree
+#: once more, for the literal (calls between compiled functions pass int64 and numpy bools)
+GROW = np.bool_(False)
 
 
 @numba.njit(cache=True, nogil=True)
 def _choose(want: int, depth: int, max_depth: int, full: bool,
             state: npt.NDArray[np.uint64]) -> int:
     if want == TYPE_FLOAT:
-        return below(state, N_FLOAT)
+        return below(state, np.int64(N_FLOAT))
     if depth >= max_depth:
-        return N_FLOAT + below(state, N_BOOL)
+        return N_FLOAT + below(state, np.int64(N_BOOL))
     if full:
         if depth < max_depth - 1:
-            return int(_LOGIC[below(state, 5)])
-        return int(_FUNCTIONS[below(state, 5)])
+            return int(_LOGIC[below(state, np.int64(5))])
+        return int(_FUNCTIONS[below(state, np.int64(5))])
     if uniform(state) < 0.5:
-        return N_FLOAT + below(state, N_BOOL)
-    return int(_FUNCTIONS[below(state, 5)])
+        return N_FLOAT + below(state, np.int64(N_BOOL))
+    return int(_FUNCTIONS[below(state, np.int64(5))])
 
 
 @numba.njit(cache=True, nogil=True)
@@ -67,7 +70,7 @@ def random_tree(out: npt.NDArray[np.int16], capacity: int, root_type: int, max_d
                 full: bool, state: npt.NDArray[np.uint64]) -> int:
     """Write a random tree returning `root_type` (prefix) into out; return its length, or
     -1 if it would exceed `capacity` nodes (out is then garbage)."""
-    slot_type, slot_depth = slot_stack(capacity + 2, root_type)
+    slot_type, slot_depth = slot_stack(np.int64(capacity + 2), np.int64(root_type))
     sp = 1
     n = 0
     while sp > 0:
@@ -76,7 +79,7 @@ def random_tree(out: npt.NDArray[np.int16], capacity: int, root_type: int, max_d
         sp -= 1
         want = slot_type[sp]
         depth = slot_depth[sp]
-        op = _choose(want, depth, max_depth, full, state)
+        op = _choose(np.int64(want), np.int64(depth), np.int64(max_depth), full, state)
         out[n] = op
         n += 1
         a = ARITY[op]
@@ -104,13 +107,13 @@ def _ramped_range(lo: int, hi: int, ops: npt.NDArray[np.int16], sizes: npt.NDArr
         full = (i // n_depths) % 2 == 0
         for t in range(2):
             d = depth
-            n = random_tree(ops[i, t], capacity, TYPE_BOOL, d, full, state)
+            n = random_tree(ops[i, t], capacity, np.int64(TYPE_BOOL), d, full, state)
             tries = 0
             while n < 0:  # too many nodes for the capacity: shallower, grown
                 tries += 1
                 if tries % 4 == 0 and d > 1:
                     d -= 1
-                n = random_tree(ops[i, t], capacity, TYPE_BOOL, d, False, state)
+                n = random_tree(ops[i, t], capacity, np.int64(TYPE_BOOL), d, GROW, state)
             ops[i, t, n:] = 0
             lengths[i, t] = n
             subtree_sizes(ops[i, t], n, sizes[i, t])

@@ -35,6 +35,12 @@ I32 = npt.NDArray[np.int32]
 U64 = npt.NDArray[np.uint64]
 
 MAX_TRIES = 8
+#: calls between the compiled operators pass int64 (and numpy bools) only: numba compiles a
+#: callee once per argument type, and a Python constant is a type of its own (Literal[int]
+#: 2 is not Literal[int] 5, nor int16, nor int64); on the 2-core VM each extra copy of a
+#: callee cost 0.06-1.1 s of a cold start (2026-11-28)
+TWO = np.int64(2)
+GROW = np.bool_(False)  # random_tree's `full`: grow, not full
 INTERNAL_BIAS = 0.9
 
 
@@ -52,7 +58,7 @@ def pick_node(ops: I16, n: int, want_type: int, state: U64) -> int:
     if n_internal + n_leaf == 0:
         return -1
     internal = n_leaf == 0 or (n_internal > 0 and uniform(state) < INTERNAL_BIAS)
-    target = below(state, n_internal if internal else n_leaf)
+    target = below(state, np.int64(n_internal if internal else n_leaf))
     for k in range(n):
         typed = want_type < 0 or RETURN_TYPE[ops[k]] == want_type
         if typed and (ARITY[ops[k]] > 0) == internal:
@@ -83,11 +89,11 @@ def crossover(recipient: I16, r_sizes: I16, r_n: int, donor: I16, d_sizes: I16, 
     found within the limits)."""
     r_depths = np.empty(r_n, np.int32)
     d_depths = np.empty(d_n, np.int32)
-    scan_tree(recipient, r_n, r_depths)
-    scan_tree(donor, d_n, d_depths)
+    scan_tree(recipient, np.int64(r_n), r_depths)
+    scan_tree(donor, np.int64(d_n), d_depths)
     for _ in range(MAX_TRIES):
-        i = pick_node(recipient, r_n, -1, state)
-        j = pick_node(donor, d_n, RETURN_TYPE[recipient[i]], state)
+        i = pick_node(recipient, np.int64(r_n), np.int64(-1), state)
+        j = pick_node(donor, np.int64(d_n), np.int64(RETURN_TYPE[recipient[i]]), state)
         if j < 0:
             continue
         cut = r_sizes[i]
@@ -100,7 +106,8 @@ def crossover(recipient: I16, r_sizes: I16, r_n: int, donor: I16, d_sizes: I16, 
                 height = d_depths[k] - d_depths[j]
         if r_depths[i] + height > max_depth:
             continue
-        return _splice(recipient, r_n, i, cut, donor, j, m, out)
+        return _splice(recipient, np.int64(r_n), np.int64(i), np.int64(cut), donor,
+                       np.int64(j), np.int64(m), out)
     return -1
 
 
@@ -110,18 +117,20 @@ def subtree_mutation(tree: I16, sizes: I16, n: int, out: I16, max_nodes: int, ma
     """Replace a random node's subtree by a freshly grown one of the same type (depth at most
     `mutation_depth`), writing into `out`. Returns the new length or -1."""
     depths = np.empty(n, np.int32)
-    scan_tree(tree, n, depths)
+    scan_tree(tree, np.int64(n), depths)
     piece = np.empty(max_nodes, np.int16)
     for _ in range(MAX_TRIES):
-        i = below(state, n)
+        i = below(state, np.int64(n))
         room = max_depth - depths[i]
         depth = mutation_depth if mutation_depth < room else room
         cut = sizes[i]
         capacity = max_nodes - (n - cut)
-        m = random_tree(piece, capacity, RETURN_TYPE[tree[i]], depth, False, state)
+        m = random_tree(piece, np.int64(capacity), np.int64(RETURN_TYPE[tree[i]]),
+                        np.int64(depth), GROW, state)
         if m < 0:
             continue
-        return _splice(tree, n, i, cut, piece, 0, m, out)
+        return _splice(tree, np.int64(n), np.int64(i), np.int64(cut), piece, np.int64(0),
+                       np.int64(m), out)
     return -1
 
 
@@ -129,9 +138,9 @@ def subtree_mutation(tree: I16, sizes: I16, n: int, out: I16, max_nodes: int, ma
 def _replacement(op: int, state: U64) -> int:
     """Another op of the same signature (NOT has no other and stays)."""
     if op < N_FLOAT:
-        return (op + 1 + below(state, N_FLOAT - 1)) % N_FLOAT
+        return (op + 1 + below(state, np.int64(N_FLOAT - 1))) % N_FLOAT
     if op < N_TERMINALS:
-        return N_FLOAT + (op - N_FLOAT + 1 + below(state, N_BOOL - 1)) % N_BOOL
+        return N_FLOAT + (op - N_FLOAT + 1 + below(state, np.int64(N_BOOL - 1))) % N_BOOL
     if op == OP_AND:
         return OP_OR
     if op == OP_OR:
@@ -147,7 +156,7 @@ def _replacement(op: int, state: U64) -> int:
 def point_mutation(tree: I16, n: int, p_node: float, state: U64) -> None:
     """In place: one random node, and every other with probability p_node, takes another op
     of the same signature. Shape and sizes do not change."""
-    forced = below(state, n)
+    forced = below(state, np.int64(n))
     for k in range(n):
         if k == forced or uniform(state) < p_node:
             tree[k] = _replacement(tree[k], state)
@@ -182,7 +191,7 @@ def _breed_range(lo: int, hi: int, p_ops: I16, p_sizes: I16, p_lengths: I16,
             copy_nodes(p_sizes[r, t], c_sizes[c, t])
             c_lengths[c, t] = p_lengths[r, t]
         if uniform(state) < p_crossover:
-            t = below(state, 2)
+            t = below(state, TWO)
             m = crossover(p_ops[r, t], p_sizes[r, t], p_lengths[r, t], p_ops[d, t],
                           p_sizes[d, t], p_lengths[d, t], c_ops[c, t], max_nodes, max_depth,
                           state)
@@ -193,7 +202,7 @@ def _breed_range(lo: int, hi: int, p_ops: I16, p_sizes: I16, p_lengths: I16,
             else:  # crossover abandoned: restore the recipient's tree
                 copy_nodes(p_ops[r, t], c_ops[c, t])
         if uniform(state) < p_subtree:
-            t = below(state, 2)
+            t = below(state, TWO)
             n = c_lengths[c, t]
             copy_nodes(c_ops[c, t], scratch)
             m = subtree_mutation(scratch, c_sizes[c, t], n, c_ops[c, t], max_nodes, max_depth,
@@ -205,7 +214,7 @@ def _breed_range(lo: int, hi: int, p_ops: I16, p_sizes: I16, p_lengths: I16,
             else:
                 copy_nodes(scratch, c_ops[c, t])
         if uniform(state) < p_point:
-            t = below(state, 2)
+            t = below(state, TWO)
             point_mutation(c_ops[c, t], c_lengths[c, t], p_node, state)
 
 

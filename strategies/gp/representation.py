@@ -79,7 +79,7 @@ def scan_tree(ops: I16, n: int, depths: I32) -> int:
     """
     if n <= 0:
         return -1
-    want_type, want_depth = slot_stack(n + 1, TYPE_BOOL)
+    want_type, want_depth = slot_stack(np.int64(n + 1), np.int64(TYPE_BOOL))
     sp = 1
     height = 0
     for i in range(n):
@@ -141,8 +141,9 @@ def _compile_population(lo: int, hi: int, ops: I16, sizes: I16, lengths: I16, pr
         at = 0
         for t in range(2):
             n = lengths[i, t]
-            scan_tree(ops[i, t], n, depths)
-            prefix_to_postfix(ops[i, t], n, sizes[i, t], depths, programs[i, at:at + n])
+            scan_tree(ops[i, t], np.int64(n), depths)
+            prefix_to_postfix(ops[i, t], np.int64(n), sizes[i, t], depths,
+                              programs[i, at:at + n])
             at += n
         prog_len[i] = at
 
@@ -169,7 +170,7 @@ def _validate_population(lo: int, hi: int, ops: I16, sizes: I16, lengths: I16, m
             if n < 1 or n > max_nodes:
                 out[i, t] = 1
                 continue
-            h = scan_tree(ops[i, t], n, depths)
+            h = scan_tree(ops[i, t], np.int64(n), depths)
             if h < 0:
                 out[i, t] = 2
                 continue
