@@ -39,7 +39,7 @@ from strategies.gp.representation import (
     slot_stack,
     subtree_sizes,
 )
-from strategies.gp.rng import below, child_seeds, uniform
+from strategies.gp.rng import Bool, Int, below, child_seeds, uniform
 
 _FUNCTIONS = np.array([OP_AND, OP_OR, OP_NOT, OP_LT, OP_GT], np.int16)
 #: NOT drawn less often than AND/OR: chains of NOT add nodes and no meaning
@@ -50,7 +50,7 @@ GROW = np.bool_(False)
 
 
 @numba.njit(cache=True, nogil=True)
-def _choose(want: int, depth: int, max_depth: int, full: bool,
+def _choose(want: Int, depth: Int, max_depth: Int, full: Bool,
             state: npt.NDArray[np.uint64]) -> int:
     if want == TYPE_FLOAT:
         return below(state, np.int64(N_FLOAT))
@@ -66,8 +66,8 @@ def _choose(want: int, depth: int, max_depth: int, full: bool,
 
 
 @numba.njit(cache=True, nogil=True)
-def random_tree(out: npt.NDArray[np.int16], capacity: int, root_type: int, max_depth: int,
-                full: bool, state: npt.NDArray[np.uint64]) -> int:
+def random_tree(out: npt.NDArray[np.int16], capacity: Int, root_type: Int, max_depth: Int,
+                full: Bool, state: npt.NDArray[np.uint64]) -> int:
     """Write a random tree returning `root_type` (prefix) into out; return its length, or
     -1 if it would exceed `capacity` nodes (out is then garbage)."""
     slot_type, slot_depth = slot_stack(np.int64(capacity + 2), np.int64(root_type))

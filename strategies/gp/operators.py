@@ -28,7 +28,7 @@ from gpu.indicators.catalogue import N_BOOL, N_FLOAT, N_TERMINALS
 from gpu.threads import chunk_lo, parallel_range
 from strategies.gp.init import random_tree
 from strategies.gp.representation import Population, scan_tree, subtree_sizes
-from strategies.gp.rng import below, child_seeds, uniform
+from strategies.gp.rng import Int, below, child_seeds, uniform
 
 I16 = npt.NDArray[np.int16]
 I32 = npt.NDArray[np.int32]
@@ -45,7 +45,7 @@ INTERNAL_BIAS = 0.9
 
 
 @numba.njit(cache=True, nogil=True)
-def pick_node(ops: I16, n: int, want_type: int, state: U64) -> int:
+def pick_node(ops: I16, n: Int, want_type: Int, state: U64) -> int:
     """A node of ops[:n] returning `want_type` (-1: any type), 90% internal; -1 if none."""
     n_internal = 0
     n_leaf = 0
@@ -69,7 +69,8 @@ def pick_node(ops: I16, n: int, want_type: int, state: U64) -> int:
 
 
 @numba.njit(cache=True, nogil=True)
-def _splice(base: I16, n: int, at: int, cut: int, piece: I16, p0: int, m: int, out: I16) -> int:
+def _splice(base: I16, n: Int, at: Int, cut: Int, piece: I16, p0: Int, m: Int,
+            out: I16) -> int:
     """out = base[:at] + piece[p0:p0+m] + base[at+cut:n]; returns the new length."""
     for k in range(at):
         out[k] = base[k]

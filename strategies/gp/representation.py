@@ -43,6 +43,7 @@ from gpu.gp.core import (
 )
 from gpu.indicators.catalogue import N_FLOAT, TERMINAL_INDEX, TERMINALS
 from gpu.threads import chunk_lo, parallel_range, run_chunks
+from strategies.gp.rng import Int
 
 I16 = npt.NDArray[np.int16]
 I32 = npt.NDArray[np.int32]
@@ -58,7 +59,7 @@ DEFAULT_MAX_NODES = 64
 
 # --------------------------------------------------------------------------- numba helpers
 @numba.njit(cache=True, nogil=True)
-def slot_stack(size: int, root_type: int) -> tuple[npt.NDArray[np.int8], I32]:
+def slot_stack(size: Int, root_type: Int) -> tuple[npt.NDArray[np.int8], I32]:
     """The open argument slots of a top-down walk in prefix order, (types, depths) of room
     `size`, holding the root's slot: a tree is read (scan_tree) and grown
     (init.random_tree) by popping a slot per node and pushing one per argument."""
@@ -70,7 +71,7 @@ def slot_stack(size: int, root_type: int) -> tuple[npt.NDArray[np.int8], I32]:
 
 
 @numba.njit(cache=True, nogil=True)
-def scan_tree(ops: I16, n: int, depths: I32) -> int:
+def scan_tree(ops: I16, n: Int, depths: I32) -> int:
     """Check that ops[:n] is one type-correct bool tree in prefix order; fill depths[:n].
 
     Returns the tree's depth (edges from root to deepest node), or -1 if it is not a
@@ -121,7 +122,7 @@ def subtree_sizes(ops: I16, n: int, sizes: I16) -> None:
 
 
 @numba.njit(cache=True, nogil=True)
-def prefix_to_postfix(ops: I16, n: int, sizes: I16, depths: I32, out: I16) -> None:
+def prefix_to_postfix(ops: I16, n: Int, sizes: I16, depths: I32, out: I16) -> None:
     """Write the postfix order of prefix ops[:n] into out[:n].
 
     A subtree occupies one contiguous slice in both orders; in postfix it starts `depth`

@@ -13,6 +13,12 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+#: an integer argument of a compiled function: callers in compiled code pass np.int64, so
+#: that numba compiles one specialisation (see strategies.gp.operators.TWO)
+Int = int | np.integer
+#: the same for a flag (np.bool_ in compiled callers)
+Bool = bool | np.bool_
+
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
@@ -40,7 +46,7 @@ def uniform(state: npt.NDArray[np.uint64]) -> float:
 
 
 @numba.njit(cache=True, nogil=True)
-def below(state: npt.NDArray[np.uint64], n: int) -> int:
+def below(state: npt.NDArray[np.uint64], n: Int) -> int:
     """Uniform integer in [0, n), n >= 1 (53-bit multiply, bias below 2**-40 for n < 2**13)."""
     k = int(uniform(state) * n)
     return k if k < n else n - 1
