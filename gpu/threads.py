@@ -29,6 +29,7 @@ model or live re-evolution) limits these loops the same way.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -48,6 +49,19 @@ def _executor() -> ThreadPoolExecutor:
             most = max(1, int(getattr(numba.config, "NUMBA_NUM_THREADS", 1)))
             _pool = ThreadPoolExecutor(most, thread_name_prefix="numba-chunk")
         return _pool
+
+
+def _forget_pool_in_child() -> None:
+    """A forked child (multiprocessing's default start method on Linux) inherits the pool
+    object but none of its threads: chunks handed to it would never run and the caller
+    would wait forever. The child starts a pool of its own on first use."""
+    global _pool, _pool_lock
+    _pool = None
+    _pool_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
 def chunk_bounds(n: int, chunks: int) -> list[tuple[int, int]]:

@@ -100,3 +100,24 @@ def test_parallel_range_runs_every_index_once_on_either_path(
     threads.parallel_range(_mark, _mark_parallel, n, hits, square, min_chunk=8)
     assert (hits == 1).all()
     np.testing.assert_array_equal(square, np.arange(n) ** 2)
+
+
+def _chunks_in_child(n: int) -> int:
+    hits = np.zeros(n, np.int64)
+    square = np.zeros(n, np.int64)
+    run_chunks(_mark, n, hits, square, min_chunk=1)
+    return int(hits.sum())
+
+
+def test_a_forked_child_runs_chunks_after_the_parent_did() -> None:
+    """The parent's pool threads do not survive a fork: a child that inherited the pool
+    object must start its own, not wait on threads that are not there."""
+    import multiprocessing
+
+    if int(getattr(numba.config, "NUMBA_NUM_THREADS", 1)) < 2:
+        pytest.skip("one numba thread: run_chunks never uses the pool")
+    assert _chunks_in_child(1000) == 1000  # the parent's pool now exists, with threads
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        got = pool.apply_async(_chunks_in_child, (1000,)).get(timeout=120)
+    assert got == 1000
