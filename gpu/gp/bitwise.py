@@ -50,7 +50,7 @@ from numba import cuda, prange
 from gpu.device import resolve_device
 from gpu.gp import core as gp_core
 from gpu.gp import window as gp_window
-from gpu.gp.core import CASH0, CODE_BUY, CODE_SELL, OP_AND, OP_GT, OP_NOT, STACK_SIZE
+from gpu.gp.core import CASH0, CODE_BUY, CODE_SELL, OP_AND, OP_GT, OP_NOT, STACK_SIZE, Int
 from gpu.gp.window import WindowEvaluator, _check_programs, fitness_from_cash, gp_ops
 from gpu.indicators.catalogue import N_FLOAT, N_TERMINALS
 from gpu.threads import chunk_lo, parallel_range, run_chunks
@@ -155,7 +155,7 @@ def ctz64(m: Any) -> int:
 
 
 def trade_word(buy: Any, sell: Any, valid: Any, close: Any, day_start: int, stock: int,
-               signal: int, shares: float, cash: float, costs: Any) -> tuple[int, float, float]:
+               signal: Int, shares: float, cash: float, costs: Any) -> tuple[Int, float, float]:
     """The paper's money rules over one word of days, visiting trading days only."""
     buy_only = buy & ~sell & valid
     sell_only = sell & ~buy & valid
@@ -177,7 +177,7 @@ def trade_word(buy: Any, sell: Any, valid: Any, close: Any, day_start: int, stoc
 def simulate_bits(code: Any, length: int, masks: Any, close: Any, stock: int, day0: int,
                   day1: int, stack: Any, costs: Any) -> float:
     """Final cash of one linear program trading one stock over [day0, day1)."""
-    signal = 0
+    signal: Int = np.int64(0)  # int64 from the start: a literal 0 compiles trade_word twice
     shares = 0.0
     cash = CASH0
     n_words = (day1 - day0 + DAYS_PER_WORD - 1) // DAYS_PER_WORD

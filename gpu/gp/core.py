@@ -97,6 +97,11 @@ assert N_BOOL == N_TERMINALS - N_FLOAT
 
 
 # --------------------------------------------------------------------------- plain functions
+#: an integer argument of the money rules: their compiled callers pass numpy int64 (one
+#: specialisation each, see `simulate`), Python code may pass int
+Int = int | np.integer[Any]
+
+
 def mul_rn(a: float, b: float) -> float:
     """a*b rounded on its own (never fused with a following add)."""
     return a * b
@@ -139,8 +144,8 @@ def decision_code(program: Any, length: int, row: Any, stock: int) -> int:
     return code
 
 
-def step_money(code: int, signal: int, shares: float, cash: float, price: float,
-               costs: Any) -> tuple[int, float, float]:
+def step_money(code: Int, signal: Int, shares: float, cash: float, price: float,
+               costs: Any) -> tuple[Int, float, float]:
     """One day's trade at the close `price` (dollars) for decision `code`; `costs` as in
     `cost_tuple` (the broker's fill price: price x factor, then its all-in sizing)."""
     commission = costs[0]
@@ -170,7 +175,7 @@ def liquidate(shares: float, cash: float, price: float, costs: Any) -> float:
 def simulate(program: Any, length: int, panel: Any, close: Any, stock: int,
              day0: int, day1: int, costs: Any) -> float:
     """Final cash (dollars) of one program trading one stock over days [day0, day1)."""
-    signal = 0
+    signal: Int = np.int64(0)  # int64 from the start: a literal 0 compiles step_money twice
     shares = 0.0
     cash = CASH0
     for day in range(day0, day1):
@@ -182,18 +187,19 @@ def simulate(program: Any, length: int, panel: Any, close: Any, stock: int,
 def simulate_codes(codes: Any, close: Any, stock: int, day0: int, day1: int,
                    costs: Any) -> float:
     """Final cash of trading decision codes[day - day0, stock] over days [day0, day1)."""
-    signal = 0
+    signal: Int = np.int64(0)
     shares = 0.0
     cash = CASH0
     for day in range(day0, day1):
-        signal, shares, cash = step_money(codes[day - day0, stock], signal, shares, cash,
+        signal, shares, cash = step_money(np.int64(codes[day - day0, stock]), signal, shares, cash,
                                           close[day, stock], costs)
     return liquidate(shares, cash, close[day1 - 1, stock], costs)
 
 
 def buy_hold(close: Any, stock: int, day0: int, day1: int, costs: Any) -> float:
     """Final cash of buying at close[day0] and selling at close[day1 - 1], costs paid."""
-    signal, shares, cash = step_money(CODE_BUY, 0, 0.0, CASH0, close[day0, stock], costs)
+    signal, shares, cash = step_money(np.int64(CODE_BUY), np.int64(0), 0.0, CASH0,
+                                      close[day0, stock], costs)
     return liquidate(shares, cash, close[day1 - 1, stock], costs)
 
 

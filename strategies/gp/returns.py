@@ -38,13 +38,13 @@ def _portfolio_values(codes: Any, close: Any, day0: int, costs: Any, out: Any) -
     n_days, n_stocks = codes.shape
     out[:] = 0.0
     for s in range(n_stocks):
-        signal = 0
+        signal = np.int64(0)  # the types gpu.gp.core's callers pass: one specialisation
         shares = 0.0
         cash = CASH0
         for d in range(n_days):
             price = close[day0 + d, s]
-            signal, shares, cash = _step_money(codes[d, s], signal, shares, cash, price,
-                                               costs)
+            signal, shares, cash = _step_money(np.int64(codes[d, s]), signal, shares, cash,
+                                               price, costs)
             if d == n_days - 1:
                 out[d] += _liquidate(shares, cash, price, costs)
             else:
@@ -113,13 +113,14 @@ def _trading_path(codes: Any, close: Any, day0: int, costs: Any, values: Any, ca
     fills = 0
     traded = 0.0
     for s in range(n_stocks):
-        signal = 0
+        signal = np.int64(0)
         shares = 0.0
         cash = CASH0
         for d in range(n_days):
             price = close[day0 + d, s]
             held = shares
-            signal, shares, cash = _step_money(codes[d, s], signal, shares, cash, price, costs)
+            signal, shares, cash = _step_money(np.int64(codes[d, s]), signal, shares, cash,
+                                               price, costs)
             if shares != held:
                 fills += 1
                 traded += abs(shares - held) * price
