@@ -113,6 +113,27 @@ CONSOLE_COMMAND = "gte"
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     wanted = next((a for a in argv if a in COMMANDS), None)
+    early = _early_compile_workers(wanted, argv)  # before the command's imports
+    try:
+        return _main(argv, wanted, early)
+    finally:
+        if early is not None:
+            early.release()  # (a no-op once prewarm has given them their shares)
+
+
+def _early_compile_workers(command: str | None, argv: list[str]) -> Any:
+    """With empty caches, start the compile workers (gpu/compile_cache.py) before the
+    command's module and numba are imported: their own imports then use the CPUs this
+    process leaves idle while it imports. None when warm (a few file checks), for --help,
+    and for commands with no compile manifest."""
+    if command is None or "-h" in argv or "--help" in argv:
+        return None
+    from gpu import compile_cache
+
+    return compile_cache.start_early(command)
+
+
+def _main(argv: list[str], wanted: str | None, early: Any) -> int:
     parser = build_parser(wanted, _prog())
     args, extra = parser.parse_known_args(argv)
     if extra:  # the command's own usage, not the top level's
@@ -144,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         check_numbers(parser.command_parsers[args.command],  # type: ignore[attr-defined]
                       args.command, args)
         exported = _export_gpu_settings(args)
-        prewarm = _first_run_compiles(module, args)  # before pin_engine: workers use all CPUs
+        prewarm = _first_run_compiles(module, args, early)  # before pin_engine: all CPUs
         from engine.affinity import check_env, pin_engine
 
         check_env()  # CPU placement (ENGINE_CPUS, REPLAY_FEED_CPUS, OPTION_WORKER_CPUS)
@@ -187,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _first_run_compiles(module: Any, args: argparse.Namespace) -> Any:
+def _first_run_compiles(module: Any, args: argparse.Namespace, early: Any = None) -> Any:
     """With empty caches, start compiling the command's recorded kernels in parallel
     processes (gpu/compile_cache.py; the command runs on meanwhile) and say so; with warm
     caches this costs a few file checks. GTE_PREWARM=0 turns the parallel compile off (the
@@ -205,9 +226,10 @@ def _first_run_compiles(module: Any, args: argparse.Namespace) -> Any:
     if not profile:
         return None
     handle = compile_cache.prewarm(profile, message=None if args.quiet else
-                                   compile_cache.NOTICE)
+                                   compile_cache.NOTICE, early=early)
     if handle is not None:
         handle.defer()
+        handle.compile_own()
     return handle
 
 

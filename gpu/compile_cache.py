@@ -16,7 +16,9 @@ Two things here:
 - `prewarm`: the functions a command compiles at top level (a committed manifest,
   `compile_manifest.json`, recorded by `benchmarks/cold_start.py --record`) are compiled by
   worker processes, several at once, into the same on-disk cache before the command calls
-  them; the command then loads them from the cache. Only entries whose cache index is
+  them; the command then loads them from the cache. With few CPUs the command's own
+  process compiles a share too (`plan`): it would otherwise only wait, while a worker in
+  its place costs its start. Only entries whose cache index is
   missing are compiled, so a warm run starts no process. A manifest entry that no longer
   matches the code (renamed function, other signature) costs a wasted compile at worst:
   the command compiles what it really calls itself, as without a manifest.
@@ -24,11 +26,14 @@ Two things here:
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import importlib
 import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
@@ -37,6 +42,10 @@ MANIFEST = Path(__file__).with_name("compile_manifest.json")
 NOTICE = "compiling kernels (first run; cached afterwards)…"
 #: more workers than this buys little: the longest single compile bounds the wall time
 MAX_WORKERS = 8
+#: seconds from a worker's start to its first compile: Python, numba's and the project's
+#: imports and numba's CPU target set-up (2-core dev VM, 2026-11-28: 2.5-4.2 s in a cold
+#: run beside the command's own imports; 1.2-1.7 s alone)
+WORKER_START = 1.2
 
 
 class Entry(NamedTuple):
@@ -160,10 +169,19 @@ class Prewarm:
     """Worker processes compiling manifest entries into numba's disk cache."""
 
     def __init__(self, procs: Sequence[subprocess.Popen[bytes]],
-                 shares: Sequence[Sequence[Entry]]) -> None:
+                 shares: Sequence[Sequence[Entry]], own: Sequence[Entry] = ()) -> None:
         self.procs = list(procs)
         self.shares = [list(s) for s in shares]
-        self.n_entries = sum(len(s) for s in shares)
+        #: entries left to the command's own process (compiled where it first calls them)
+        self.own = list(own)
+        self.n_entries = sum(len(s) for s in shares) + len(self.own)
+
+    def compile_own(self) -> int:
+        """Compile this process's share now, while the workers compile theirs (compiled
+        lazily instead, a call of a worker's function in between would wait for the whole
+        worker and leave this process's compiles for after it). Returns the failures."""
+        own, self.own = self.own, []
+        return compile_entries(own)
 
     def wait(self) -> None:
         """Block until every worker has finished (a failed worker is only a lost head start)."""
@@ -205,19 +223,34 @@ def _wait_for(disp: Any, proc: subprocess.Popen[bytes]) -> None:
     disp._compile_for_args = compile_after_worker
 
 
-def _shares(entries: Sequence[Entry], n: int) -> list[list[Entry]]:
-    """Longest first, each to the least loaded worker; a function's signatures stay
-    together (two processes writing one function's cache index could drop an entry)."""
+def _shares(entries: Sequence[Entry], n: int,
+            head_start: Sequence[float] = ()) -> list[list[Entry]]:
+    """Longest first, each to the least loaded of `n` compilers; a function's signatures
+    stay together (two processes writing one function's cache index could drop an entry).
+    `head_start[k]`: seconds compiler k is busy before its first entry (a worker's start).
+    Shares are returned in compiler order; a compiler may get none."""
     groups: dict[tuple[str, str], list[Entry]] = {}
     for e in entries:
         groups.setdefault((e.module, e.qualname), []).append(e)
-    loads = [0.0] * n
+    loads = [head_start[k] if k < len(head_start) else 0.0 for k in range(n)]
     shares: list[list[Entry]] = [[] for _ in range(n)]
     for group in sorted(groups.values(), key=lambda g: -sum(e.seconds for e in g)):
         k = loads.index(min(loads))
         shares[k].extend(group)
         loads[k] += sum(e.seconds for e in group)
-    return [s for s in shares if s]
+    return shares
+
+
+def plan(cpus: int) -> tuple[int, bool]:
+    """(worker processes, whether the command's own process compiles a share) for `cpus`.
+    With CPUs to spare (more than MAX_WORKERS) the command's process keeps to its own work
+    (reading data, CUDA kernels) while MAX_WORKERS workers compile. With fewer, a worker
+    in place of the command's process would cost a CPU a worker's start (WORKER_START
+    seconds of imports and numba's set-up) while that process only waits: so it takes a
+    share, compiled where the command first calls each function."""
+    if cpus > MAX_WORKERS:
+        return MAX_WORKERS, False
+    return cpus - 1, True
 
 
 def available_cpus() -> int:
@@ -228,37 +261,154 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
+# --------------------------------------------------------------------------- early start
+def index_guess(entry: Entry, root: Path | None = None) -> Path | None:
+    """Where numba's cache index of `entry` would be, found without importing numba (a
+    glob pattern's directory and name), or None where that cannot be told. Mirrors numba's
+    locators: NUMBA_CACHE_DIR/<folder>_<sha1 of the folder's path>, else the module's
+    __pycache__ when writable; the index is <module>.<qualname>-<line>.py<version>.nbi
+    (tests/gpu/test_compile_cache.py checks this against numba's own path)."""
+    root = root or Path(__file__).resolve().parent.parent
+    source = root.joinpath(*entry.module.split(".")).with_suffix(".py")
+    if not source.is_file():
+        return None
+    folder = str(source.parent)
+    user_dir = os.environ.get("NUMBA_CACHE_DIR", "")
+    if user_dir:
+        digest = hashlib.sha1(folder.encode()).hexdigest()
+        cache = Path(os.path.abspath(user_dir)) / f"{source.parent.name}_{digest}"
+    elif os.access(folder, os.W_OK):
+        cache = source.parent / "__pycache__"
+    else:
+        return None
+    name = f"{entry.module.rsplit('.', 1)[-1]}.{entry.qualname}".replace("<", "").replace(
+        ">", "")
+    return cache / f"{name}-*.py{sys.version_info[0]}{sys.version_info[1]}.nbi"
+
+
+def likely_cold(command: str, path: Path = MANIFEST) -> bool:
+    """Whether numba's cache lacks a function every profile of `command` compiles ("evolve"
+    has two, "evolve-cpu" and "evolve-cuda"): then workers are worth starting before the
+    command's own imports. Unknown locations count as cached (the ordinary start remains)."""
+    if not path.is_file():
+        return False
+    profiles = [p for p in json.loads(path.read_text())
+                if p == command or p.startswith(command + "-")]
+    if not profiles:
+        return False
+    common = set.intersection(*({(e.module, e.qualname) for e in load_manifest(p, path)}
+                                for p in profiles))
+    for module, qualname in sorted(common):
+        pattern = index_guess(Entry(module, qualname, "", 0.0))
+        if pattern is not None and not any(pattern.parent.glob(pattern.name)):
+            return True
+    return False
+
+
+class EarlyWorkers:
+    """Worker processes started before the command is parsed: they import numba and the
+    manifest's modules (about 1.5 s each) while the command's process imports its own, and
+    wait on stdin for their share, which `prewarm` sends once it knows what is missing."""
+
+    def __init__(self, procs: Sequence[subprocess.Popen[bytes]], own: bool) -> None:
+        self.procs = list(procs)
+        self.own = own
+        self.started = time.monotonic()
+        self.sent = False
+
+    def head_start(self) -> float:
+        """Seconds of a worker's start still ahead of it."""
+        return max(0.0, WORKER_START - (time.monotonic() - self.started))
+
+    def send(self, shares: Sequence[Sequence[Entry]]
+             ) -> list[tuple[subprocess.Popen[bytes], list[Entry]]]:
+        """Give worker k shares[k] (none beyond them: those exit); the workers with work,
+        with their shares. Sent once; later calls send nothing."""
+        busy: list[tuple[subprocess.Popen[bytes], list[Entry]]] = []
+        if self.sent:
+            return busy
+        self.sent = True
+        for k, proc in enumerate(self.procs):
+            share = shares[k] if k < len(shares) else []
+            assert proc.stdin is not None
+            try:
+                proc.stdin.write(json.dumps([e._asdict() for e in share]).encode())
+                proc.stdin.close()
+            except OSError:  # a worker that died at start: its share is compiled on call
+                continue
+            if share:
+                busy.append((proc, list(share)))
+        return busy
+
+    def release(self) -> None:
+        """Nothing to compile after all: every worker exits after its imports."""
+        self.send([])
+
+
+def start_early(command: str, path: Path = MANIFEST) -> EarlyWorkers | None:
+    """Start `plan(available_cpus())` workers now when `command` looks cold (see
+    `likely_cold`), before the command's module is imported; None otherwise or when
+    GTE_PREWARM=0 or numba's JIT is off."""
+    if (os.environ.get("GTE_PREWARM", "1") == "0" or os.environ.get("NUMBA_DISABLE_JIT") == "1"
+            or not likely_cold(command, path)):
+        return None
+    workers, own = plan(available_cpus())
+    if workers < 1:
+        return None
+    modules = sorted({e.module for p in json.loads(path.read_text())
+                      if p == command or p.startswith(command + "-")
+                      for e in load_manifest(p, path)})
+    return EarlyWorkers(_spawn(workers, modules), own)
+
+
+def _spawn(n: int, modules: Sequence[str] = ()) -> list[subprocess.Popen[bytes]]:
+    return [subprocess.Popen([sys.executable, "-m", "gpu.compile_cache", *modules],
+                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                             env={**os.environ, "PYTHONPATH": _pythonpath()})
+            for _ in range(n)]
+
+
 def prewarm(profile: str, workers: int | None = None, message: str | None = NOTICE,
-            path: Path = MANIFEST) -> Prewarm | None:
+            path: Path = MANIFEST, own_share: bool | None = None,
+            early: EarlyWorkers | None = None) -> Prewarm | None:
     """Start compiling `profile`'s uncached manifest entries in worker processes.
 
-    None (nothing started) when the manifest has no such entries, when fewer than two CPUs
-    are free for workers, or when numba's disk cache is off. `message` is written on stderr
-    when workers start (then the in-process announcement is dropped)."""
-    n = min(MAX_WORKERS, workers if workers is not None else available_cpus())
-    if n < 2 or os.environ.get("NUMBA_DISABLE_JIT") == "1":
-        return None
+    `workers`/`own_share`: how many worker processes, and whether this process compiles a
+    share itself (`Prewarm.compile_own`); by default `plan(available_cpus())`, and no own
+    share when `workers` is given. `early`: workers already started (`start_early`), given
+    their shares here (or released). None (nothing started) when the manifest has no such
+    entries, when no worker would get an entry, or when numba's disk cache is off.
+    `message` is written on stderr when workers start (then the in-process announcement is
+    dropped)."""
+    if early is not None:
+        workers, own, head = len(early.procs), early.own, early.head_start()
+    elif workers is None:
+        workers, own = plan(available_cpus())
+        head = WORKER_START
+    else:
+        own, head = bool(own_share), WORKER_START
+    workers = min(MAX_WORKERS, workers)
     missing = []
-    for entry in load_manifest(profile, path):
-        disp = dispatcher(entry)
-        if disp is not None and not is_cached(disp):
-            missing.append(entry)
-    if not missing:
+    if workers >= 1 and os.environ.get("NUMBA_DISABLE_JIT") != "1":
+        for entry in load_manifest(profile, path):
+            disp = dispatcher(entry)
+            if disp is not None and not is_cached(disp):
+                missing.append(entry)
+    shares = _shares(missing, own + workers, [0.0] * own + [head] * workers)
+    own_entries, shares = (shares[0] if own else []), shares[own:]
+    if early is None:
+        early = EarlyWorkers(_spawn(sum(1 for s in shares if s)), own)
+        shares = [s for s in shares if s]
+    busy = early.send(shares)
+    procs, shares = [p for p, _ in busy], [s for _, s in busy]
+    if not procs:  # nothing for a worker: this process compiles what it calls, as it goes
         return None
-    shares = _shares(missing, n)
-    procs = [subprocess.Popen([sys.executable, "-m", "gpu.compile_cache"],
-                              stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                              env={**os.environ, "PYTHONPATH": _pythonpath()})
-             for _ in shares]
-    for proc, share in zip(procs, shares, strict=True):
-        assert proc.stdin is not None
-        proc.stdin.write(json.dumps([e._asdict() for e in share]).encode())
-        proc.stdin.close()
     if message:
-        print(f"{message} ({len(missing)} in {len(procs)} processes)", file=sys.stderr,
-              flush=True)
+        where = f"{len(procs)} process{'es' if len(procs) > 1 else ''}" + (
+            " and this one" if own_entries else "")
+        print(f"{message} ({len(missing)} in {where})", file=sys.stderr, flush=True)
         silence_announcement()
-    return Prewarm(procs, shares)
+    return Prewarm(procs, shares, own_entries)
 
 
 def _pythonpath() -> str:
@@ -284,12 +434,19 @@ def compile_entries(entries: Iterable[Entry]) -> int:
     return failed
 
 
-def _worker() -> int:
-    rows = json.loads(sys.stdin.read())
+def _worker(modules: Sequence[str]) -> int:
+    from gpu import warm_start
+
+    warm_start.skip_blas_probe()  # 0.35 s of scipy.linalg a worker; nothing here needs it
+    for name in modules:  # an early worker's imports, done while its share is decided
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    text = sys.stdin.read()
+    rows = json.loads(text) if text.strip() else []
     compile_entries(Entry(r["module"], r["qualname"], r["signature"], r["seconds"])
                     for r in rows)
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(_worker())
+    raise SystemExit(_worker(sys.argv[1:]))

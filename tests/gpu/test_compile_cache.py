@@ -70,6 +70,106 @@ def test_deferred_prewarm_makes_the_first_call_wait_for_its_worker(tmp_path: Pat
     assert int(_run(code, tmp_path / "numba").stdout) == 0
 
 
+#: an independent second kernel (no callee shared with ENTRY's)
+OTHER = Entry("strategies.gp.rng", "next_u64", "(Array(uint64, 1, 'C'),)", 1.9)
+
+
+def test_own_share_is_compiled_here_while_a_worker_compiles_the_rest(tmp_path: Path) -> None:
+    manifest = tmp_path / "manifest.json"
+    compile_cache.save_manifest("tiny", [ENTRY._replace(seconds=2.0), OTHER], manifest)
+    code = ("import json\nfrom pathlib import Path\nimport numpy as np\n"
+            "from gpu import compile_cache\n"
+            "from gpu.indicators import compute as indicators\n"
+            "from strategies.gp import rng\n"
+            "compile_cache.announce_compiles()\n"
+            f"h = compile_cache.prewarm('tiny', workers=1, own_share=True, "
+            f"path=Path({str(manifest)!r}))\n"
+            "h.defer()\n"
+            "own = [e.qualname for e in h.own]\n"
+            "workers = [[e.qualname for e in s] for s in h.shares]\n"
+            "failed = h.compile_own()\n"
+            "after_own = compile_cache.compiles()\n"
+            "assert indicators._bar_error(3, 7, 10.0, 5.0) != 0\n"  # compiled here already
+            "rng.next_u64(np.ones(1, np.uint64))\n"  # waits for the worker, then loads
+            "print(json.dumps([own, workers, failed, after_own, compile_cache.compiles()]))\n")
+    own, workers, failed, after_own, at_end = json.loads(_run(code, tmp_path / "numba").stdout)
+    # the longer entry goes to this process, which has no start to pay; the other to the
+    # worker, which does (WORKER_START)
+    assert own == ["_bar_error"] and workers == [["next_u64"]]
+    assert failed == 0 and after_own >= 1
+    assert at_end == after_own  # nothing more compiled in this process
+
+
+def test_plan_gives_the_commands_process_a_share_only_when_cpus_are_few() -> None:
+    assert compile_cache.plan(1) == (0, True)  # no worker: prewarm starts nothing
+    assert compile_cache.plan(2) == (1, True)
+    assert compile_cache.plan(compile_cache.MAX_WORKERS) == (compile_cache.MAX_WORKERS - 1, True)
+    assert compile_cache.plan(16) == (compile_cache.MAX_WORKERS, False)
+
+
+def test_shares_count_a_workers_head_start() -> None:
+    entries = [Entry("m", f"f{i}", "(int64,)", s) for i, s in enumerate((3.0, 2.0, 1.0))]
+    own, worker = compile_cache._shares(entries, 2, head_start=[0.0, 2.5])
+    assert [e.qualname for e in own] == ["f0", "f2"]  # 3 + 1 against 2.5 + 2
+    assert [e.qualname for e in worker] == ["f1"]
+    assert compile_cache._shares(entries[:1], 2, head_start=[0.0, 5.0])[1] == []
+
+
+INDEX_CHECK = ("import fnmatch, json, os\nfrom gpu import compile_cache\n"
+               "bad = []\n"
+               "for p in json.loads(compile_cache.MANIFEST.read_text()):\n"
+               "    for e in compile_cache.load_manifest(p):\n"
+               "        real = compile_cache.dispatcher(e)._cache._cache_file._index_path\n"
+               "        guess = compile_cache.index_guess(e)\n"
+               "        if guess is None or os.path.dirname(real) != str(guess.parent) or "
+               "not fnmatch.fnmatch(os.path.basename(real), guess.name):\n"
+               "            bad.append([e.qualname, real, str(guess)])\n"
+               "print(json.dumps(bad))\n")
+
+
+@pytest.mark.parametrize("user_dir", [True, False], ids=["NUMBA_CACHE_DIR", "in-tree"])
+def test_index_guess_is_where_numba_keeps_each_manifest_index(tmp_path: Path,
+                                                              user_dir: bool) -> None:
+    """The early start's cold check finds numba's index files without importing numba: the
+    paths it guesses must be numba's own, under either of the locators this project uses
+    (a numba that moves them fails here, not silently in a user's warm run)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("NUMBA_ENABLE_CUDASIM", None)
+    if user_dir:
+        env["NUMBA_CACHE_DIR"] = str(tmp_path)
+    else:
+        env.pop("NUMBA_CACHE_DIR", None)
+    out = subprocess.run([sys.executable, "-c", INDEX_CHECK], capture_output=True, text=True,
+                         env=env, cwd=REPO, check=True, timeout=300)
+    assert json.loads(out.stdout) == []
+
+
+@pytest.mark.skipif(compile_cache.available_cpus() < 2, reason="no CPU for a worker")
+def test_early_workers_import_first_then_compile_the_share_prewarm_sends(
+        tmp_path: Path) -> None:
+    manifest = tmp_path / "manifest.json"
+    compile_cache.save_manifest("tiny", [ENTRY._replace(seconds=2.0), OTHER], manifest)
+    code = ("import json\nfrom pathlib import Path\nfrom gpu import compile_cache\n"
+            f"m = Path({str(manifest)!r})\n"
+            "cold = compile_cache.likely_cold('tiny', m)\n"
+            "early = compile_cache.start_early('tiny', m)\n"
+            "n_early = None if early is None else len(early.procs)\n"
+            "h = compile_cache.prewarm('tiny', path=m, message=None, early=early)\n"
+            "h.defer()\n"
+            "h.compile_own()\n"
+            "h.wait()\n"
+            "print(json.dumps([cold, n_early, h.n_entries]))\n")
+    cache = tmp_path / "numba"
+    cold, n_early, n_entries = json.loads(_run(code, cache).stdout)
+    workers, _ = compile_cache.plan(compile_cache.available_cpus())
+    assert cold is True and n_early == workers and n_entries == 2
+    again = ("from pathlib import Path\nfrom gpu import compile_cache\n"
+             f"m = Path({str(manifest)!r})\n"
+             "print(compile_cache.likely_cold('tiny', m), compile_cache.start_early('tiny', m))\n")
+    assert _run(again, cache).stdout.split() == ["False", "None"]  # warm: nothing starts
+    assert int(_run(CALL, cache).stdout) == 0
+
+
 def test_stale_entries_are_counted_not_raised() -> None:
     stale = [Entry("gpu.indicators.compute", "no_such_kernel", "(int64,)", 1.0),
              Entry("gpu.no_such_module", "f", "(int64,)", 1.0),
