@@ -33,9 +33,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import median_seconds, write_json  # noqa: E402
-from gpu.threads import run_chunks  # noqa: E402
+from gpu.threads import chunk_lo, run_chunks  # noqa: E402
 from strategies.gp.init import ramped_half_and_half  # noqa: E402
-from strategies.gp.operators import _breed_parallel, _breed_range  # noqa: E402
+from strategies.gp.operators import _breed_range  # noqa: E402
 from strategies.gp.rng import child_seeds  # noqa: E402
 
 
@@ -43,6 +43,14 @@ from strategies.gp.rng import child_seeds  # noqa: E402
 def _touch(lo: int, hi: int, a: Any) -> None:
     for i in range(lo, hi):
         a[i] += 1.0
+
+
+@numba.njit(cache=True, parallel=True)
+def _breed_parallel(chunks: int, n: int, *args: Any) -> None:
+    """`_breed_range` in `chunks` contiguous chunks on numba's parallel runtime: the way
+    `strategies.gp.operators.breed` ran on many-core machines before 2026-11-28."""
+    for k in numba.prange(chunks):
+        _breed_range(chunk_lo(k, chunks, n), chunk_lo(k + 1, chunks, n), *args)
 
 
 @numba.njit(parallel=True, cache=True)

@@ -1,8 +1,8 @@
 """Genetic operators on flat prefix trees: subtree crossover, subtree and point mutation.
 
 Each operator is a small numba function on one tree; `breed` applies them to a whole
-generation in parallel (`gpu.threads.parallel_range`: chunks of children on Python threads
-on a machine of few cores, numba's prange on more), each child with its own random stream
+generation in parallel (`gpu.threads.run_chunks`: chunks of children on Python threads),
+each child with its own random stream
 (strategies.gp.rng), so breeding 25,000 children takes milliseconds.
 
 Type safety by construction: crossover only swaps subtrees whose roots return the same type
@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from gpu.gp.core import ARITY, OP_AND, OP_GT, OP_LT, OP_NOT, OP_OR, RETURN_TYPE
 from gpu.indicators.catalogue import N_BOOL, N_FLOAT, N_TERMINALS
-from gpu.threads import chunk_lo, parallel_range
+from gpu.threads import run_chunks
 from strategies.gp.init import random_tree
 from strategies.gp.representation import Population, scan_tree, subtree_sizes
 from strategies.gp.rng import Int, below, child_seeds, uniform
@@ -179,7 +179,7 @@ def _breed_range(lo: int, hi: int, p_ops: I16, p_sizes: I16, p_lengths: I16,
                  p_node: float, max_depth: int, mutation_depth: int, c_ops: I16,
                  c_sizes: I16, c_lengths: I16) -> None:
     """Children lo..hi-1 (each from its own seed, so any split of the range gives the same
-    children); `breed` runs the range in parallel (`gpu.threads.parallel_range`)."""
+    children); `breed` runs the range in parallel (`gpu.threads.run_chunks`)."""
     max_nodes = p_ops.shape[2]
     for c in range(lo, hi):
         state = np.empty(1, np.uint64)
@@ -219,20 +219,6 @@ def _breed_range(lo: int, hi: int, p_ops: I16, p_sizes: I16, p_lengths: I16,
             point_mutation(c_ops[c, t], c_lengths[c, t], p_node, state)
 
 
-@numba.njit(cache=True, parallel=True)
-def _breed_parallel(chunks: int, n: int, p_ops: I16, p_sizes: I16, p_lengths: I16,
-                    recipients: npt.NDArray[np.int64], donors: npt.NDArray[np.int64],
-                    seeds: U64, p_crossover: float, p_subtree: float, p_point: float,
-                    p_node: float, max_depth: int, mutation_depth: int, c_ops: I16,
-                    c_sizes: I16, c_lengths: I16) -> None:
-    """`_breed_range` in `chunks` contiguous chunks on numba's parallel runtime (machines
-    with more than `gpu.threads.CHUNKS_MAX_THREADS` threads; see `parallel_range`)."""
-    for k in numba.prange(chunks):
-        _breed_range(chunk_lo(k, chunks, n), chunk_lo(k + 1, chunks, n), p_ops, p_sizes,
-                     p_lengths, recipients, donors, seeds, p_crossover, p_subtree, p_point,
-                     p_node, max_depth, mutation_depth, c_ops, c_sizes, c_lengths)
-
-
 def breed(parents: Population, recipients: npt.ArrayLike, donors: npt.ArrayLike,
           rng: np.random.Generator, *, p_crossover: float = 0.9, p_subtree: float = 0.1,
           p_point: float = 0.1, p_node: float = 0.1, max_depth: int = 8,
@@ -260,7 +246,11 @@ def breed(parents: Population, recipients: npt.ArrayLike, donors: npt.ArrayLike,
             seeds = child_seeds(rng, rec.size)
         elif seeds.shape != rec.shape:
             raise ValueError(f"{seeds.size} seeds for {rec.size} children")
-        parallel_range(_breed_range, _breed_parallel, rec.size, parents.ops, parents.sizes,
-                       parents.lengths, rec, don, seeds, p_crossover, p_subtree, p_point,
-                       p_node, max_depth, mutation_depth, out.ops, out.sizes, out.lengths)
+        # in chunks on Python threads whatever the thread count (one hand-off a generation):
+        # on numba's prange the breeding body is optimised twice, which put 6.7 s on a cold
+        # headline's critical path on 16 cores (H200 host, 2026-11-28: 3.5 s of it the
+        # body alone) for 1.3 ms a generation (2.54 ms on prange, 3.80 ms in 16 chunks)
+        run_chunks(_breed_range, rec.size, parents.ops, parents.sizes, parents.lengths, rec,
+                   don, seeds, p_crossover, p_subtree, p_point, p_node, max_depth,
+                   mutation_depth, out.ops, out.sizes, out.lengths)
     return out
