@@ -75,3 +75,22 @@ def test_a_bad_program_is_found_first_on_every_path(monkeypatch: pytest.MonkeyPa
         monkeypatch.setattr(threads, "CHUNKS_MAX_THREADS", most)
         with pytest.raises(ValueError, match="program 611 "):
             _check_programs(programs, lengths)
+
+
+@pytest.mark.parametrize("preset", [None, "ACTIVE"])
+def test_numbas_openmp_threads_sleep_between_loops_unless_the_user_says(
+        preset: str | None) -> None:
+    """gpu.threads sets OpenMP's passive wait before numba loads its threading layer (the
+    chunk threads share the cores with it); a value already in the environment is kept."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "KMP_BLOCKTIME")}
+    if preset is not None:
+        env["OMP_WAIT_POLICY"] = preset
+    code = "import os, gpu.threads; print(os.environ['OMP_WAIT_POLICY'])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, cwd=Path(__file__).resolve().parents[2], check=True)
+    assert out.stdout.strip() == (preset or "PASSIVE")
