@@ -1,8 +1,12 @@
 """Cold start: each command as a fresh process with empty caches, then again warm.
 
 "Empty caches": numba's on-disk cache (NUMBA_CACHE_DIR pointed at an empty folder), the
-project's bytecode (PYTHONPYCACHEPREFIX pointed at an empty folder, as if every
-__pycache__ were cleared) and the parsed-data cache (TRADING_CACHE_DIR, empty). A round
+bytecode and the parsed-data cache (TRADING_CACHE_DIR, empty). `--bytecode all` (the
+default) points PYTHONPYCACHEPREFIX at an empty folder, so every module's bytecode is
+compiled again, the standard library's, numpy's and numba's included; `--bytecode project`
+runs a fresh copy of the checkout without its __pycache__ folders, so only the project's
+own bytecode is missing, as on a machine where pip installed the packages (pip writes
+their bytecode) and the project was just cloned. A round
 runs a command once cold, then `--warm` times with the caches the cold run left; the table
 gives the median cold and warm wall times and their ratio (the issue's goal: within 3x).
 
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -84,9 +89,14 @@ def _returns_csv(tmp: Path) -> Path:
     return path
 
 
+#: "all": every module's bytecode recompiled; "project": only the checkout's (see above)
+BYTECODE = "all"
+
+
 def _env(caches: Path, repo: Path) -> dict[str, str]:
-    return {**os.environ, "NUMBA_CACHE_DIR": str(caches / "numba"),
-            "PYTHONPYCACHEPREFIX": str(caches / "pycache"),
+    prefix = {"PYTHONPYCACHEPREFIX": str(caches / "pycache")} if BYTECODE == "all" else {}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPYCACHEPREFIX"}
+    return {**env, "NUMBA_CACHE_DIR": str(caches / "numba"), **prefix,
             "TRADING_CACHE_DIR": str(caches / "trading"),
             "PYTHONPATH": os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH"))
                                           if p),
@@ -107,8 +117,13 @@ def timed(argv: list[str], env: dict[str, str], repo: Path) -> tuple[float, str]
 def measure(name: str, argv: list[str], repo: Path, rounds: int, warm: int) -> dict[str, Any]:
     """`rounds` cold runs (fresh caches each), each followed by `warm` warm runs."""
     cold, warm_runs, said_cold, said_warm, tails = [], [], [], [], []
+    original = repo
     for _ in range(rounds):
         caches = Path(tempfile.mkdtemp(prefix="cold-start-"))
+        if BYTECODE == "project":  # a fresh copy, no __pycache__: the project's bytecode only
+            repo = caches / "checkout"
+            shutil.copytree(original, repo, ignore=shutil.ignore_patterns(
+                "__pycache__", ".git", ".trees", ".whl", "results"))
         env = _env(caches, repo)
         seconds, err = timed(argv, env, repo)
         cold.append(seconds)
@@ -120,7 +135,8 @@ def measure(name: str, argv: list[str], repo: Path, rounds: int, warm: int) -> d
             said_warm.append("compiling" in err)
         log(f"  {name}: cold {cold[-1]:.2f} s, warm {warm_runs[-warm:]}")
     c, w = statistics.median(cold), statistics.median(warm_runs)
-    return {"command": name, "argv": argv, "repo": str(repo), "cold_seconds": cold,
+    return {"command": name, "argv": argv, "repo": str(original), "bytecode": BYTECODE,
+            "cold_seconds": cold,
             "warm_seconds": warm_runs, "cold_median": c, "warm_median": w, "ratio": c / w,
             "compile_notice_cold": said_cold, "compile_notice_warm": said_warm,
             "cold_stderr_tails": tails}
@@ -183,11 +199,15 @@ def main() -> int:
     p.add_argument("--repo", type=Path, default=REPO, help="checkout whose run_engine.py runs")
     p.add_argument("--label", default="", help="a name for --repo in the table")
     p.add_argument("--json", type=Path, help="write the results here")
+    p.add_argument("--bytecode", choices=("all", "project"), default="all",
+                   help="which bytecode a cold run lacks (see the module doc)")
     p.add_argument("--record", help="record a manifest profile: " + ",".join(PROFILES))
     p.add_argument("--record-one", help=argparse.SUPPRESS)
     args, rest = p.parse_known_args()
     if args.record_one:
         return record_one(args.record_one, [a for a in rest if a != "--"])
+    global BYTECODE
+    BYTECODE = args.bytecode
     tmp = Path(tempfile.mkdtemp(prefix="cold-start-out-"))
     if args.record:
         return max(record(name, tmp) for name in args.record.split(","))
