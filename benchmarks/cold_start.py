@@ -6,7 +6,10 @@ default) points PYTHONPYCACHEPREFIX at an empty folder, so every module's byteco
 compiled again, the standard library's, numpy's and numba's included; `--bytecode project`
 runs a fresh copy of the checkout without its __pycache__ folders, so only the project's
 own bytecode is missing, as on a machine where pip installed the packages (pip writes
-their bytecode) and the project was just cloned. A round
+their bytecode) and the project was just cloned. Either way the runs may write bytecode:
+PYTHONDONTWRITEBYTECODE is dropped from their environment, since with it set (as on the
+dev VM and the GPU machine) a "warm" run compiles its bytecode again, every module's with
+PYTHONPYCACHEPREFIX: warm runs measured 1.5-3 s too slow that way before 2026-11-28. A round
 runs a command once cold, then `--warm` times with the caches the cold run left; the table
 gives the median cold and warm wall times and their ratio (the issue's goal: within 3x).
 
@@ -95,7 +98,8 @@ BYTECODE = "all"
 
 def _env(caches: Path, repo: Path) -> dict[str, str]:
     prefix = {"PYTHONPYCACHEPREFIX": str(caches / "pycache")} if BYTECODE == "all" else {}
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPYCACHEPREFIX"}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE")}
     return {**env, "NUMBA_CACHE_DIR": str(caches / "numba"), **prefix,
             "TRADING_CACHE_DIR": str(caches / "trading"),
             "PYTHONPATH": os.pathsep.join(p for p in (str(repo), os.environ.get("PYTHONPATH"))
