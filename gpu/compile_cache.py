@@ -346,18 +346,23 @@ class EarlyWorkers:
 
 
 def start_early(command: str, path: Path = MANIFEST) -> EarlyWorkers | None:
-    """Start `plan(available_cpus())` workers now when `command` looks cold (see
-    `likely_cold`), before the command's module is imported; None otherwise or when
-    GTE_PREWARM=0 or numba's JIT is off."""
+    """Start up to `plan(available_cpus())` workers now when `command` looks cold (see
+    `likely_cold`), before the command's module is imported; None otherwise, when no worker
+    would get a share, or when GTE_PREWARM=0 or numba's JIT is off."""
     if (os.environ.get("GTE_PREWARM", "1") == "0" or os.environ.get("NUMBA_DISABLE_JIT") == "1"
             or not likely_cold(command, path)):
         return None
     workers, own = plan(available_cpus())
+    profiles = [load_manifest(p, path) for p in json.loads(path.read_text())
+                if p == command or p.startswith(command + "-")]
+    # as many as the shares would keep busy with everything missing: a command whose
+    # manifest is one function (select) compiles it here, and a worker would only import
+    head = [0.0] * own + [WORKER_START] * workers
+    workers = min(sum(1 for share in _shares(entries, own + workers, head)[own:] if share)
+                  for entries in profiles)
     if workers < 1:
         return None
-    modules = sorted({e.module for p in json.loads(path.read_text())
-                      if p == command or p.startswith(command + "-")
-                      for e in load_manifest(p, path)})
+    modules = sorted({e.module for entries in profiles for e in entries})
     return EarlyWorkers(_spawn(workers, modules), own)
 
 

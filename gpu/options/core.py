@@ -42,6 +42,7 @@ import numpy as np
 from numba import cuda, njit, prange
 
 from gpu.device import fd_max_registers, fd_solver
+from gpu.threads import chunk_lo, parallel_range
 from gpu.twin import compile_twin
 
 # -- parameter-row layout -----------------------------------------------------------------
@@ -480,10 +481,21 @@ def row_fields(
     )
 
 
-@njit(cache=True, parallel=True)
 def bs_price_greeks_batch(params: np.ndarray, out4: np.ndarray) -> None:
-    """Analytic European values of every parameter row: out4[:, (price, delta, gamma, vega)]."""
-    for o in prange(params.shape[0]):
+    """Analytic European values of every parameter row: out4[:, (price, delta, gamma, vega)]
+    (in parallel: `gpu.threads.parallel_range`)."""
+    parallel_range(_bs_range, _bs_parallel, params.shape[0], params, out4, min_chunk=256)
+
+
+@njit(cache=True, parallel=True)
+def _bs_parallel(chunks: int, n: int, params: np.ndarray, out4: np.ndarray) -> None:
+    for k in prange(chunks):
+        _bs_range(chunk_lo(k, chunks, n), chunk_lo(k + 1, chunks, n), params, out4)
+
+
+@njit(cache=True, nogil=True)
+def _bs_range(lo: int, hi: int, params: np.ndarray, out4: np.ndarray) -> None:
+    for o in range(lo, hi):
         spot, strike, expiry, vol, rate, div, is_call, _ = row_fields(params, o)
         p, d, g, v = bs_price_greeks_cpu(spot, strike, expiry, vol, rate, div, is_call)
         out4[o, 0] = p
@@ -625,13 +637,27 @@ def _price_row(params: np.ndarray, out: np.ndarray, o: int, *grid: Any) -> None:
     out[o, GAMMA] = g
 
 
-@njit(cache=True, parallel=True)
 def fd_price_batch_cpu(params: np.ndarray, out: np.ndarray, *grid: Any) -> None:
-    """CPU twin of `fd_price_kernel`: every parameter row priced, on all cores.
+    """CPU twin of `fd_price_kernel`: every parameter row priced, on all cores
+    (`gpu.threads.parallel_range`: chunks on threads, or numba's prange on many cores; a
+    prange loop's body is compiled twice, which cost a cold `price` seconds).
 
     `grid` is `FdGrid.kernel_args()`: price_steps, dt_target, fixed_steps, min_steps,
     rannacher, domain, smax_mult, width, compact, smooth, richardson."""
-    for o in prange(params.shape[0]):
+    parallel_range(_fd_price_range, _fd_price_parallel, params.shape[0], params, out, *grid,
+                   min_chunk=1)
+
+
+@njit(cache=True, parallel=True)
+def _fd_price_parallel(chunks: int, n: int, params: np.ndarray, out: np.ndarray,
+                       *grid: Any) -> None:
+    for k in prange(chunks):
+        _fd_price_range(chunk_lo(k, chunks, n), chunk_lo(k + 1, chunks, n), params, out, *grid)
+
+
+@njit(cache=True, nogil=True)
+def _fd_price_range(lo: int, hi: int, params: np.ndarray, out: np.ndarray, *grid: Any) -> None:
+    for o in range(lo, hi):
         _price_row(params, out, o, *grid)
 
 

@@ -39,6 +39,7 @@ from gpu.options.engines import (
     price_params,
 )
 from gpu.options.instruments import MarketInputs, OptionContracts
+from gpu.threads import chunk_lo, parallel_range
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -128,15 +129,30 @@ def arbitrage_bounds(params: FloatArray) -> tuple[FloatArray, FloatArray]:
     return lower, upper
 
 
-@njit(cache=True, parallel=True)
 def european_implied_vols(
     params: np.ndarray, target: np.ndarray, vol_min: float, vol_max: float, out: np.ndarray
 ) -> None:
     """Analytic Black–Scholes implied vols (Newton with bisection), NaN where none exists.
 
-    The starting point of the PDE solve; exact for European options.
+    The starting point of the PDE solve; exact for European options. In parallel:
+    `gpu.threads.parallel_range`.
     """
-    for o in prange(params.shape[0]):
+    parallel_range(_european_ivs_range, _european_ivs_parallel, params.shape[0], params,
+                   target, vol_min, vol_max, out, min_chunk=64)
+
+
+@njit(cache=True, parallel=True)
+def _european_ivs_parallel(chunks: int, n: int, params: np.ndarray, target: np.ndarray,
+                           vol_min: float, vol_max: float, out: np.ndarray) -> None:
+    for k in prange(chunks):
+        _european_ivs_range(chunk_lo(k, chunks, n), chunk_lo(k + 1, chunks, n), params,
+                            target, vol_min, vol_max, out)
+
+
+@njit(cache=True, nogil=True)
+def _european_ivs_range(row_lo: int, row_hi: int, params: np.ndarray, target: np.ndarray,
+                        vol_min: float, vol_max: float, out: np.ndarray) -> None:
+    for o in range(row_lo, row_hi):
         s, k, t, _, r, q, call, _ = core.row_fields(params, o)
         lo = vol_min
         hi = vol_max

@@ -33,6 +33,7 @@ from numba.core.errors import NumbaPerformanceWarning
 
 from gpu.device import resolve_device
 from gpu.subset import core as subset_core
+from gpu.threads import chunk_lo, parallel_range
 from gpu.twin import compile_twin, cuda_kernel_cache, flush_stale_caches
 
 K_MAX = 32
@@ -63,10 +64,26 @@ class SearchTooLong(ValueError):
 # ---------------------------------------------------------------- CPU twin
 
 
-@njit(parallel=True, cache=True)
 def _ranges_cpu(q: Any, binom: Any, n: int, k: int, first: int, total: int, chunk: int,
                 out_value: Any, out_rank: Any) -> None:
-    for item in prange(out_value.shape[0]):
+    """Each item's best subset of its `chunk` ranks, in parallel (`gpu.threads`)."""
+    parallel_range(_ranges_range, _ranges_parallel, out_value.shape[0], q, binom, n, k,
+                   first, total, chunk, out_value, out_rank, min_chunk=1)
+
+
+@njit(parallel=True, cache=True)
+def _ranges_parallel(chunks: int, n_items: int, q: Any, binom: Any, n: int, k: int,
+                     first: int, total: int, chunk: int, out_value: Any,
+                     out_rank: Any) -> None:
+    for c in prange(chunks):
+        _ranges_range(chunk_lo(c, chunks, n_items), chunk_lo(c + 1, chunks, n_items), q,
+                      binom, n, k, first, total, chunk, out_value, out_rank)
+
+
+@njit(cache=True, nogil=True)
+def _ranges_range(lo: int, hi: int, q: Any, binom: Any, n: int, k: int, first: int,
+                  total: int, chunk: int, out_value: Any, out_rank: Any) -> None:
+    for item in range(lo, hi):
         rank0 = first + item * chunk
         count = min(chunk, total - rank0)
         comb = np.empty(K_MAX, np.int64)

@@ -46,6 +46,7 @@ from numba import cuda, float32, float64, njit, prange
 from numba.core.errors import NumbaPerformanceWarning
 
 from gpu.device import resolve_device
+from gpu.threads import chunk_lo, parallel_range
 from gpu.timeseries import core as timeseries_core
 from gpu.twin import compile_twin, cuda_kernel_cache, flush_stale_caches
 
@@ -70,19 +71,46 @@ _sum_over_tiles_gpu = _twin.cuda.sum_over_tiles
 # ---------------------------------------------------------------- CPU twin
 
 
-@njit(parallel=True, cache=True)
 def _partials_cpu(p: Any, rc: Any, ac: Any, n_lags: int, time_tile: int, partial: Any) -> None:
+    """Every time tile's partial sums per lag, in parallel (`gpu.threads`)."""
+    parallel_range(_partials_range, _partials_parallel, partial.shape[0], p, rc, ac, n_lags,
+                   time_tile, partial, min_chunk=1)
+
+
+@njit(parallel=True, cache=True)
+def _partials_parallel(chunks: int, n_tiles: int, p: Any, rc: Any, ac: Any, n_lags: int,
+                       time_tile: int, partial: Any) -> None:
+    for c in prange(chunks):
+        _partials_range(chunk_lo(c, chunks, n_tiles), chunk_lo(c + 1, chunks, n_tiles), p, rc,
+                        ac, n_lags, time_tile, partial)
+
+
+@njit(cache=True, nogil=True)
+def _partials_range(lo: int, hi: int, p: Any, rc: Any, ac: Any, n_lags: int, time_tile: int,
+                    partial: Any) -> None:
     n = p.shape[0]
-    for tile in prange(partial.shape[0]):
+    for tile in range(lo, hi):
         t0 = tile * time_tile
         for lag in range(n_lags):
             count = min(time_tile, n - lag - t0)
             _store_tile_lag_cpu(partial, tile, lag, p, rc, ac, t0, p, rc, ac, t0 + lag, count)
 
 
-@njit(parallel=True, cache=True)
 def _reduce_cpu(partial: Any, out: Any) -> None:
-    for lag in prange(partial.shape[2]):
+    """The tiles' partial sums added per lag, in parallel (`gpu.threads`)."""
+    parallel_range(_reduce_range, _reduce_parallel, partial.shape[2], partial, out)
+
+
+@njit(parallel=True, cache=True)
+def _reduce_parallel(chunks: int, n_lags: int, partial: Any, out: Any) -> None:
+    for c in prange(chunks):
+        _reduce_range(chunk_lo(c, chunks, n_lags), chunk_lo(c + 1, chunks, n_lags), partial,
+                      out)
+
+
+@njit(cache=True, nogil=True)
+def _reduce_range(lo: int, hi: int, partial: Any, out: Any) -> None:
+    for lag in range(lo, hi):
         for q in range(partial.shape[1]):
             out[q, lag] = _sum_over_tiles_cpu(partial, q, lag)
 

@@ -170,6 +170,21 @@ def test_early_workers_import_first_then_compile_the_share_prewarm_sends(
     assert int(_run(CALL, cache).stdout) == 0
 
 
+@pytest.mark.skipif(compile_cache.available_cpus() < 2, reason="no CPU for a worker")
+def test_no_early_worker_when_the_commands_own_process_would_compile_everything(
+        tmp_path: Path) -> None:
+    """A one-function manifest (as `select`'s) goes to the command's own process where it
+    compiles a share (few CPUs): a worker started early would only import."""
+    manifest = tmp_path / "manifest.json"
+    compile_cache.save_manifest("tiny", [ENTRY], manifest)
+    code = ("from pathlib import Path\nfrom gpu import compile_cache\n"
+            f"h = compile_cache.start_early('tiny', Path({str(manifest)!r}))\n"
+            "print(None if h is None else len(h.procs))\n"
+            "h is None or h.release()\n")
+    _, own = compile_cache.plan(compile_cache.available_cpus())
+    assert _run(code, tmp_path / "numba").stdout.strip() == ("None" if own else "1")
+
+
 def test_stale_entries_are_counted_not_raised() -> None:
     stale = [Entry("gpu.indicators.compute", "no_such_kernel", "(int64,)", 1.0),
              Entry("gpu.no_such_module", "f", "(int64,)", 1.0),
