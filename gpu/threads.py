@@ -19,7 +19,8 @@ population, the indicator panel, the masks, the population check), the CPU evalu
 (long calls) and breeding (one call a generation, whose body is the largest: on `prange` it
 put 6.7 s on the critical path of a cold headline on 16 cores, against 1.3 ms a generation
 in chunks) always run here. The other loops of every generation (compiling and checking
-programs, fitness rows, behaviours) go through `parallel_range`: here with at
+programs, fitness rows, behaviours), and the CPU twins of the option pricer, the implied
+vols, the subset search and the autocorrelations, go through `parallel_range`: here with at
 most CHUNKS_MAX_THREADS numba threads, where the hand-off is cheap and a short run's time is
 mostly compiling; on numba's `prange` over chunks with more. A process compiles only the
 variant it runs.
