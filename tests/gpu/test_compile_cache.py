@@ -34,6 +34,15 @@ def _run(code: str, cache: Path) -> subprocess.CompletedProcess[str]:
                           env=env, cwd=REPO, check=True, timeout=300)
 
 
+def _tiny(tmp_path: Path, entries: list[Entry] | None = None) -> str:
+    """Writes a manifest whose one profile, "tiny", holds `entries` (ENTRY); returns the
+    start of a snippet that imports what the snippets here use and names that file `m`."""
+    manifest = tmp_path / "manifest.json"
+    compile_cache.save_manifest("tiny", entries or [ENTRY], manifest)
+    return ("import json\nfrom pathlib import Path\nfrom gpu import compile_cache\n"
+            f"m = Path({str(manifest)!r})\n")
+
+
 def test_second_process_reuses_the_cache_and_compiles_nothing(tmp_path: Path) -> None:
     first = _run(CALL, tmp_path)
     assert int(first.stdout) >= 1
@@ -44,11 +53,8 @@ def test_second_process_reuses_the_cache_and_compiles_nothing(tmp_path: Path) ->
 
 
 def test_prewarm_fills_the_cache_for_the_next_process(tmp_path: Path) -> None:
-    manifest = tmp_path / "manifest.json"
-    compile_cache.save_manifest("tiny", [ENTRY], manifest)
     cache = tmp_path / "numba"
-    code = ("import json, sys\nfrom pathlib import Path\nfrom gpu import compile_cache\n"
-            f"h = compile_cache.prewarm('tiny', workers=2, path=Path({str(manifest)!r}))\n"
+    code = (_tiny(tmp_path) + "h = compile_cache.prewarm('tiny', workers=2, path=m)\n"
             "print(json.dumps(None if h is None else h.n_entries))\n"
             "h is None or h.wait()\n")
     assert json.loads(_run(code, cache).stdout) == 1
@@ -57,12 +63,9 @@ def test_prewarm_fills_the_cache_for_the_next_process(tmp_path: Path) -> None:
 
 
 def test_deferred_prewarm_makes_the_first_call_wait_for_its_worker(tmp_path: Path) -> None:
-    manifest = tmp_path / "manifest.json"
-    compile_cache.save_manifest("tiny", [ENTRY], manifest)
-    code = ("from pathlib import Path\nfrom gpu import compile_cache\n"
-            "from gpu.indicators import compute as indicators\n"
+    code = (_tiny(tmp_path) + "from gpu.indicators import compute as indicators\n"
             "compile_cache.announce_compiles()\n"
-            f"h = compile_cache.prewarm('tiny', workers=2, path=Path({str(manifest)!r}))\n"
+            "h = compile_cache.prewarm('tiny', workers=2, path=m)\n"
             "h.defer()\n"
             "assert indicators._bar_error(3, 7, 10.0, 5.0) != 0\n"  # waits, then loads
             "assert all(p.poll() is not None for p in h.procs)\n"
@@ -75,15 +78,11 @@ OTHER = Entry("strategies.gp.rng", "next_u64", "(Array(uint64, 1, 'C'),)", 1.9)
 
 
 def test_own_share_is_compiled_here_while_a_worker_compiles_the_rest(tmp_path: Path) -> None:
-    manifest = tmp_path / "manifest.json"
-    compile_cache.save_manifest("tiny", [ENTRY._replace(seconds=2.0), OTHER], manifest)
-    code = ("import json\nfrom pathlib import Path\nimport numpy as np\n"
-            "from gpu import compile_cache\n"
+    code = (_tiny(tmp_path, [ENTRY._replace(seconds=2.0), OTHER]) + "import numpy as np\n"
             "from gpu.indicators import compute as indicators\n"
             "from strategies.gp import rng\n"
             "compile_cache.announce_compiles()\n"
-            f"h = compile_cache.prewarm('tiny', workers=1, own_share=True, "
-            f"path=Path({str(manifest)!r}))\n"
+            "h = compile_cache.prewarm('tiny', workers=1, own_share=True, path=m)\n"
             "h.defer()\n"
             "own = [e.qualname for e in h.own]\n"
             "workers = [[e.qualname for e in s] for s in h.shares]\n"
@@ -147,10 +146,7 @@ def test_index_guess_is_where_numba_keeps_each_manifest_index(tmp_path: Path,
 @pytest.mark.skipif(compile_cache.available_cpus() < 2, reason="no CPU for a worker")
 def test_early_workers_import_first_then_compile_the_share_prewarm_sends(
         tmp_path: Path) -> None:
-    manifest = tmp_path / "manifest.json"
-    compile_cache.save_manifest("tiny", [ENTRY._replace(seconds=2.0), OTHER], manifest)
-    code = ("import json\nfrom pathlib import Path\nfrom gpu import compile_cache\n"
-            f"m = Path({str(manifest)!r})\n"
+    code = (_tiny(tmp_path, [ENTRY._replace(seconds=2.0), OTHER]) +
             "cold = compile_cache.likely_cold('tiny', m)\n"
             "early = compile_cache.start_early('tiny', m)\n"
             "n_early = None if early is None else len(early.procs)\n"
@@ -163,8 +159,7 @@ def test_early_workers_import_first_then_compile_the_share_prewarm_sends(
     cold, n_early, n_entries = json.loads(_run(code, cache).stdout)
     workers, _ = compile_cache.plan(compile_cache.available_cpus())
     assert cold is True and n_early == workers and n_entries == 2
-    again = ("from pathlib import Path\nfrom gpu import compile_cache\n"
-             f"m = Path({str(manifest)!r})\n"
+    again = (_tiny(tmp_path, [ENTRY._replace(seconds=2.0), OTHER]) +
              "print(compile_cache.likely_cold('tiny', m), compile_cache.start_early('tiny', m))\n")
     assert _run(again, cache).stdout.split() == ["False", "None"]  # warm: nothing starts
     assert int(_run(CALL, cache).stdout) == 0
@@ -175,10 +170,7 @@ def test_no_early_worker_when_the_commands_own_process_would_compile_everything(
         tmp_path: Path) -> None:
     """A one-function manifest (as `select`'s) goes to the command's own process where it
     compiles a share (few CPUs): a worker started early would only import."""
-    manifest = tmp_path / "manifest.json"
-    compile_cache.save_manifest("tiny", [ENTRY], manifest)
-    code = ("from pathlib import Path\nfrom gpu import compile_cache\n"
-            f"h = compile_cache.start_early('tiny', Path({str(manifest)!r}))\n"
+    code = (_tiny(tmp_path) + "h = compile_cache.start_early('tiny', m)\n"
             "print(None if h is None else len(h.procs))\n"
             "h is None or h.release()\n")
     _, own = compile_cache.plan(compile_cache.available_cpus())
@@ -218,10 +210,7 @@ def test_committed_manifest_names_real_kernels(profile: str) -> None:
 
 
 def test_stop_ends_the_workers_of_a_failed_command(tmp_path: Path) -> None:
-    manifest = tmp_path / "manifest.json"
-    compile_cache.save_manifest("tiny", [ENTRY], manifest)
-    code = ("from pathlib import Path\nfrom gpu import compile_cache\n"
-            f"h = compile_cache.prewarm('tiny', workers=2, path=Path({str(manifest)!r}))\n"
+    code = (_tiny(tmp_path) + "h = compile_cache.prewarm('tiny', workers=2, path=m)\n"
             "h.stop()\n"
             "print(all(p.returncode is not None for p in h.procs))\n")
     assert _run(code, tmp_path / "numba").stdout.strip() == "True"
