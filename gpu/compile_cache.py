@@ -172,7 +172,7 @@ class Prewarm:
                  shares: Sequence[Sequence[Entry]], own: Sequence[Entry] = ()) -> None:
         self.procs = list(procs)
         self.shares = [list(s) for s in shares]
-        #: entries left to the command's own process (compiled where it first calls them)
+        #: the command's own process's share (`compile_own`)
         self.own = list(own)
         self.n_entries = sum(len(s) for s in shares) + len(self.own)
 
@@ -247,7 +247,7 @@ def plan(cpus: int) -> tuple[int, bool]:
     (reading data, CUDA kernels) while MAX_WORKERS workers compile. With fewer, a worker
     in place of the command's process would cost a CPU a worker's start (WORKER_START
     seconds of imports and numba's set-up) while that process only waits: so it takes a
-    share, compiled where the command first calls each function."""
+    share (`Prewarm.compile_own`)."""
     if cpus > MAX_WORKERS:
         return MAX_WORKERS, False
     return cpus - 1, True
