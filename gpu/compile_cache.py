@@ -123,12 +123,29 @@ def compiles() -> int:
 
 
 # --------------------------------------------------------------------------- manifest
+def read_manifest(path: Path = MANIFEST) -> dict[str, list[Entry]]:
+    """Every recorded profile. A missing or malformed file reads as none: the manifest only
+    buys a head start, so a broken one must not stop a command (each then compiles what
+    it calls, as without a manifest)."""
+    try:
+        data = json.loads(path.read_text())
+        return {str(profile): [Entry(str(r["module"]), str(r["qualname"]), str(r["signature"]),
+                                     float(r["seconds"])) for r in rows]
+                for profile, rows in data.items()}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return {}
+
+
 def load_manifest(profile: str, path: Path = MANIFEST) -> list[Entry]:
     """The recorded top-level compilations of `profile` (empty if none recorded)."""
-    if not path.is_file():
-        return []
-    rows = json.loads(path.read_text()).get(profile, [])
-    return [Entry(r["module"], r["qualname"], r["signature"], float(r["seconds"])) for r in rows]
+    return read_manifest(path).get(profile, [])
+
+
+def command_profiles(command: str, path: Path = MANIFEST) -> list[list[Entry]]:
+    """The entries of each profile `command` may compile: "evolve" has "evolve-cpu" and
+    "evolve-cuda", "select" has "select"."""
+    return [entries for profile, entries in read_manifest(path).items()
+            if profile == command or profile.startswith(command + "-")]
 
 
 def save_manifest(profile: str, entries: Iterable[Entry], path: Path = MANIFEST) -> None:
@@ -290,14 +307,11 @@ def likely_cold(command: str, path: Path = MANIFEST) -> bool:
     """Whether numba's cache lacks a function every profile of `command` compiles ("evolve"
     has two, "evolve-cpu" and "evolve-cuda"): then workers are worth starting before the
     command's own imports. Unknown locations count as cached (the ordinary start remains)."""
-    if not path.is_file():
-        return False
-    profiles = [p for p in json.loads(path.read_text())
-                if p == command or p.startswith(command + "-")]
+    profiles = command_profiles(command, path)
     if not profiles:
         return False
-    common = set.intersection(*({(e.module, e.qualname) for e in load_manifest(p, path)}
-                                for p in profiles))
+    common = set.intersection(*({(e.module, e.qualname) for e in entries}
+                                for entries in profiles))
     for module, qualname in sorted(common):
         pattern = index_guess(Entry(module, qualname, "", 0.0))
         if pattern is not None and not any(pattern.parent.glob(pattern.name)):
@@ -349,12 +363,15 @@ def start_early(command: str, path: Path = MANIFEST) -> EarlyWorkers | None:
     """Start up to `plan(available_cpus())` workers now when `command` looks cold (see
     `likely_cold`), before the command's module is imported; None otherwise, when no worker
     would get a share, or when GTE_PREWARM=0 or numba's JIT is off."""
-    if (os.environ.get("GTE_PREWARM", "1") == "0" or os.environ.get("NUMBA_DISABLE_JIT") == "1"
-            or not likely_cold(command, path)):
+    if os.environ.get("GTE_PREWARM", "1") == "0" or os.environ.get("NUMBA_DISABLE_JIT") == "1":
+        return None
+    try:
+        if not likely_cold(command, path):
+            return None
+    except (OSError, ValueError):  # an odd name in the manifest: the ordinary start remains
         return None
     workers, own = plan(available_cpus())
-    profiles = [load_manifest(p, path) for p in json.loads(path.read_text())
-                if p == command or p.startswith(command + "-")]
+    profiles = command_profiles(command, path)
     # as many as the shares would keep busy with everything missing: a command whose
     # manifest is one function (select) compiles it here, and a worker would only import
     head = [0.0] * own + [WORKER_START] * workers

@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from gpu import compile_cache
 from gpu.compile_cache import Entry
@@ -175,6 +177,46 @@ def test_no_early_worker_when_the_commands_own_process_would_compile_everything(
             "h is None or h.release()\n")
     _, own = compile_cache.plan(compile_cache.available_cpus())
     assert _run(code, tmp_path / "numba").stdout.strip() == ("None" if own else "1")
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
+                                                                 max_size=4),
+    max_leaves=12)
+#: a manifest's profile with a row of any JSON values in its fields
+rows = st.fixed_dictionaries({"module": json_values, "qualname": json_values,
+                              "signature": json_values, "seconds": json_values})
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.one_of(st.text(max_size=40), st.binary(max_size=40).map(repr),
+                      json_values.map(json.dumps),
+                      st.dictionaries(st.sampled_from(["tiny", "tiny-cpu", "other"]),
+                                      st.lists(rows, max_size=3) | json_values,
+                                      max_size=3).map(json.dumps)))
+def test_a_malformed_manifest_only_loses_the_head_start(tmp_path: Path, text: str) -> None:
+    """Whatever the manifest file holds, reading it and deciding on an early start never
+    raise: the command then compiles what it calls, as without a manifest."""
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(text)
+    profiles = compile_cache.read_manifest(manifest)
+    assert all(isinstance(e, Entry) for entries in profiles.values() for e in entries)
+    assert compile_cache.likely_cold("tiny", manifest) in (True, False)
+    before = os.environ.get("GTE_PREWARM")
+    os.environ["GTE_PREWARM"] = "1"  # (the suite turns the early start off)
+    try:
+        early = compile_cache.start_early("tiny", manifest)
+    finally:
+        if before is None:
+            del os.environ["GTE_PREWARM"]
+        else:
+            os.environ["GTE_PREWARM"] = before
+    if early is not None:  # rows that name a real module file: workers, released here
+        early.release()
+        for proc in early.procs:
+            assert proc.wait(timeout=60) == 0
 
 
 def test_stale_entries_are_counted_not_raised() -> None:
