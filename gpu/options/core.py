@@ -1070,6 +1070,7 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
                     v[j] = np.float32(v0)
                     pay[j] = np.float32(p)
 
+            factored = False  # the same for the whole warp
             for phase in range(2):
                 theta, step_dt, n_steps, tau0 = _rannacher_phase_gpu(phase, dt, n_implicit, m)
                 if n_steps == 0:
@@ -1097,116 +1098,122 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
                         e_lo[j] = np.float32(x_lo)
                         e_di[j] = np.float32(x_di)
                         e_up[j] = np.float32(x_up)
-                # LU pivots u_r = p_r/p_{r−1}, p_r = b_r·p_{r−1} − a_r·c_{r−1}·p_{r−2}: each lane
-                # multiplies its rows' 2×2 matrices, a scan multiplies across the lanes
-                c_last[warp, lane] = c64[P - 1]
-                if SHUFFLE:
-                    cuda.syncwarp()
-                else:
-                    cuda.syncthreads()
-                c_prev = 0.0
-                if lane > 0:
-                    c_prev = c_last[warp, lane - 1]
-                q00 = 1.0
-                q01 = 0.0
-                q10 = 0.0
-                q11 = 1.0
-                cp = c_prev
-                for j in range(P):
-                    t = -a64[j] * cp
-                    n00 = b64[j] * q00 + t * q10
-                    n01 = b64[j] * q01 + t * q11
-                    q10 = q00
-                    q11 = q01
-                    q00 = n00
-                    q01 = n01
-                    # one reciprocal, four products: float64 division is a long
-                    # subroutine on the GPU, and any common scale of the pair will do
-                    inv_big = 1.0 / max(abs(q00), abs(q01), abs(q10), abs(q11))
-                    q00 *= inv_big
-                    q01 *= inv_big
-                    q10 *= inv_big
-                    q11 *= inv_big
-                    cp = c64[j]
-                for level in range(SCAN_LEVELS):
-                    k = level % 2
+                # The implicit matrix M − ½Δτ·L is the same in both phases (the Rannacher
+                # halves take θ = 1 over ½Δτ, Crank–Nicolson θ = ½ over Δτ: θ·step is ½Δτ
+                # bit for bit), so a march factors it once: its pivots, the sweeps'
+                # multipliers and the scans' products carry over to the second phase.
+                if not factored:
+                    # LU pivots u_r = p_r/p_{r−1}, p_r = b_r·p_{r−1} − a_r·c_{r−1}·p_{r−2}: each
+                    # lane multiplies its rows' 2×2 matrices, a scan multiplies across lanes
+                    c_last[warp, lane] = c64[P - 1]
+                    if SHUFFLE:
+                        cuda.syncwarp()
+                    else:
+                        cuda.syncthreads()
+                    c_prev = 0.0
+                    if lane > 0:
+                        c_prev = c_last[warp, lane - 1]
+                    q00 = 1.0
+                    q01 = 0.0
+                    q10 = 0.0
+                    q11 = 1.0
+                    cp = c_prev
+                    for j in range(P):
+                        t = -a64[j] * cp
+                        n00 = b64[j] * q00 + t * q10
+                        n01 = b64[j] * q01 + t * q11
+                        q10 = q00
+                        q11 = q01
+                        q00 = n00
+                        q01 = n01
+                        # one reciprocal, four products: float64 division is a long
+                        # subroutine on the GPU, and any common scale of the pair will do
+                        inv_big = 1.0 / max(abs(q00), abs(q01), abs(q10), abs(q11))
+                        q00 *= inv_big
+                        q01 *= inv_big
+                        q10 *= inv_big
+                        q11 *= inv_big
+                        cp = c64[j]
+                    for level in range(SCAN_LEVELS):
+                        k = level % 2
+                        mbuf[warp, k, 0, lane] = q00
+                        mbuf[warp, k, 1, lane] = q01
+                        mbuf[warp, k, 2, lane] = q10
+                        mbuf[warp, k, 3, lane] = q11
+                        if SHUFFLE:
+                            cuda.syncwarp()
+                        else:
+                            cuda.syncthreads()
+                        stride = 1 << level
+                        if lane >= stride:  # this lane's product applies after the earlier one
+                            r00 = mbuf[warp, k, 0, lane - stride]
+                            r01 = mbuf[warp, k, 1, lane - stride]
+                            r10 = mbuf[warp, k, 2, lane - stride]
+                            r11 = mbuf[warp, k, 3, lane - stride]
+                            n00 = q00 * r00 + q01 * r10
+                            n01 = q00 * r01 + q01 * r11
+                            n10 = q10 * r00 + q11 * r10
+                            n11 = q10 * r01 + q11 * r11
+                            inv_big = 1.0 / max(abs(n00), abs(n01), abs(n10), abs(n11))
+                            q00 = n00 * inv_big
+                            q01 = n01 * inv_big
+                            q10 = n10 * inv_big
+                            q11 = n11 * inv_big
+                    k = SCAN_LEVELS % 2
                     mbuf[warp, k, 0, lane] = q00
-                    mbuf[warp, k, 1, lane] = q01
                     mbuf[warp, k, 2, lane] = q10
-                    mbuf[warp, k, 3, lane] = q11
                     if SHUFFLE:
                         cuda.syncwarp()
                     else:
                         cuda.syncthreads()
-                    stride = 1 << level
-                    if lane >= stride:  # this lane's product applies after the earlier one
-                        r00 = mbuf[warp, k, 0, lane - stride]
-                        r01 = mbuf[warp, k, 1, lane - stride]
-                        r10 = mbuf[warp, k, 2, lane - stride]
-                        r11 = mbuf[warp, k, 3, lane - stride]
-                        n00 = q00 * r00 + q01 * r10
-                        n01 = q00 * r01 + q01 * r11
-                        n10 = q10 * r00 + q11 * r10
-                        n11 = q10 * r01 + q11 * r11
-                        inv_big = 1.0 / max(abs(n00), abs(n01), abs(n10), abs(n11))
-                        q00 = n00 * inv_big
-                        q01 = n01 * inv_big
-                        q10 = n10 * inv_big
-                        q11 = n11 * inv_big
-                k = SCAN_LEVELS % 2
-                mbuf[warp, k, 0, lane] = q00
-                mbuf[warp, k, 2, lane] = q10
-                if SHUFFLE:
-                    cuda.syncwarp()
-                else:
-                    cuda.syncthreads()
-                inv_prev = 1.0  # 1/u_{first−1}
-                if lane > 0:  # (p_{first−1}, p_{first−2}) = the earlier lanes' product·(1, 0)
-                    inv_prev = mbuf[warp, k, 2, lane - 1] / mbuf[warp, k, 0, lane - 1]
-                cp = c_prev
-                f_all = np.float32(1.0)  # Π fwd over this lane's rows
-                for j in range(P):
-                    # two float64 reciprocals a row (the pivot's, carried to the next row)
-                    # in place of four divisions
-                    t = a64[j] * cp
-                    f = 0.0
-                    u = b64[j]
-                    if t != 0.0:
-                        u = b64[j] - t * inv_prev
-                    if a64[j] != 0.0:
-                        f = -a64[j] * inv_prev
-                    fwd[j] = np.float32(f)
-                    f_all *= np.float32(f)
-                    fwd_cum[j] = f_all
-                    inv_prev = 1.0 / u
-                    inv_u[j] = np.float32(inv_prev)
-                    bwd[j] = np.float32(-c64[j] * inv_prev)
-                    cp = c64[j]
-                g_all = np.float32(1.0)  # Π bwd over this lane's rows
-                for jj in range(P):
-                    j = P - 1 - jj
-                    g_all *= bwd[j]
-                    bwd_cum[j] = g_all
-                # the scans' multipliers of each level (they depend on the matrix only)
-                for level in range(SCAN_LEVELS):
-                    k = level % 2
-                    buf[warp, k, lane] = f_all
-                    mbuf[warp, k, 0, lane] = np.float64(g_all)
+                    inv_prev = 1.0  # 1/u_{first−1}
+                    if lane > 0:  # (p_{first−1}, p_{first−2}) = the earlier lanes' product·(1, 0)
+                        inv_prev = mbuf[warp, k, 2, lane - 1] / mbuf[warp, k, 0, lane - 1]
+                    cp = c_prev
+                    f_all = np.float32(1.0)  # Π fwd over this lane's rows
+                    for j in range(P):
+                        # two float64 reciprocals a row (the pivot's, carried to the next row)
+                        # in place of four divisions
+                        t = a64[j] * cp
+                        f = 0.0
+                        u = b64[j]
+                        if t != 0.0:
+                            u = b64[j] - t * inv_prev
+                        if a64[j] != 0.0:
+                            f = -a64[j] * inv_prev
+                        fwd[j] = np.float32(f)
+                        f_all *= np.float32(f)
+                        fwd_cum[j] = f_all
+                        inv_prev = 1.0 / u
+                        inv_u[j] = np.float32(inv_prev)
+                        bwd[j] = np.float32(-c64[j] * inv_prev)
+                        cp = c64[j]
+                    g_all = np.float32(1.0)  # Π bwd over this lane's rows
+                    for jj in range(P):
+                        j = P - 1 - jj
+                        g_all *= bwd[j]
+                        bwd_cum[j] = g_all
+                    # the scans' multipliers of each level (they depend on the matrix only)
+                    for level in range(SCAN_LEVELS):
+                        k = level % 2
+                        buf[warp, k, lane] = f_all
+                        mbuf[warp, k, 0, lane] = np.float64(g_all)
+                        if SHUFFLE:
+                            cuda.syncwarp()
+                        else:
+                            cuda.syncthreads()
+                        stride = 1 << level
+                        fwd_level[level] = f_all
+                        bwd_level[level] = g_all
+                        if lane >= stride:
+                            f_all *= buf[warp, k, lane - stride]
+                        if lane + stride < LANES:
+                            g_all *= np.float32(mbuf[warp, k, 0, lane + stride])
                     if SHUFFLE:
                         cuda.syncwarp()
                     else:
                         cuda.syncthreads()
-                    stride = 1 << level
-                    fwd_level[level] = f_all
-                    bwd_level[level] = g_all
-                    if lane >= stride:
-                        f_all *= buf[warp, k, lane - stride]
-                    if lane + stride < LANES:
-                        g_all *= np.float32(mbuf[warp, k, 0, lane + stride])
-                if SHUFFLE:
-                    cuda.syncwarp()
-                else:
-                    cuda.syncthreads()
+                    factored = True
                 # e^(−rτ) and e^(−qτ) of the boundary values, carried step to step
                 discount = math.exp(-rate * tau0)
                 carry_q = math.exp(-div * tau0)
