@@ -704,6 +704,25 @@ def _write_closed_form(
 
 
 @cuda.jit(device=True)
+def _edge_value_gpu(
+    strike: float, discount: float, carry: float, s_lo: float, s_hi: float,
+    floor_lo: float, floor_hi: float, takes_lo: bool, takes_hi: bool,
+) -> np.float32:
+    """`boundary_values_discounted` as the lanes kernel's step needs it, without a branch
+    (branches would split the step's instructions into blocks the compiler schedules one
+    after the other): the put's value at S_lo where `takes_lo` (lane 0 of a put), the
+    call's at S_hi where `takes_hi` (the other lanes of a call), else 0. `floor_lo` and
+    `floor_hi` are the exercise values K − S_lo and S_hi − K of an American option, −∞
+    for a European one, so max() with them is the same arithmetic."""
+    disc_k = strike * discount
+    put_lo = max(max(disc_k - s_lo * carry, floor_lo), 0.0)
+    call_hi = max(max(s_hi * carry - disc_k, floor_hi), 0.0)
+    value = call_hi if takes_hi else 0.0
+    value = put_lo if takes_lo else value
+    return np.float32(value)
+
+
+@cuda.jit(device=True)
 def _write_values_at_spot(
     nodes: Any, out: Any, opt: int, spot: float, strike: float, is_call: bool,
     is_american: bool, s_lo: float, ds: float, n: int,
@@ -1023,6 +1042,7 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
         bwd_cum = cuda.local.array(P, np.float32)  # Π bwd from r to the lane's last row
         inv_u = cuda.local.array(P, np.float32)
         work = cuda.local.array(P, np.float32)
+        edge_w = cuda.local.array(P, np.float32)  # 1 on a boundary row (S_lo or S_hi), else 0
         a64 = cuda.local.array(P, np.float64)
         b64 = cuda.local.array(P, np.float64)
         c64 = cuda.local.array(P, np.float64)
@@ -1053,6 +1073,18 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
             end_pass = first_pass + 1
         first = lane * P
         j_strike = int(math.floor((strike - s_lo) / ds + 0.5))
+        # The step's branches on the lane and the row, as multipliers fixed for the kernel:
+        # a lane's neighbours' values and carries are taken times 1 or 0, and a boundary
+        # row's value is added to its right-hand side (its explicit row is all zeros):
+        # fewer instructions a step, whose chain of them is the option's latency.
+        has_below = np.float32(1.0 if lane > 0 else 0.0)
+        has_above = np.float32(1.0 if lane < LANES - 1 else 0.0)
+        for j in range(P):
+            edge_w[j] = np.float32(1.0 if first + j == 0 or first + j == n else 0.0)
+        takes_lo = lane == 0 and not is_call
+        takes_hi = lane > 0 and is_call
+        floor_lo = strike - s_lo if is_american else -math.inf
+        floor_hi = s_hi - strike if is_american else -math.inf
         for pass_ in range(first_pass, end_pass):  # the same count for the whole warp
             m = _pass_steps_gpu(pass_, passes, m_grid)
             dt = expiry / m
@@ -1203,8 +1235,9 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
                         else:
                             cuda.syncthreads()
                         stride = 1 << level
-                        fwd_level[level] = f_all
-                        bwd_level[level] = g_all
+                        # 0 where the scan's partner lane is outside the warp
+                        fwd_level[level] = f_all if lane >= stride else np.float32(0.0)
+                        bwd_level[level] = g_all if lane + stride < LANES else np.float32(0.0)
                         if lane >= stride:
                             f_all *= buf[warp, k, lane - stride]
                         if lane + stride < LANES:
@@ -1219,75 +1252,62 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
                 carry_q = math.exp(-div * tau0)
                 discount_step = math.exp(-rate * step_dt)
                 carry_step = math.exp(-div * step_dt)
+                # every lane computes the boundary values (no divergence in the loop), one
+                # step ahead: the float64 work overlaps the step's shuffles instead of
+                # delaying the step's first row
+                discount *= discount_step
+                carry_q *= carry_step
+                d_edge = _edge_value_gpu(strike, discount, carry_q, s_lo, s_hi, floor_lo,
+                                         floor_hi, takes_lo, takes_hi)
 
                 for _step in range(n_steps):
-                    v_before = np.float32(0.0)
-                    v_after = np.float32(0.0)
                     if SHUFFLE:
                         from_below = cuda.shfl_up_sync(FULL_MASK, v[P - 1], 1)
                         from_above = cuda.shfl_down_sync(FULL_MASK, v[0], 1)
-                        if lane > 0:
-                            v_before = from_below
-                        if lane < LANES - 1:
-                            v_after = from_above
                     else:
                         edge_first[warp, lane] = v[0]
                         edge_last[warp, lane] = v[P - 1]
                         cuda.syncthreads()
-                        if lane > 0:
-                            v_before = edge_last[warp, lane - 1]
-                        if lane < LANES - 1:
-                            v_after = edge_first[warp, lane + 1]
-                    # every lane computes the boundary values (no divergence in the loop)
-                    discount *= discount_step
-                    carry_q *= carry_step
-                    v_lo, v_hi = _boundary_discounted_gpu(
-                        strike, discount, carry_q, s_lo, s_hi, is_call, is_american
-                    )
-                    d_lo = np.float32(v_lo)
-                    d_hi = np.float32(v_hi)
+                        from_below = edge_last[warp, (lane - 1) % LANES]
+                        from_above = edge_first[warp, (lane + 1) % LANES]
+                    v_before = from_below * has_below
+                    v_after = from_above * has_above
                     # right-hand side, then the forward sweep over this lane's rows from 0
                     y = np.float32(0.0)
                     for j in range(P):
-                        r = first + j
                         below = v_before
                         if j > 0:
                             below = v[j - 1]
                         above = v_after
                         if j < P - 1:
                             above = v[j + 1]
-                        d = e_lo[j] * below + e_di[j] * v[j] + e_up[j] * above
-                        if r == 0:
-                            d = d_lo
-                        elif r == n:
-                            d = d_hi
+                        d = e_lo[j] * below + e_di[j] * v[j] + e_up[j] * above + edge_w[j] * d_edge
                         y = d + fwd[j] * y
                         work[j] = y
                     # carry the forward sweep across the lanes
+                    # (a level's multiplier is 0 where the partner lane is outside the warp)
                     acc = y
-                    carry = np.float32(0.0)
                     if SHUFFLE:
                         for level in range(SCAN_LEVELS):
-                            stride = 1 << level
-                            other = cuda.shfl_up_sync(FULL_MASK, acc, stride)
-                            if lane >= stride:
-                                acc += fwd_level[level] * other
+                            other = cuda.shfl_up_sync(FULL_MASK, acc, 1 << level)
+                            acc += fwd_level[level] * other
                         other = cuda.shfl_up_sync(FULL_MASK, acc, 1)
-                        if lane > 0:
-                            carry = other
                     else:
                         for level in range(SCAN_LEVELS):
                             k = level % 2
                             buf[warp, k, lane] = acc
                             cuda.syncthreads()
-                            stride = 1 << level
-                            if lane >= stride:
-                                acc += fwd_level[level] * buf[warp, k, lane - stride]
+                            other = buf[warp, k, (lane - (1 << level)) % LANES]
+                            acc += fwd_level[level] * other
                         k = SCAN_LEVELS % 2
                         buf[warp, k, lane] = acc
                         cuda.syncthreads()
-                        if lane > 0:
-                            carry = buf[warp, k, lane - 1]
+                        other = buf[warp, k, (lane - 1) % LANES]
+                    carry = other * has_below
+                    discount *= discount_step  # the next step's boundary value
+                    carry_q *= carry_step
+                    d_edge_next = _edge_value_gpu(strike, discount, carry_q, s_lo, s_hi,
+                                                  floor_lo, floor_hi, takes_lo, takes_hi)
                     # backward sweep over this lane's rows (with the carried-in forward value)
                     x = np.float32(0.0)
                     for jj in range(P):
@@ -1296,34 +1316,30 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
                         x = yj * inv_u[j] + bwd[j] * x
                         work[j] = x
                     acc = x
-                    carry = np.float32(0.0)
                     if SHUFFLE:
                         for level in range(SCAN_LEVELS):
-                            stride = 1 << level
-                            other = cuda.shfl_down_sync(FULL_MASK, acc, stride)
-                            if lane + stride < LANES:
-                                acc += bwd_level[level] * other
+                            other = cuda.shfl_down_sync(FULL_MASK, acc, 1 << level)
+                            acc += bwd_level[level] * other
                         other = cuda.shfl_down_sync(FULL_MASK, acc, 1)
-                        if lane < LANES - 1:
-                            carry = other
                     else:
                         for level in range(SCAN_LEVELS):
                             k = level % 2  # buffer 0: the carry above was read from buffer 1
                             buf[warp, k, lane] = acc
                             cuda.syncthreads()
-                            stride = 1 << level
-                            if lane + stride < LANES:
-                                acc += bwd_level[level] * buf[warp, k, lane + stride]
+                            other = buf[warp, k, (lane + (1 << level)) % LANES]
+                            acc += bwd_level[level] * other
                         k = SCAN_LEVELS % 2
                         buf[warp, k, lane] = acc
                         cuda.syncthreads()
-                        if lane < LANES - 1:
-                            carry = buf[warp, k, lane + 1]
+                        other = buf[warp, k, (lane + 1) % LANES]
+                    carry = other * has_above
                     for j in range(P):
                         x = work[j] + bwd_cum[j] * carry
-                        if is_american and first + j <= n:
+                        # rows past node N stay 0 (their payoff is 0, their rows identity)
+                        if is_american:
                             x = max(x, pay[j])
                         v[j] = x
+                    d_edge = d_edge_next
             if pass_ < passes - 1:  # the coarse march, kept for the extrapolation
                 for j in range(P):
                     sh_vc[first + j] = v[j]
