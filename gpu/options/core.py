@@ -976,6 +976,9 @@ def threads_per_option(price_steps: int) -> int:
 
 LANES = 32
 SCAN_LEVELS = 5  # 2^5 = LANES
+#: shared memory a lanes block may give its rows' operator coefficients (the default and
+#: seed grids' 160 rows a march: 15,360 bytes, so eight blocks still fit an SM)
+COEF_SHARED_BYTES = 16_384
 LANES_MAX_ROWS = MAX_NODES + LANES  # 32·P rows, P ≤ ⌈MAX_NODES/32⌉
 FULL_MASK = 0xFFFFFFFF  # every lane of the warp takes part in each shuffle
 
@@ -1002,6 +1005,11 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
     coarse values over."""
     P = rows
     SHUFFLE = shuffle
+    ROWS = P * LANES  # grid rows of a march, node N's and the padding past it included
+    # the rows' operator coefficients kept in shared memory (float64, one copy a warp) where
+    # they fit beside eight blocks an SM; a larger grid computes them again each phase
+    COEF_SHARED = 2 * 6 * ROWS * 8 <= COEF_SHARED_BYTES
+    COEF_ROWS = ROWS if COEF_SHARED else 1
 
     def kernel(
         params: Any,
@@ -1024,8 +1032,11 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
         lane = tid % LANES
         warp = tid // LANES
         row = cuda.shared.array(N_PARAMS, np.float64)
-        sh_v = cuda.shared.array(LANES_MAX_ROWS, np.float32)
-        sh_vc = cuda.shared.array(LANES_MAX_ROWS, np.float32)  # the coarse march's values
+        sh_v = cuda.shared.array(ROWS, np.float32)
+        sh_vc = cuda.shared.array(ROWS, np.float32)  # the coarse march's values
+        # each row's operator coefficients (α, β, γ of L; m₋, m₀, m₊ of M), the same for
+        # every march and phase of the option: computed once, not once a phase
+        coef = cuda.shared.array((2, 6, COEF_ROWS), np.float64)
         edge_first = cuda.shared.array((2, LANES), np.float32)
         edge_last = cuda.shared.array((2, LANES), np.float32)
         buf = cuda.shared.array((2, 2, LANES), np.float32)
@@ -1043,9 +1054,9 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
         inv_u = cuda.local.array(P, np.float32)
         work = cuda.local.array(P, np.float32)
         edge_w = cuda.local.array(P, np.float32)  # 1 on a boundary row (S_lo or S_hi), else 0
-        a64 = cuda.local.array(P, np.float64)
-        b64 = cuda.local.array(P, np.float64)
-        c64 = cuda.local.array(P, np.float64)
+        # the implicit rows (float32 values) in shared memory, each lane its own: read only
+        # while the march factors them, so they take no registers from the steps
+        rows_abc = cuda.shared.array((2, 3, ROWS), np.float32)
         fwd_level = cuda.local.array(SCAN_LEVELS, np.float32)
         bwd_level = cuda.local.array(SCAN_LEVELS, np.float32)
         if tid < N_PARAMS:
@@ -1085,6 +1096,21 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
         takes_hi = lane > 0 and is_call
         floor_lo = strike - s_lo if is_american else -math.inf
         floor_hi = s_hi - strike if is_american else -math.inf
+        # a lane's own rows only (no exchange, so no barrier)
+        if COEF_SHARED:
+            for j in range(P):
+                r = first + j
+                if r < 1 or r >= n:
+                    continue
+                al, be, ga, m_b, m_n, m_a = _node_coefficients_gpu(
+                    s_lo + r * ds, ds, vol, rate, div, compact
+                )
+                coef[warp, 0, r] = al
+                coef[warp, 1, r] = be
+                coef[warp, 2, r] = ga
+                coef[warp, 3, r] = m_b
+                coef[warp, 4, r] = m_n
+                coef[warp, 5, r] = m_a
         for pass_ in range(first_pass, end_pass):  # the same count for the whole warp
             m = _pass_steps_gpu(pass_, passes, m_grid)
             dt = expiry / m
@@ -1110,23 +1136,31 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
                 # this phase's rows: identity at the boundaries and past node N
                 for j in range(P):
                     r = first + j
-                    a64[j] = 0.0
-                    b64[j] = 1.0
-                    c64[j] = 0.0
+                    rows_abc[warp, 0, r] = np.float32(0.0)
+                    rows_abc[warp, 1, r] = np.float32(1.0)
+                    rows_abc[warp, 2, r] = np.float32(0.0)
                     e_lo[j] = np.float32(0.0)
                     e_di[j] = np.float32(0.0)
                     e_up[j] = np.float32(0.0)
                     if r >= 1 and r < n:
-                        al, be, ga, m_b, m_n, m_a = _node_coefficients_gpu(
-                            s_lo + r * ds, ds, vol, rate, div, compact
-                        )
+                        if COEF_SHARED:
+                            al = coef[warp, 0, r]
+                            be = coef[warp, 1, r]
+                            ga = coef[warp, 2, r]
+                            m_b = coef[warp, 3, r]
+                            m_n = coef[warp, 4, r]
+                            m_a = coef[warp, 5, r]
+                        else:
+                            al, be, ga, m_b, m_n, m_a = _node_coefficients_gpu(
+                                s_lo + r * ds, ds, vol, rate, div, compact
+                            )
                         lo, di, up, x_lo, x_di, x_up = _step_coefficients_gpu(
                             al, be, ga, m_b, m_n, m_a, theta, step_dt
                         )
                         # the same float32 rows as the PCR kernel, solved in float64 here
-                        a64[j] = np.float64(np.float32(lo))
-                        b64[j] = np.float64(np.float32(di))
-                        c64[j] = np.float64(np.float32(up))
+                        rows_abc[warp, 0, r] = np.float32(lo)
+                        rows_abc[warp, 1, r] = np.float32(di)
+                        rows_abc[warp, 2, r] = np.float32(up)
                         e_lo[j] = np.float32(x_lo)
                         e_di[j] = np.float32(x_di)
                         e_up[j] = np.float32(x_up)
@@ -1137,7 +1171,7 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
                 if not factored:
                     # LU pivots u_r = p_r/p_{r−1}, p_r = b_r·p_{r−1} − a_r·c_{r−1}·p_{r−2}: each
                     # lane multiplies its rows' 2×2 matrices, a scan multiplies across lanes
-                    c_last[warp, lane] = c64[P - 1]
+                    c_last[warp, lane] = np.float64(rows_abc[warp, 2, first + P - 1])
                     if SHUFFLE:
                         cuda.syncwarp()
                     else:
@@ -1151,9 +1185,11 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
                     q11 = 1.0
                     cp = c_prev
                     for j in range(P):
-                        t = -a64[j] * cp
-                        n00 = b64[j] * q00 + t * q10
-                        n01 = b64[j] * q01 + t * q11
+                        a_j = np.float64(rows_abc[warp, 0, first + j])
+                        b_j = np.float64(rows_abc[warp, 1, first + j])
+                        t = -a_j * cp
+                        n00 = b_j * q00 + t * q10
+                        n01 = b_j * q01 + t * q11
                         q10 = q00
                         q11 = q01
                         q00 = n00
@@ -1165,7 +1201,7 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
                         q01 *= inv_big
                         q10 *= inv_big
                         q11 *= inv_big
-                        cp = c64[j]
+                        cp = np.float64(rows_abc[warp, 2, first + j])
                     for level in range(SCAN_LEVELS):
                         k = level % 2
                         mbuf[warp, k, 0, lane] = q00
@@ -1206,20 +1242,23 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
                     for j in range(P):
                         # two float64 reciprocals a row (the pivot's, carried to the next row)
                         # in place of four divisions
-                        t = a64[j] * cp
+                        a_j = np.float64(rows_abc[warp, 0, first + j])
+                        b_j = np.float64(rows_abc[warp, 1, first + j])
+                        c_j = np.float64(rows_abc[warp, 2, first + j])
+                        t = a_j * cp
                         f = 0.0
-                        u = b64[j]
+                        u = b_j
                         if t != 0.0:
-                            u = b64[j] - t * inv_prev
-                        if a64[j] != 0.0:
-                            f = -a64[j] * inv_prev
+                            u = b_j - t * inv_prev
+                        if a_j != 0.0:
+                            f = -a_j * inv_prev
                         fwd[j] = np.float32(f)
                         f_all *= np.float32(f)
                         fwd_cum[j] = f_all
                         inv_prev = 1.0 / u
                         inv_u[j] = np.float32(inv_prev)
-                        bwd[j] = np.float32(-c64[j] * inv_prev)
-                        cp = c64[j]
+                        bwd[j] = np.float32(-c_j * inv_prev)
+                        cp = c_j
                     g_all = np.float32(1.0)  # Π bwd over this lane's rows
                     for jj in range(P):
                         j = P - 1 - jj
