@@ -71,6 +71,32 @@ def test_split_passes_price_like_one_warp(price_steps: int, time_steps: int) -> 
     np.testing.assert_allclose(outs[1][:, core.DELTA], cpu.delta, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.gpu
+def test_real_gpu_group_pricer_asks_its_stream_not_an_event() -> None:
+    """On a real GPU the group pricer records no event after a launch: done() asks the
+    group's stream (cuStreamQuery). Polled or waited for, its values are the one-shot
+    path's bit for bit, launch after launch."""
+    from gpu.options import engines
+
+    params = random_params(2000, seed=31)
+    pricer = OptionGroupPricer(params, "default", "cuda")
+    assert pricer._stream_done is not None and pricer._record is engines._no_record
+    for k, spot in enumerate((95.0, 104.0, 99.5)):
+        pricer.set_spot(spot)
+        pricer.launch()
+        if k == 1:
+            pricer.wait()
+        while not pricer.done():
+            pass
+        got = pricer.results()
+        p = params.copy()
+        p[:, core.SPOT] = spot
+        want = price_params(p, "default", "cuda")
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert got.price.flags.c_contiguous and not pricer.in_flight
+
+
 def test_bad_fd_solver_setting_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     for bad in ("thomas", "", "LANES"):
         monkeypatch.setenv("GPU_FD_SOLVER", bad)
