@@ -90,7 +90,9 @@ def alternate_trees(script: str, roots: list[Path], rounds: int, worker_args: li
     base = dict(os.environ if env is None else env)
     for k in range(rounds):
         for root in (roots if k % 2 == 0 else roots[::-1]):
+            # the tree first; a path the caller set (installed wheels, say) after it
+            path = os.pathsep.join(p for p in (str(root), base.get("PYTHONPATH", "")) if p)
             r = subprocess.run([sys.executable, script, "--worker", str(root), *worker_args],
                                capture_output=True, text=True, check=True,
-                               env={**base, "PYTHONPATH": str(root)})
+                               env={**base, "PYTHONPATH": path})
             yield k, root, json.loads(r.stdout.strip().splitlines()[-1])

@@ -106,9 +106,6 @@ class _LibCuda:
         self.synchronize = lib.cuEventSynchronize
         self.synchronize.argtypes = [p]
         self.synchronize.restype = ctypes.c_int
-        self.stream_query = lib.cuStreamQuery
-        self.stream_query.argtypes = [p]
-        self.stream_query.restype = ctypes.c_int
         self.copy_to_device = lib.cuMemcpyHtoDAsync_v2
         self.copy_to_device.argtypes = [ctypes.c_uint64, p, ctypes.c_size_t, p]
         self.copy_to_device.restype = ctypes.c_int
@@ -307,28 +304,6 @@ def event_waiter(event: Any) -> Callable[[], None]:
             event.synchronize()  # numba's: raises the driver's error (or waits, if it can)
 
     return wait
-
-
-def stream_query(stream: Any) -> Callable[[], bool] | None:
-    """`query()`: whether everything queued on `stream` has finished, as one ctypes call to
-    cuStreamQuery, so a stream that carries one launch at a time needs no event recorded
-    after it (a driver call less per launch, 2-3 µs on the GPU host); None where the driver
-    library is not used (the caller records events instead)."""
-    lib = _driver()
-    hstream = _address(getattr(stream, "handle", None)) if lib is not None else None
-    if lib is None or not hstream:
-        return None
-    query = lib.stream_query
-
-    def done() -> bool:
-        code = query(hstream)
-        if code == CUDA_SUCCESS:
-            return True
-        if code == CUDA_ERROR_NOT_READY:
-            return False
-        raise RuntimeError(f"cuStreamQuery failed with CUDA error {code}")
-
-    return done
 
 
 def untimed_event() -> Any:

@@ -51,14 +51,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpu.device import fd_max_registers, fd_solver, quiet_event_polling, resolve_device
-from gpu.launch import (
-    bind,
-    event_query,
-    event_recorder,
-    event_waiter,
-    stream_query,
-    untimed_event,
-)
+from gpu.launch import bind, event_query, event_recorder, event_waiter, untimed_event
 from gpu.options import core
 from gpu.options.instruments import MarketInputs, OptionContracts, check_dividend_yield
 
@@ -242,9 +235,8 @@ class OptionValues(NamedTuple):
 
 
 def _values(out: np.ndarray) -> OptionValues:
-    # one copy, column by column: each result is a contiguous row of it
-    columns = np.asarray(out, dtype=np.float64).T.copy()
-    return OptionValues(columns[core.PRICE], columns[core.DELTA], columns[core.GAMMA])
+    out = np.array(out, dtype=np.float64, copy=True)
+    return OptionValues(out[:, core.PRICE], out[:, core.DELTA], out[:, core.GAMMA])
 
 
 def price_params(
@@ -406,10 +398,6 @@ def warm_up(grid: str | FdGrid = "default", device: str = "auto") -> str:
     return backend
 
 
-def _no_record() -> None:
-    """No event after a launch: the pricer asks its stream instead (`stream_query`)."""
-
-
 class OptionGroupPricer:
     """A group of options repriced again and again, e.g. on every tick of its underlying.
 
@@ -443,7 +431,6 @@ class OptionGroupPricer:
             self._out = self._out_dev
             self._stream: Any = None
             self._event: Any = None
-            self._stream_done: Any = None
             if background:
                 from concurrent.futures import ThreadPoolExecutor
 
@@ -464,12 +451,6 @@ class OptionGroupPricer:
         # logs an error on every not-ready poll: microseconds each)
         self._record = event_recorder(self._event, self._stream)
         self._query = event_query(self._event)
-        # the group's stream carries its one launch at a time: a stream query tells when it
-        # is done without an event recorded after each launch (where the driver is reached)
-        self._stream_done = stream_query(self._stream)
-        if self._stream_done is not None:
-            self._record = _no_record
-            self._query = self._stream_done
         self._kernel, self._threads = core.fd_kernel(
             self.grid.price_steps, self.solver, core.split_passes(self.grid.richardson, self.n))
         self._bound: Any = None
@@ -566,9 +547,7 @@ class OptionGroupPricer:
 
     def wait(self) -> None:
         """Block until the launched repricing has finished (benchmarks, shutdown)."""
-        if self._in_flight and self._stream_done is not None:
-            self._stream.synchronize()
-        elif self._in_flight and self._event is not None:
+        if self._in_flight and self._event is not None:
             self._event.synchronize()
         elif self._in_flight and self._future is not None:
             self._future.result()
