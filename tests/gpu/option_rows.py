@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpu.options.engines import option_params
+from gpu.options import core
+from gpu.options.engines import OptionGroupPricer, OptionValues, option_params
 
 
 def random_params(n: int, seed: int) -> np.ndarray:
@@ -16,3 +17,18 @@ def random_params(n: int, seed: int) -> np.ndarray:
         rng.uniform(0.15, 0.45, n), rng.uniform(0.0, 0.06, n),
         np.arange(n) % 2 == 0, np.arange(n) % 4 >= 2,
     )
+
+
+def reprice_at(pricer: OptionGroupPricer, spot: float, wait: bool
+               ) -> tuple[OptionValues, np.ndarray]:
+    """One repricing of a group at `spot` (waited for, or polled until done) and the
+    group's rows at that spot, for pricing them another way."""
+    pricer.set_spot(spot)
+    pricer.launch()
+    if wait:
+        pricer.wait()
+    while not pricer.done():
+        pass
+    rows = pricer.params.copy()
+    rows[:, core.SPOT] = spot
+    return pricer.results(), rows

@@ -11,7 +11,7 @@ import pytest
 from gpu.device import FD_SOLVERS, SettingError, cuda_present, fd_max_registers, fd_solver
 from gpu.options import core
 from gpu.options.engines import OptionGroupPricer, make_grid, option_params, price_params
-from tests.gpu.option_rows import random_params
+from tests.gpu.option_rows import random_params, reprice_at
 
 needs_cuda = pytest.mark.skipif(not cuda_present(), reason="no CUDA device or simulator")
 
@@ -79,16 +79,8 @@ def test_real_gpu_group_pricer_values_equal_the_one_shot_path() -> None:
     params = random_params(2000, seed=31)
     pricer = OptionGroupPricer(params, "default", "cuda")
     for k, spot in enumerate((95.0, 104.0, 99.5)):
-        pricer.set_spot(spot)
-        pricer.launch()
-        if k == 1:
-            pricer.wait()
-        while not pricer.done():
-            pass
-        got = pricer.results()
-        p = params.copy()
-        p[:, core.SPOT] = spot
-        want = price_params(p, "default", "cuda")
+        got, rows = reprice_at(pricer, spot, wait=k == 1)
+        want = price_params(rows, "default", "cuda")
         for a, b in zip(got, want, strict=True):
             np.testing.assert_array_equal(a, b)
         assert not pricer.in_flight

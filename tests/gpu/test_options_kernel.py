@@ -288,8 +288,6 @@ def test_group_pricer_reprices_on_new_spots() -> None:
             with pytest.raises(RuntimeError):
                 pricer.set_spot(1.0)
             pricer.wait()
-            while not pricer.done():
-                pass
             got = pricer.results()
             p = params.copy()
             p[:, core.SPOT] = spot
