@@ -106,6 +106,21 @@ class _LibCuda:
         self.synchronize = lib.cuEventSynchronize
         self.synchronize.argtypes = [p]
         self.synchronize.restype = ctypes.c_int
+        # CUDA graphs: a launch and its event's record replayed as one driver call
+        self.graphs = all(hasattr(lib, name) for name in (
+            "cuStreamBeginCapture_v2", "cuStreamEndCapture", "cuGraphInstantiateWithFlags",
+            "cuGraphLaunch", "cuEventRecordWithFlags"))
+        if self.graphs:
+            self.begin_capture = lib.cuStreamBeginCapture_v2
+            self.begin_capture.argtypes = [p, ctypes.c_int]
+            self.end_capture = lib.cuStreamEndCapture
+            self.end_capture.argtypes = [p, ctypes.POINTER(p)]
+            self.instantiate = lib.cuGraphInstantiateWithFlags
+            self.instantiate.argtypes = [ctypes.POINTER(p), p, ctypes.c_ulonglong]
+            self.graph_launch = lib.cuGraphLaunch
+            self.graph_launch.argtypes = [p, p]
+            self.record_with_flags = lib.cuEventRecordWithFlags
+            self.record_with_flags.argtypes = [p, p, ctypes.c_uint]
         self.copy_to_device = lib.cuMemcpyHtoDAsync_v2
         self.copy_to_device.argtypes = [ctypes.c_uint64, p, ctypes.c_size_t, p]
         self.copy_to_device.restype = ctypes.c_int
@@ -304,6 +319,46 @@ def event_waiter(event: Any) -> Callable[[], None]:
             event.synchronize()  # numba's: raises the driver's error (or waits, if it can)
 
     return wait
+
+
+#: cuStreamBeginCapture's mode that lets other threads use the driver meanwhile
+CAPTURE_MODE_RELAXED = 2
+#: cuEventRecordWithFlags' flag that makes a captured record a node of the graph
+EVENT_RECORD_EXTERNAL = 1
+
+
+def graph_launcher(go: Launcher, grid: int, event: Any, stream: Any
+                   ) -> Callable[[], None] | None:
+    """`launch()`: the bound launch `go(grid)` followed by `event`'s record, captured once
+    into a CUDA graph and replayed as one cuGraphLaunch (one driver call where there were
+    two); None where the driver library, or its graph entry points, are not reached. The
+    launch's arguments are captured by value, so they must stay as `go` holds them."""
+    lib = _driver()
+    hstream = _address(getattr(stream, "handle", None)) if lib is not None else None
+    hevent = _address(getattr(event, "handle", None)) if lib is not None else None
+    if lib is None or not hstream or not hevent or not lib.graphs:
+        return None
+    graph, graph_exec = ctypes.c_void_p(), ctypes.c_void_p()
+    if lib.begin_capture(hstream, CAPTURE_MODE_RELAXED) != CUDA_SUCCESS:
+        return None
+    try:
+        go(grid)
+        recorded = lib.record_with_flags(hevent, hstream, EVENT_RECORD_EXTERNAL)
+    finally:
+        ended = lib.end_capture(hstream, ctypes.byref(graph))
+    if recorded != CUDA_SUCCESS or ended != CUDA_SUCCESS or not graph.value:
+        return None
+    if lib.instantiate(ctypes.byref(graph_exec), graph, 0) != CUDA_SUCCESS:
+        return None
+    replay, hexec = lib.graph_launch, graph_exec.value
+
+    def launch() -> None:
+        code = replay(hexec, hstream)
+        if code != CUDA_SUCCESS:
+            raise RuntimeError(f"cuGraphLaunch failed with CUDA error {code}")
+
+    launch.keep_alive = (graph, graph_exec)  # type: ignore[attr-defined]
+    return launch
 
 
 def untimed_event() -> Any:

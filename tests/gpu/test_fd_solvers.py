@@ -73,11 +73,14 @@ def test_split_passes_price_like_one_warp(price_steps: int, time_steps: int) -> 
 
 @pytest.mark.gpu
 def test_real_gpu_group_pricer_values_equal_the_one_shot_path() -> None:
-    """On a real GPU the group pricer (pre-bound launch, mapped rows, an event polled)
-    gives the one-shot path's values bit for bit, polled or waited for, launch after
-    launch with new spots (the default grid's kernel: two marches, American rows)."""
+    """On a real GPU the group pricer (a pre-bound launch and its event's record replayed
+    as one CUDA graph, mapped rows, the event polled) gives the one-shot path's values bit
+    for bit, polled or waited for, launch after launch with new spots (the default grid's
+    kernel: two marches, American rows)."""
     params = random_params(2000, seed=31)
     pricer = OptionGroupPricer(params, "default", "cuda")
+    # the launch and its event's record replayed as one CUDA graph
+    assert pricer.launcher == "ctypes+graph", pricer.launcher
     for k, spot in enumerate((95.0, 104.0, 99.5)):
         got, rows = reprice_at(pricer, spot, wait=k == 1)
         want = price_params(rows, "default", "cuda")
