@@ -175,14 +175,15 @@ def test_cuda_rows_in_place_agree_with_the_twin() -> None:
 
 @pytest.mark.gpu
 def test_raw_driver_launch_equals_numbas_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The ctypes cuLaunchKernel path (GPU_RAW_LAUNCH=1) against numba's own launcher for
-    bound launches (=0), bit for bit, over three batch shapes and in-place spot updates."""
+    """The ctypes cuLaunchKernel path (GPU_RAW_LAUNCH=1; a launch of all the rows replayed
+    as a CUDA graph with its event's record) against numba's own launcher for bound
+    launches (=0), bit for bit, over three batch shapes and in-place spot updates."""
     rows = random_groups(3)
     monkeypatch.setenv("GPU_RAW_LAUNCH", "1")
     raw = BatchPricer([len(r) for r in rows], "seed", "cuda", slots=2)
     monkeypatch.setenv("GPU_RAW_LAUNCH", "0")
     numba_bound = BatchPricer([len(r) for r in rows], "seed", "cuda", slots=2)
-    assert raw.launcher == "ctypes" and numba_bound.launcher == "cuda.core"
+    assert raw.launcher == "ctypes+graph" and numba_bound.launcher == "cuda.core"
     for subset, spot in (((0, 1, 2), None), ((1,), 97.0), ((1,), 103.0), ((2, 0), None)):
         parts = [with_spot(rows[i], spot or 95.0 + i) for i in subset]
         for p in (raw, numba_bound):
