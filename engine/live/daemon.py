@@ -677,11 +677,13 @@ def _warm_up_compiled_code() -> None:
     would otherwise sit in the first order's latency)."""
     import numpy as np
 
+    from engine.trading import compiled_close
     from gpu.indicators.compute import IndicatorBank
 
     bank = IndicatorBank(1)
     one = np.ones(1)
     bank.update(np.zeros(1, np.int32), one, one, one, one, one)
+    compiled_close.warm_up()  # a covered strategy's bar close (one compiled call)
 
 
 def install_signals(stop: asyncio.Event, status_now: asyncio.Event) -> None:

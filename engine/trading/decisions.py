@@ -137,16 +137,20 @@ class Decisions:
             raise _failed(strategy, when, exc) from exc
 
     def decide(self, strategy: Strategy, idx: list[int], signals: np.ndarray, phase: Phase,
-               ts: int, place: PlaceOrder) -> None:
+               ts: int, place: PlaceOrder, active: int | None = None) -> None:
         """Apply the phase table to the symbols of `idx`; under STOP also clear every other
-        symbol that still intends a position."""
+        symbol that still intends a position. `active`: the count of active signals if
+        the caller has it (the compiled close, engine/trading/compiled_close.py), whose
+        `idx` then holds only the symbols whose signal changed: outside STOP the others
+        are NO_CHANGE, which the table leaves alone."""
         long_only = strategy.long_only
         intended = self.intended
         signal = self.signal
         stop = phase is Phase.STOP
         if self.account is not None:
-            active = signals > 0 if long_only else signals != 0
-            self.account.active_signals = max(1, int(np.count_nonzero(active)))
+            if active is None:
+                active = int(np.count_nonzero(signals > 0 if long_only else signals != 0))
+            self.account.active_signals = max(1, active)
         new_signals = signals.tolist()  # Python scalars: cheaper per item than numpy's
         prev_signals = signal.tolist()
         for i in idx:
