@@ -20,6 +20,10 @@ and generated streams. Measurements: benchmarks/results/devbox-2026-11-28c-live-
 
 from __future__ import annotations
 
+import math
+from array import array
+from typing import Any
+
 import numpy as np
 import numpy.typing as npt
 from numba import njit
@@ -34,43 +38,44 @@ I8 = npt.NDArray[np.int8]
 
 
 @njit(cache=True)
-def sma_cross_close(o: F64, h: F64, l: F64, c: F64, v: F64,  # noqa: E741
-                    state: F64, values: F32, bars_seen: I64, stamp: I64, generation: int,
-                    fast_col: int, slow_col: int, long_only: bool, signal: I8, prev: I8
-                    ) -> tuple[int, int, I8, I64, int]:
-    """Close the open bars (those with a tick: open not NaN) of `n = o.shape[0]` symbols.
+def sma_cross_close(ohlcv: Any, n: int, state: F64, values: F32, bars_seen: I64,
+                    stamp: I64, generation: int, fast_col: int, slow_col: int,
+                    long_only: bool, signal: I8, prev: I8, changed: Any
+                    ) -> tuple[int, int, int]:
+    """Close the open bars (those with a tick: open not NaN) of `n` symbols; `ohlcv` holds
+    their open, high, low, close and volume lists one after the other (5 n floats).
 
     The indicator bank's arrays advance in place exactly as `IndicatorBank.update` over
     the closing symbols in ascending order (`bars.OpenBars.push`). Then SmaCross's
-    `target_signals` over the bank's values: +1 where the fast SMA is above the slow, -1
-    below (0 long-only), 0 while either is not finite, the old signal where equal; a
-    symbol whose bar did not close keeps its signal. Returns (error code, its position
-    (the bank's codes; nothing advanced then), the new signals (int8, n), the closing
-    symbols whose signal differs from `prev` (the decisions' last signal: the only ones
-    the phase table acts on outside STOP), the count of active signals (> 0 long-only,
-    else != 0: equal-weight sizing's divisor))."""
-    n = o.shape[0]
+    `target_signals` over the bank's values, into `signal` in place: +1 where the fast SMA
+    is above the slow, -1 below (0 long-only), 0 while either is not finite, the old signal
+    where equal; a symbol whose bar did not close keeps its signal. The closing symbols
+    whose signal differs from `prev` (the decisions' last signal: the only ones the phase
+    table acts on outside STOP) go to `changed` (room for n), ascending.
+
+    Returns (error code, its position, 0) for a bad bar (the bank's codes; nothing but the
+    bank's duplicate stamps advanced, as in `update`), else (0, how many symbols changed,
+    the count of active signals: > 0 long-only, else != 0, equal-weight sizing's divisor).
+    Inputs and outputs are the caller's buffers: no array is made or returned per call
+    (each costs microseconds of cold numpy code at a live close)."""
     sym = np.empty(n, np.int32)
     k = 0
     for i in range(n):
-        if o[i] == o[i]:
+        if ohlcv[i] == ohlcv[i]:
             sym[k] = i
             k += 1
     sym = sym[:k]
-    out = np.empty(n, np.int8)
-    for i in range(n):
-        out[i] = signal[i]
     if k > 0:
         og, hg, lg, cg, vg = (np.empty(k), np.empty(k), np.empty(k), np.empty(k),
                               np.empty(k))
         for j in range(k):
             i = sym[j]
-            og[j], hg[j], lg[j], cg[j], vg[j] = o[i], h[i], l[i], c[i], v[i]
+            og[j], hg[j], lg[j] = ohlcv[i], ohlcv[n + i], ohlcv[2 * n + i]
+            cg[j], vg[j] = ohlcv[3 * n + i], ohlcv[4 * n + i]
         code, at = update_batch_cpu(state, values, bars_seen, stamp, generation, sym,
                                     og, hg, lg, cg, vg)
         if code != 0:
-            return code, at, out, np.empty(0, np.int64), 0
-    changed = np.empty(k, np.int64)
+            return code, at, 0
     m = 0
     for j in range(k):
         i = sym[j]
@@ -83,26 +88,24 @@ def sma_cross_close(o: F64, h: F64, l: F64, c: F64, v: F64,  # noqa: E741
             s = 0 if long_only else -1
         if not (np.isfinite(fast) and np.isfinite(slow)):
             s = 0
-        out[i] = s
+        signal[i] = s
         if (0 if long_only and s < 0 else s) != prev[i]:  # as `Decisions.decide` compares
             changed[m] = i
             m += 1
     active = 0
     for i in range(n):
-        if (out[i] > 0) if long_only else (out[i] != 0):
+        if (signal[i] > 0) if long_only else (signal[i] != 0):
             active += 1
-    return 0, -1, out, changed[:m], active
+    return 0, m, active
 
 
 def warm_up() -> None:
     """Load (or compile) `sma_cross_close` for the types the engine calls it with, so the
     first live close does not pay for it."""
-    one = np.ones(1)
-    nan = np.full(1, np.nan)
     from gpu.indicators.compute import IndicatorBank
 
     bank = IndicatorBank(1)
     state, values, seen, stamp = bank.compiled_arrays()
     sig = np.zeros(1, np.int8)
-    sma_cross_close(nan, one, one, one, one, state, values, seen, stamp, 1, 0, 1, False,
-                    sig, sig)
+    sma_cross_close(array("d", [math.nan, 1.0, 1.0, 1.0, 1.0]), 1, state, values, seen,
+                    stamp, 1, 0, 1, False, sig, sig, array("q", [0]))
