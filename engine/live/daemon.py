@@ -120,6 +120,10 @@ class Daemon:
         self.last_batch = 0
         self.max_batch = 0
         self._outbox: list[Any] = []
+        #: when the transaction that steps left open began (perf_counter s; None: none
+        #: open), and how long one may stay open (`[live] commit_within_ms`)
+        self._held_since: float | None = None
+        self._hold_s = cfg.live.commit_within_ms / 1000.0
         self._full_streak = 0
         self._bar_events_at_snapshot = 0
         self._risk_day_journaled = state.risk_day
@@ -336,7 +340,7 @@ class Daemon:
             # a blocking poll of the synchronous view: asyncio's wake-up on a ZeroMQ socket
             # costs milliseconds (measured: p50 16 ms receive-to-publish), this one
             # microseconds; the event loop gets control between polls (signals, strategies)
-            got = sync.poll(1 if busy else 50)
+            got = sync.poll(1 if busy or self._held_since is not None else 50)
             await asyncio.sleep(0)
             if got:
                 raw = await self.sub.raw_batch()
@@ -345,6 +349,9 @@ class Daemon:
                 if self.stale:
                     self._set_stale(False)
                 await self._batch(raw, t_recv)
+            held = self._held_since
+            if held is not None and (not got or time.perf_counter() - held >= self._hold_s):
+                self.commit_held()  # the feed went quiet, or the transaction is old enough
             self._watch_connection()
             if self.reevolution is not None:  # data time against [reevolve] at: cheap
                 self.reevolution.poll(engine._now)
@@ -367,6 +374,7 @@ class Daemon:
                             if self.status_json else self.status_line())
                     print(line, file=sys.stderr, flush=True)
                 self.write_status()
+        self.commit_held()
 
     def _watch_connection(self) -> None:
         """Reconnect when ZeroMQ gave up on the feed: a disconnect that no retry followed
@@ -405,13 +413,14 @@ class Daemon:
         limit = self.opts.conflate_above
         self._full_streak = (self._full_streak + 1
                              if limit and n_raw >= min(limit, self.sub.max_batch) else 0)
+        hold = self._hold_s > 0.0
         if self._full_streak >= CONFLATE_AFTER_FULL_BATCHES:
-            await self._step(raw, t_recv, conflate=True)
+            await self._step(raw, t_recv, conflate=True, hold=hold)
             return
-        # small steps, each committed and published before the next: an order waits for
-        # the messages before it, not for the whole batch behind it
+        # small steps, each committed (or held, `_step`) and published before the next: an
+        # order waits for the messages before it, not for the whole batch behind it
         for i in range(0, n_raw, STEP):
-            await self._step(raw[i:i + STEP], t_recv, conflate=False)
+            await self._step(raw[i:i + STEP], t_recv, conflate=False, hold=hold)
 
     async def _apply(self, raw: list[Any], conflate: bool) -> None:
         """A step's frames through validation, the engine and the risk gate: everything
@@ -434,49 +443,99 @@ class Daemon:
             log.error("kill switch: daily loss limit hit, flattening every position")
             engine.flatten()
 
-    async def _step(self, raw: list[Any], t_recv: float, conflate: bool) -> None:
-        engine = self.engine
-        v = self.validator
+    async def _step(self, raw: list[Any], t_recv: float, conflate: bool,
+                    hold: bool = False) -> None:
+        """One step of a batch: applied, journaled, committed, then its orders, fills and
+        rejections published. `hold` (the loop's steps, `[live] commit_within_ms` > 0): a
+        step with nothing to publish leaves its transaction open for the next steps
+        (`commit_held`), so the steps between two bar closes do not each pay a commit,
+        and neither does the close's step the cache misses their writes would leave."""
         risk = self.risk
         flags = ((LOG_CONFLATE if conflate else 0) | (LOG_STALE if risk.stale else 0)
                  | (LOG_KILLED if risk.killed else 0))
-        self.journal.begin()
+        if self._held_since is None:
+            self.journal.begin()
         try:
             await self._apply(raw, conflate)
-            baseline = self.risk.day_baseline
-            if baseline is not None and baseline != self._risk_day_journaled:
-                self.journal.record_risk_day(*baseline)
-                self._risk_day_journaled = baseline
-            if self.risk.rejections:
-                for r in self.risk.rejections:
-                    rid = self.journal.record_rejection(r)
-                    self._outbox.append(msgspec.structs.replace(r, seq=rid))
-                self.risk.rejections.clear()
-                if self.risk.killed:
-                    self.journal.set_meta("kill_switch", "1")
-            if len(engine.symbols) > self._known:  # symbols first seen in this batch
-                for i in range(self._known, len(engine.symbols)):
-                    self.journal.record_symbol(engine.symbols[i], i)
-                self._known = len(engine.symbols)
-            if v.session_changes != self._session_changes_journaled:
-                self._session_changes_journaled = v.session_changes
-                self.journal.replace_seqs(v.last_seq)  # the old session's streams are void
-            else:
-                self.journal.record_seqs(v.last_seq)
-            if v.session != self._session_journaled:
-                self._session_journaled = v.session
-                self.journal.set_meta("session", str(v.session))
-            if self.opts.log_input:  # committed with the batch it rebuilds
-                self.journal.log_input(flags, _frames_encoder.encode(raw))
+            self._journal_step(raw, flags)
+            if hold and self._may_hold():
+                if self._held_since is None:
+                    self._held_since = time.perf_counter()
+                self.engine.take_equity_point()  # as after a commit (nothing to publish)
+                return
+            self.journal.commit()
+        except BaseException:
+            self._held_since = None
+            self.journal.rollback()
+            raise
+        self._held_since = None
+        self._publish(t_recv)
+        self._after_commit()
+
+    def _journal_step(self, raw: list[Any], flags: int) -> None:
+        """A step's writes besides its orders and fills (journaled as they are made):
+        rejections, the risk day, new symbols, stream positions, the session, the input."""
+        engine = self.engine
+        v = self.validator
+        baseline = self.risk.day_baseline
+        if baseline is not None and baseline != self._risk_day_journaled:
+            self.journal.record_risk_day(*baseline)
+            self._risk_day_journaled = baseline
+        if self.risk.rejections:
+            for r in self.risk.rejections:
+                rid = self.journal.record_rejection(r)
+                self._outbox.append(msgspec.structs.replace(r, seq=rid))
+            self.risk.rejections.clear()
+            if self.risk.killed:
+                self.journal.set_meta("kill_switch", "1")
+        if len(engine.symbols) > self._known:  # symbols first seen in this batch
+            for i in range(self._known, len(engine.symbols)):
+                self.journal.record_symbol(engine.symbols[i], i)
+            self._known = len(engine.symbols)
+        if v.session_changes != self._session_changes_journaled:
+            self._session_changes_journaled = v.session_changes
+            self.journal.replace_seqs(v.last_seq)  # the old session's streams are void
+        else:
+            self.journal.record_seqs(v.last_seq)
+        if v.session != self._session_journaled:
+            self._session_journaled = v.session
+            self.journal.set_meta("session", str(v.session))
+        if self.opts.log_input:  # committed with the batch it rebuilds
+            self.journal.log_input(flags, _frames_encoder.encode(raw))
+
+    def _snapshot_due(self) -> bool:
+        return (self.engine.stats.bar_events - self._bar_events_at_snapshot
+                >= self.opts.snapshot_every_bars)
+
+    def _may_hold(self) -> bool:
+        """Whether the step just journaled may leave its transaction open: nothing to
+        publish, no snapshot due, and the open transaction younger than the limit."""
+        if self._outbox or self._snapshot_due():
+            return False
+        since = self._held_since
+        return since is None or time.perf_counter() - since < self._hold_s
+
+    def commit_held(self) -> None:
+        """Commit the transaction steps left open (`_step`'s `hold`), if any: the loop
+        calls it once the feed is quiet or the transaction is `commit_within_ms` old, and
+        before it stops."""
+        if self._held_since is None:
+            return
+        self._held_since = None
+        try:
             self.journal.commit()
         except BaseException:
             self.journal.rollback()
             raise
-        self._publish(t_recv)
+        self._after_commit()
+
+    def _after_commit(self) -> None:
+        """What follows a commit, off the orders' latency: the bar close's equity point,
+        a snapshot when due (the state is still exactly the one of the stream positions
+        just committed), a bounded equity curve."""
+        engine = self.engine
         engine.take_equity_point()  # the bar close's work its orders did not need
-        if engine.stats.bar_events - self._bar_events_at_snapshot >= self.opts.snapshot_every_bars:
-            # after publishing (off the orders' latency); the state is still exactly the
-            # one of the stream positions just committed
+        if self._snapshot_due():
             self.journal.begin()
             try:
                 self.snapshot()
@@ -535,6 +594,7 @@ class Daemon:
         self._bar_events_at_snapshot = self.engine.stats.bar_events
 
     def shutdown_snapshot(self) -> None:
+        self.commit_held()
         self.journal.begin()
         try:
             self.journal.record_seqs(self.validator.last_seq)
