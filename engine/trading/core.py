@@ -552,8 +552,9 @@ class Engine:
         if (bar_ts - 1 if self.clock.group_ts < 0 else bar_ts) < self.warmup_end:
             self._warm_bars(idx)
             return
-        if phase is None:
-            phase = self.phase_at(bar_ts - 1)  # the bar's last instant decides its phase
+        if phase is None:  # the bar's last instant decides its phase
+            phase = (Phase.TRADE if self.decisions.schedule.always_trade
+                     else self.phase_at(bar_ts - 1))
         if idx and phase is not Phase.STOP and self.compiled_close_covers():
             self._close_compiled(idx, bar_ts, phase)
             return

@@ -18,7 +18,7 @@ from typing import Protocol, cast
 import numpy as np
 
 from engine.errors import StrategyError
-from engine.phases import Action, Phase, SessionSchedule, phase_action, transition
+from engine.phases import Action, Phase, SessionSchedule, action_for
 from strategies.base import Features, OverlappedStrategy, Strategy, WeightStrategy
 
 #: places an order: (symbol index, side, reason "close" or "enter", ts)
@@ -160,8 +160,8 @@ class Decisions:
             prev = prev_signals[i]
             if new == prev and not stop:
                 continue  # NO_CHANGE is NONE in every phase but STOP (tests/engine/test_phases)
-            action = phase_action(phase, intended[i] != 0, transition(prev, new),
-                                  strategy.enter_on_from_zero)
+            action = action_for(phase, intended[i] != 0, prev, new,
+                                strategy.enter_on_from_zero)
             signal[i] = new
             if action is Action.NONE:
                 continue
