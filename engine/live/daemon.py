@@ -54,6 +54,10 @@ log = logging.getLogger("live")
 CONFLATE_AFTER_FULL_BATCHES = 4
 #: messages validated, processed, journaled and published as one step of a batch
 STEP = 64
+#: the WAL is checkpointed after this many commits (a few pages each, and a snapshot's
+#: now and then: about SQLite's own 1000 pages), once the step has published
+#: (`_after_commit`); more often costs the orders' latency too (the caches it empties)
+CHECKPOINT_AFTER_COMMITS = 256
 #: flags of a logged step: what decided it besides its frames
 LOG_CONFLATE, LOG_STALE, LOG_KILLED = 1, 2, 4
 _frames_encoder = msgspec.msgpack.Encoder()
@@ -124,6 +128,10 @@ class Daemon:
         #: open), and how long one may stay open (`[live] commit_within_ms`)
         self._held_since: float | None = None
         self._hold_s = cfg.live.commit_within_ms / 1000.0
+        # the WAL is checkpointed after publishing, not by SQLite inside some commit
+        # (`_after_commit`); commits counted since the last checkpoint
+        journal.defer_checkpoints()
+        self._commits_unchecked = 0
         self._full_streak = 0
         self._bar_events_at_snapshot = 0
         self._risk_day_journaled = state.risk_day
@@ -532,9 +540,10 @@ class Daemon:
     def _after_commit(self) -> None:
         """What follows a commit, off the orders' latency: the bar close's equity point,
         a snapshot when due (the state is still exactly the one of the stream positions
-        just committed), a bounded equity curve."""
+        just committed), a WAL checkpoint when due, a bounded equity curve."""
         engine = self.engine
         engine.take_equity_point()  # the bar close's work its orders did not need
+        self._commits_unchecked += 1
         if self._snapshot_due():
             self.journal.begin()
             try:
@@ -543,6 +552,9 @@ class Daemon:
             except BaseException:
                 self.journal.rollback()
                 raise
+        if self._commits_unchecked >= CHECKPOINT_AFTER_COMMITS:
+            self.journal.checkpoint()
+            self._commits_unchecked = 0
         if len(engine.equity_curve) > 2_000:  # a long-running daemon keeps memory bounded
             del engine.equity_curve[:-1_000]
 

@@ -380,6 +380,19 @@ class Journal:
         self.db.execute("COMMIT")
         self._in_batch = False
 
+    def defer_checkpoints(self) -> None:
+        """Checkpoints only when the caller asks (`checkpoint`), never inside a commit:
+        SQLite's own, at the commit that takes the WAL past 1000 pages, copies the WAL
+        into the database and syncs both files, milliseconds that would fall on whichever
+        commit it is, an order's included (the live daemon checkpoints after publishing)."""
+        self.db.execute("PRAGMA wal_autocheckpoint = 0")
+
+    def checkpoint(self) -> None:
+        """Copy the WAL's committed pages into the database, so the WAL starts over from
+        its beginning (PASSIVE: a reader in the way is never waited for; what it holds is
+        copied by the next checkpoint). Outside a transaction."""
+        self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
     def rollback(self) -> None:
         """Undo the open batch. SQLite rolls a transaction back by itself after some
         errors (SQLITE_FULL, I/O errors): then there is nothing to undo, and the error that
