@@ -52,7 +52,8 @@ log = logging.getLogger("live")
 
 #: market data is conflated once this many received batches in a row were full
 CONFLATE_AFTER_FULL_BATCHES = 4
-#: messages validated, processed, journaled and published as one step of a batch
+#: at most this many messages validated, processed, journaled and published as one step of
+#: a batch (a step also ends at a bar close, `Daemon._apply`)
 STEP = 64
 #: the WAL is checkpointed after this many commits (a few pages each, and a snapshot's
 #: now and then: about SQLite's own 1000 pages), once the step has published
@@ -425,18 +426,25 @@ class Daemon:
         if self._full_streak >= CONFLATE_AFTER_FULL_BATCHES:
             await self._step(raw, t_recv, conflate=True, hold=hold)
             return
-        # small steps, each committed (or held, `_step`) and published before the next: an
-        # order waits for the messages before it, not for the whole batch behind it
-        for i in range(0, n_raw, STEP):
-            await self._step(raw[i:i + STEP], t_recv, conflate=False, hold=hold)
+        # small steps, each committed (or held, `_step`) and published before the next,
+        # and a step ends at a bar close: an order waits for the messages before it, not
+        # for the batch behind it
+        i = 0
+        while i < n_raw:
+            i += await self._step(raw[i:i + STEP], t_recv, conflate=False, hold=hold,
+                                  split=True)
 
-    async def _apply(self, raw: list[Any], conflate: bool) -> None:
+    async def _apply(self, raw: list[Any], conflate: bool, split: bool = False) -> int:
         """A step's frames through validation, the engine and the risk gate: everything
-        that decides orders (live, and again after kill -9 from the input log)."""
+        that decides orders (live, and again after kill -9 from the input log). `split`:
+        the step ends after the first trade at or past the open bar's end (the close
+        there decides orders: they need not wait for the frames behind it). Returns the
+        frames taken (the step's, logged as such)."""
         engine = self.engine
         v = self.validator
         engine.take_spots_from(v)  # the option worker's spots, handed out while validating
-        msgs = v.validate_many(raw)
+        boundary = engine.clock.next_boundary
+        msgs = v.validate_many(raw, boundary if split and boundary >= 0 else None)
         engine.validated(v)
         if v.session != self._session_seen:
             log.info("feed session %s%s", v.session,
@@ -450,9 +458,10 @@ class Daemon:
         if self.risk.after_batch():
             log.error("kill switch: daily loss limit hit, flattening every position")
             engine.flatten()
+        return v.consumed
 
     async def _step(self, raw: list[Any], t_recv: float, conflate: bool,
-                    hold: bool = False) -> None:
+                    hold: bool = False, split: bool = False) -> int:
         """One step of a batch: applied, journaled, committed, then its orders, fills and
         rejections published. `hold` (the loop's steps, `[live] commit_within_ms` > 0): a
         step with nothing to publish leaves its transaction open for the next steps
@@ -464,13 +473,15 @@ class Daemon:
         if self._held_since is None:
             self.journal.begin()
         try:
-            await self._apply(raw, conflate)
+            taken = await self._apply(raw, conflate, split)
+            if taken < len(raw):  # ended at a bar close (`split`): the rest is a next step
+                raw = raw[:taken]
             self._journal_step(raw, flags)
             if hold and self._may_hold():
                 if self._held_since is None:
                     self._held_since = time.perf_counter()
                 self.engine.take_equity_point()  # as after a commit (nothing to publish)
-                return
+                return taken
             self.journal.commit()
         except BaseException:
             self._held_since = None
@@ -479,6 +490,7 @@ class Daemon:
         self._held_since = None
         self._publish(t_recv)
         self._after_commit()
+        return taken
 
     def _journal_step(self, raw: list[Any], flags: int) -> None:
         """A step's writes besides its orders and fills (journaled as they are made):

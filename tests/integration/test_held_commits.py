@@ -1,8 +1,10 @@
-"""Steps that publish nothing leave their journal transaction open (`[live]
-commit_within_ms`, `Daemon.commit_held`): the same journal rows as a commit per step, every
-order and fill committed before it is published, and a kill with a transaction open
-resumes from the committed stream positions exactly as an uninterrupted run. Real ZeroMQ
-sockets on loopback, real SQLite files, the daemon's own `_batch`."""
+"""The live daemon's steps and commits (issue 27): steps that publish nothing leave their
+journal transaction open (`[live] commit_within_ms`, `Daemon.commit_held`) with the same
+journal rows as a commit per step, every order and fill committed before it is published,
+a kill with a transaction open resuming from the committed stream positions exactly as an
+uninterrupted run; a step ends at the trade that closes a bar; the WAL is checkpointed by
+the daemon, never inside a commit. Real ZeroMQ sockets on loopback, real SQLite files, the
+daemon's own `_batch`."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from typing import Any
 
 import zmq.asyncio
 
-from engine.live.daemon import Daemon, open_sockets
+from engine.live.daemon import Daemon, _frames_decoder, open_sockets
 from engine.live.journal import Journal
 from engine.settings.config import BrokerConfig, EngineConfig
 from engine.settings.live import LiveOptions
@@ -77,16 +79,17 @@ def test_held_steps_journal_the_same_rows_and_publish_only_what_is_committed(
         run = Driven(tmp_path / f"j{ms:g}.db", _cfg(ms))
         held = 0
         for i in range(0, len(FRAMES), 3):
-            out0, fills0 = run.d.orders_out, run.d.fills_out
             run.batch(FRAMES[i:i + 3])
             seen = _committed(run.path)
-            if run.d.orders_out > out0 or run.d.fills_out > fills0:  # published: committed
-                assert seen["orders"] == run.d.engine.broker._order_id
-                assert seen["fills"] == len(run.d.engine.broker.fills)
-                assert seen["seqs"] == run.d.validator.last_seq
+            # every order and fill made is committed (and published): a step with one
+            # never holds, and a held one made none
+            assert seen["orders"] == run.d.engine.broker._order_id == run.d.orders_out
+            assert seen["fills"] == len(run.d.engine.broker.fills) == run.d.fills_out
             if run.d._held_since is not None:
                 held += 1
                 assert seen["seqs"] != run.d.validator.last_seq  # really not committed yet
+            else:
+                assert seen["seqs"] == run.d.validator.last_seq
         run.d.commit_held()
         assert _committed(run.path)["seqs"] == run.d.validator.last_seq
         assert (held > 500) is (ms > 0)
@@ -144,3 +147,32 @@ def test_the_wal_is_checkpointed_by_the_daemon_after_publishing_never_inside_a_c
     wal = (tmp_path / "j.db-wal").stat().st_size
     run.close()
     assert 0 < wal < 5 << 20, wal
+
+
+def test_a_step_ends_at_the_trade_that_closes_a_bar(tmp_path: Path) -> None:
+    """A batch of 60 frames with a bar boundary inside: the step ends right after the first
+    trade past the boundary (its close decides the orders, which are committed and
+    published before the frames behind it are even validated); the log holds the batch
+    as those two steps, and the rest of the batch follows."""
+    from feeds.messages import make_decoder
+
+    cfg = EngineConfig(bar_seconds=20.0, broker=BrokerConfig(sizing="fixed", quantity=5.0),
+                       live=LiveOptions(snapshot_every_bars=10**9, commit_within_ms=10_000.0))
+    run = Driven(tmp_path / "j.db", cfg)  # no snapshot: the log keeps every step
+    decode = make_decoder().decode
+    at, splits = 0, 0
+    while at + 60 <= 6_000:
+        boundary = run.d.engine.clock.next_boundary
+        chunk = FRAMES[at:at + 60]
+        cross = next((k for k, f in enumerate(chunk) if decode(f[1]).ts >= boundary), None)
+        logged = len(run.journal.input_log())
+        run.batch(chunk)
+        steps = [len(_frames_decoder.decode(b)) for _, b in run.journal.input_log()[logged:]]
+        assert sum(steps) == 60
+        if boundary >= 0 and cross is not None:
+            assert steps[0] == cross + 1, (steps, cross)
+            splits += 1
+        at += 60
+    assert splits > 20
+    run.d.commit_held()
+    run.close()
