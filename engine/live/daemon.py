@@ -349,7 +349,10 @@ class Daemon:
             # a blocking poll of the synchronous view: asyncio's wake-up on a ZeroMQ socket
             # costs milliseconds (measured: p50 16 ms receive-to-publish), this one
             # microseconds; the event loop gets control between polls (signals, strategies)
-            got = sync.poll(1 if busy or self._held_since is not None else 50)
+            got = sync.poll(0)
+            if not got:  # idle: the held steps commit now, off any order's path
+                self.commit_held()
+                got = sync.poll(1 if busy else 50)
             await asyncio.sleep(0)
             if got:
                 raw = await self.sub.raw_batch()
@@ -359,8 +362,8 @@ class Daemon:
                     self._set_stale(False)
                 await self._batch(raw, t_recv)
             held = self._held_since
-            if held is not None and (not got or time.perf_counter() - held >= self._hold_s):
-                self.commit_held()  # the feed went quiet, or the transaction is old enough
+            if held is not None and time.perf_counter() - held >= self._hold_s:
+                self.commit_held()  # a feed that never pauses: at most this old
             self._watch_connection()
             if self.reevolution is not None:  # data time against [reevolve] at: cheap
                 self.reevolution.poll(engine._now)
@@ -537,8 +540,8 @@ class Daemon:
 
     def commit_held(self) -> None:
         """Commit the transaction steps left open (`_step`'s `hold`), if any: the loop
-        calls it once the feed is quiet or the transaction is `commit_within_ms` old, and
-        before it stops."""
+        calls it whenever no message is waiting (idle time, off any order's path), once
+        the transaction is `commit_within_ms` old, and before it stops."""
         if self._held_since is None:
             return
         self._held_since = None

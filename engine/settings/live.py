@@ -47,8 +47,9 @@ class LiveOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     journal_sync: Literal["normal", "full"] = "normal"
     #: a step of market data that publishes nothing (no order, fill or rejection) leaves
     #: its journal transaction open for the steps after it: committed with the next step
-    #: that publishes, once the feed is quiet for a millisecond, and at the latest this
-    #: many milliseconds after its first step (0 = every step commits). What is published
+    #: that publishes, as soon as no message is waiting (between the feed's bursts), and
+    #: at the latest this many milliseconds after its first step (0 = every step
+    #: commits). What is published
     #: is always committed first; `kill -9` may cost up to this long of input that
     #: published nothing, as if it had still been in the transport (a resumed stream,
     #: `feed --skip`, re-sends it: the journal's stream positions are those of its input)
