@@ -176,3 +176,24 @@ def test_a_step_ends_at_the_trade_that_closes_a_bar(tmp_path: Path) -> None:
     assert splits > 20
     run.d.commit_held()
     run.close()
+
+
+def test_a_checkpoint_starts_the_wal_over_at_once_and_changes_nothing(tmp_path: Path) -> None:
+    """`Journal.checkpoint` copies the WAL into the database and makes the WAL start over
+    right then (what the first write after a checkpoint does, off any order's commit):
+    the WAL then holds only that one small transaction, and the journal reads the same."""
+    journal = Journal(tmp_path / "j.db")
+    journal.defer_checkpoints()
+    journal.restart_input_log("start")
+    for k in range(300):
+        journal.begin()
+        journal.record_seqs({b"T.A": k + 1})
+        journal.log_input(0, bytes(300))
+        journal.commit()
+    before = journal.export()
+    journal.checkpoint()
+    busy, log_frames, _ = journal.db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    assert busy == 0 and 0 < log_frames <= 4, log_frames  # started over: not the 300 commits'
+    after = journal.export()
+    journal.close()
+    assert after == before
