@@ -4,8 +4,11 @@ the engine and its bar close, the risk gate, the journal's writes and commit, pu
 driven in process over the synthetic market's frames, a few messages a step as the daemon
 receives them at 20,000 messages/s, with real SQLite (WAL) and a real orders socket.
 
-The order latency is the daemon's own histogram (`Daemon.latency`: step start to the end
-of publishing, so the socket receive is not in it); the spans are wall-clock
+Each received batch goes through the daemon's own `_batch` (its steps, and a step that
+publishes nothing may leave its transaction open as in the daemon's loop, committed once
+`[live] commit_within_ms` old). The order latency is the daemon's own histogram
+(`Daemon.latency`: step start to the end of publishing, so the socket receive is not in
+it); the spans are wall-clock
 `perf_counter` intervals around each part, medians over the steps that published an order;
 `step_cpu` is the CPU time of such a whole step (`thread_time`, equity point and snapshot
 after publishing included), which other work on a shared machine inflates far less than
@@ -35,6 +38,29 @@ SPANS = (("validator", "validate_many", "validate"), ("engine", "process", "engi
          ("engine", "take_equity_point", "equity_after_publish"))
 
 
+def timed(f: Any, key: str, cur: dict[str, float]) -> Any:
+    """`f` (a function or coroutine function) adding its wall-clock seconds to `cur[key]`."""
+    import asyncio
+    import time
+
+    if asyncio.iscoroutinefunction(f):
+        async def g(*a: Any, **k: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return await f(*a, **k)
+            finally:
+                cur[key] = cur.get(key, 0.0) + time.perf_counter() - t
+        return g
+
+    def h(*a: Any, **k: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return f(*a, **k)
+        finally:
+            cur[key] = cur.get(key, 0.0) + time.perf_counter() - t
+    return h
+
+
 def measure(ticks: int, symbols: int, step: int) -> dict[str, Any]:
     """One run in this process (the code tree first on sys.path)."""
     import asyncio
@@ -55,24 +81,6 @@ def measure(ticks: int, symbols: int, step: int) -> dict[str, Any]:
     cfg = EngineConfig(broker=BrokerConfig(sizing="fixed", quantity=10.0))
     cur: dict[str, float] = {}
 
-    def timed(f: Any, key: str) -> Any:
-        if asyncio.iscoroutinefunction(f):
-            async def g(*a: Any, **k: Any) -> Any:
-                t = time.perf_counter()
-                try:
-                    return await f(*a, **k)
-                finally:
-                    cur[key] = cur.get(key, 0.0) + time.perf_counter() - t
-            return g
-
-        def h(*a: Any, **k: Any) -> Any:
-            t = time.perf_counter()
-            try:
-                return f(*a, **k)
-            finally:
-                cur[key] = cur.get(key, 0.0) + time.perf_counter() - t
-        return h
-
     with tempfile.TemporaryDirectory(prefix="step-spans-") as tmp:
         ctx = zmq.asyncio.Context()
         journal = Journal(Path(tmp) / "j.db")
@@ -84,18 +92,28 @@ def measure(ticks: int, symbols: int, step: int) -> dict[str, Any]:
         for owner, name, key in SPANS:
             obj = getattr(d, owner) if owner else d
             if hasattr(obj, name):  # take_equity_point: only after the change
-                setattr(obj, name, timed(getattr(obj, name), key))
+                setattr(obj, name, timed(getattr(obj, name), key, cur))
         rows: list[dict[str, float]] = []
+
+        # the loop's commit of a transaction its steps left open (`Daemon.commit_held`,
+        # once `[live] commit_within_ms` old; a tree without it commits every step)
+        commit_held = getattr(d, "commit_held", None)
 
         async def go() -> None:
             for i in range(0, len(frames), step):
                 cur.clear()
                 n0 = d.orders_out
                 c0 = time.thread_time()
-                await d._step(frames[i:i + step], time.perf_counter(), False)
+                await d._batch(frames[i:i + step], time.perf_counter())
                 if d.orders_out > n0:
                     cur["step_cpu"] = time.thread_time() - c0
                     rows.append(dict(cur))
+                held = getattr(d, "_held_since", None)
+                if commit_held is not None and held is not None and \
+                        time.perf_counter() - held >= d._hold_s:
+                    commit_held()
+            if commit_held is not None:
+                commit_held()
 
         asyncio.run(go())
         lat = d.latency.summary()

@@ -94,6 +94,26 @@ def phase_action(
             assert_never(phase)
 
 
+#: `action_for`'s answers: (phase, has_position, previous, new, enter_on_from_zero) ->
+#: action, at most 4 x 2 x 3 x 3 x 2 of them
+_ACTIONS: dict[tuple[Phase, bool, int, int, bool], Action] = {}
+
+
+def action_for(phase: Phase, has_position: bool, previous: int, new: int,
+               enter_on_from_zero: bool = False) -> Action:
+    """`phase_action(phase, has_position, transition(previous, new), ...)`, each
+    combination asked once and then remembered (the table is a pure function of it: a
+    live bar close's decisions cost one dict lookup per symbol, not two calls through the
+    matches). An impossible combination raises every time; it is never remembered."""
+    key = (phase, has_position, previous, new, enter_on_from_zero)
+    action = _ACTIONS.get(key)
+    if action is None:
+        action = phase_action(phase, has_position, transition(previous, new),
+                              enter_on_from_zero)
+        _ACTIONS[key] = action
+    return action
+
+
 def _trade(holding: Holding, move: Transition, enter_on_from_zero: bool) -> Action:
     match holding:
         case Holding.FLAT:

@@ -21,6 +21,7 @@ import logging
 import math
 import re
 from collections.abc import Callable, Collection, Iterable, Sized
+from operator import length_hint
 from typing import Any
 
 import msgspec
@@ -113,6 +114,8 @@ class ValidationLimits(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
 
 #: the clock before any message
 _NO_TS = -(1 << 63)
+#: `validate_many`'s stop when none is asked for: after every data time
+_NO_STOP = 1 << 64
 
 
 #: what a tap is handed: a trade's symbol, price and time
@@ -214,6 +217,8 @@ class Validator:
         #: the stream's clock: the newest timestamp accepted on any symbol (None: no message)
         self.clock: int | None = None
         self.received = 0
+        #: the frames the last `validate_many` of a sized batch took (its `stop_ts`)
+        self.consumed = 0
         #: the feed session (epoch) of the stream, from its heartbeats; None: none seen yet
         self.session: int | None = None
         #: feed sessions that replaced another one
@@ -366,7 +371,7 @@ class Validator:
         out = self.validate_many((frames,))
         return out[0] if out else None
 
-    def validate_many(self, batch: Iterable[Any]) -> list[Message]:
+    def validate_many(self, batch: Iterable[Any], stop_ts: int | None = None) -> list[Message]:
         """The messages of a batch of frame pairs that pass every check, in order; every
         other frame is counted under one kind and skipped. Nothing a peer sends raises.
         The one implementation of the checks (`validate` is this for one frame), written
@@ -374,7 +379,9 @@ class Validator:
         test of every rule at once (two dict lookups on the topic, one on the symbol); other
         kinds (a trade batch: `_batch`) and every rejection (`_trade_rejection` names its
         reason) leave the fast branch. `batch` may be a lazy drain of the socket: frames are
-        then received as they are validated, and the drain counts them into `received`."""
+        then received as they are validated, and the drain counts them into `received`.
+        `stop_ts` (a list `batch`): stop after the first trade the fast branch accepts at or
+        after it, `consumed` frames taken (the rest, validated later, is judged the same)."""
         out: list[Message] = []
         append = out.append
         decode = self.decoder.decode
@@ -387,7 +394,9 @@ class Validator:
         # held until the stream agrees (`_refused`) or refused beyond the skew (no clock:
         # no bound)
         horizon = latest if self.clock is None else clock + lead
-        for frames in batch:
+        stop = _NO_STOP if stop_ts is None else stop_ts
+        it = iter(batch)
+        for frames in it:
             try:
                 topic, payload = frames  # a frame pair, else bad framing
                 msg = decode(payload)
@@ -429,6 +438,8 @@ class Validator:
                     append(msg)
                     if tr[3] is not None:  # a tapped symbol (an option underlying)
                         self._tapped(tr[3], msg)
+                    if ts >= stop:  # the caller's stop: the frames behind wait
+                        break
                 else:
                     clock = self._refused(msg, st, clock, out)
                     horizon = latest if clock == _NO_TS else clock + lead
@@ -436,8 +447,9 @@ class Validator:
             clock = self._other(msg, st, clock, out)  # `tr` stays usable after a new session
             horizon = latest if clock == _NO_TS else clock + lead
         self.clock = None if clock == _NO_TS else clock
-        if isinstance(batch, Sized):
-            self.received += len(batch)
+        if isinstance(batch, Sized):  # all frames, or up to the stop (what `it` has left)
+            self.consumed = len(batch) - length_hint(it)
+            self.received += self.consumed
         return out
 
     def _tapped(self, record: list[Any], msg: Trade) -> None:

@@ -58,7 +58,26 @@ class SmaCross:
     def see_book(self, book: BookView) -> None:
         self._book = book
 
-    def _grow(self, n: int) -> None:
+    @property
+    def signal(self) -> Signals:
+        """Each symbol's last signal (the engine's compiled close, engine/trading/
+        compiled_close.py, computes and sets them for a strategy read from the bank)."""
+        return self._signal
+
+    @signal.setter
+    def signal(self, value: Signals) -> None:
+        self._signal = value
+
+    @property
+    def fast_col(self) -> int:
+        """The fast average's column in the indicator bank's values (`from_bank` only)."""
+        return self._fast_col
+
+    @property
+    def slow_col(self) -> int:
+        return self._slow_col
+
+    def grow(self, n: int) -> None:
         """Symbols registered after reset (live mode)."""
         k = n - self._signal.shape[0]
         if k > 0:
@@ -109,7 +128,7 @@ class SmaCross:
 
     async def target_signals(self, features: Features, closed: npt.NDArray[np.bool_]
                              ) -> Signals:
-        self._grow(features.shape[0])
+        self.grow(features.shape[0])
         fast, slow = self.averages(features, closed)
         new = self._signal.copy()
         warm = ~(np.isfinite(fast) & np.isfinite(slow))

@@ -52,8 +52,13 @@ log = logging.getLogger("live")
 
 #: market data is conflated once this many received batches in a row were full
 CONFLATE_AFTER_FULL_BATCHES = 4
-#: messages validated, processed, journaled and published as one step of a batch
+#: at most this many messages validated, processed, journaled and published as one step of
+#: a batch (a step also ends at a bar close, `Daemon._apply`)
 STEP = 64
+#: the WAL is checkpointed after this many commits (a few pages each, and a snapshot's
+#: now and then: about SQLite's own 1000 pages), once the step has published
+#: (`_after_commit`); more often costs the orders' latency too (the caches it empties)
+CHECKPOINT_AFTER_COMMITS = 256
 #: flags of a logged step: what decided it besides its frames
 LOG_CONFLATE, LOG_STALE, LOG_KILLED = 1, 2, 4
 _frames_encoder = msgspec.msgpack.Encoder()
@@ -120,6 +125,14 @@ class Daemon:
         self.last_batch = 0
         self.max_batch = 0
         self._outbox: list[Any] = []
+        #: when the transaction that steps left open began (perf_counter s; None: none
+        #: open), and how long one may stay open (`[live] commit_within_ms`)
+        self._held_since: float | None = None
+        self._hold_s = cfg.live.commit_within_ms / 1000.0
+        # the WAL is checkpointed after publishing, not by SQLite inside some commit
+        # (`_after_commit`); commits counted since the last checkpoint
+        journal.defer_checkpoints()
+        self._commits_unchecked = 0
         self._full_streak = 0
         self._bar_events_at_snapshot = 0
         self._risk_day_journaled = state.risk_day
@@ -336,7 +349,10 @@ class Daemon:
             # a blocking poll of the synchronous view: asyncio's wake-up on a ZeroMQ socket
             # costs milliseconds (measured: p50 16 ms receive-to-publish), this one
             # microseconds; the event loop gets control between polls (signals, strategies)
-            got = sync.poll(1 if busy else 50)
+            got = sync.poll(0)
+            if not got:  # idle: the held steps commit now, off any order's path
+                self.commit_held()
+                got = sync.poll(1 if busy else 50)
             await asyncio.sleep(0)
             if got:
                 raw = await self.sub.raw_batch()
@@ -345,6 +361,9 @@ class Daemon:
                 if self.stale:
                     self._set_stale(False)
                 await self._batch(raw, t_recv)
+            held = self._held_since
+            if held is not None and time.perf_counter() - held >= self._hold_s:
+                self.commit_held()  # a feed that never pauses: at most this old
             self._watch_connection()
             if self.reevolution is not None:  # data time against [reevolve] at: cheap
                 self.reevolution.poll(engine._now)
@@ -367,6 +386,7 @@ class Daemon:
                             if self.status_json else self.status_line())
                     print(line, file=sys.stderr, flush=True)
                 self.write_status()
+        self.commit_held()
 
     def _watch_connection(self) -> None:
         """Reconnect when ZeroMQ gave up on the feed: a disconnect that no retry followed
@@ -405,21 +425,29 @@ class Daemon:
         limit = self.opts.conflate_above
         self._full_streak = (self._full_streak + 1
                              if limit and n_raw >= min(limit, self.sub.max_batch) else 0)
+        hold = self._hold_s > 0.0
         if self._full_streak >= CONFLATE_AFTER_FULL_BATCHES:
-            await self._step(raw, t_recv, conflate=True)
+            await self._step(raw, t_recv, conflate=True, hold=hold)
             return
-        # small steps, each committed and published before the next: an order waits for
-        # the messages before it, not for the whole batch behind it
-        for i in range(0, n_raw, STEP):
-            await self._step(raw[i:i + STEP], t_recv, conflate=False)
+        # small steps, each committed (or held, `_step`) and published before the next,
+        # and a step ends at a bar close: an order waits for the messages before it, not
+        # for the batch behind it
+        i = 0
+        while i < n_raw:
+            i += await self._step(raw[i:i + STEP], t_recv, conflate=False, hold=hold,
+                                  split=True)
 
-    async def _apply(self, raw: list[Any], conflate: bool) -> None:
+    async def _apply(self, raw: list[Any], conflate: bool, split: bool = False) -> int:
         """A step's frames through validation, the engine and the risk gate: everything
-        that decides orders (live, and again after kill -9 from the input log)."""
+        that decides orders (live, and again after kill -9 from the input log). `split`:
+        the step ends after the first trade at or past the open bar's end (the close
+        there decides orders: they need not wait for the frames behind it). Returns the
+        frames taken (the step's, logged as such)."""
         engine = self.engine
         v = self.validator
         engine.take_spots_from(v)  # the option worker's spots, handed out while validating
-        msgs = v.validate_many(raw)
+        boundary = engine.clock.next_boundary
+        msgs = v.validate_many(raw, boundary if split and boundary >= 0 else None)
         engine.validated(v)
         if v.session != self._session_seen:
             log.info("feed session %s%s", v.session,
@@ -433,50 +461,105 @@ class Daemon:
         if self.risk.after_batch():
             log.error("kill switch: daily loss limit hit, flattening every position")
             engine.flatten()
+        return v.consumed
 
-    async def _step(self, raw: list[Any], t_recv: float, conflate: bool) -> None:
-        engine = self.engine
-        v = self.validator
+    async def _step(self, raw: list[Any], t_recv: float, conflate: bool,
+                    hold: bool = False, split: bool = False) -> int:
+        """One step of a batch: applied, journaled, committed, then its orders, fills and
+        rejections published. `hold` (the loop's steps, `[live] commit_within_ms` > 0): a
+        step with nothing to publish leaves its transaction open for the next steps
+        (`commit_held`), so the steps between two bar closes do not each pay a commit,
+        and neither does the close's step the cache misses their writes would leave."""
         risk = self.risk
         flags = ((LOG_CONFLATE if conflate else 0) | (LOG_STALE if risk.stale else 0)
                  | (LOG_KILLED if risk.killed else 0))
-        self.journal.begin()
+        if self._held_since is None:
+            self.journal.begin()
         try:
-            await self._apply(raw, conflate)
-            baseline = self.risk.day_baseline
-            if baseline is not None and baseline != self._risk_day_journaled:
-                self.journal.record_risk_day(*baseline)
-                self._risk_day_journaled = baseline
-            if self.risk.rejections:
-                for r in self.risk.rejections:
-                    rid = self.journal.record_rejection(r)
-                    self._outbox.append(msgspec.structs.replace(r, seq=rid))
-                self.risk.rejections.clear()
-                if self.risk.killed:
-                    self.journal.set_meta("kill_switch", "1")
-            if len(engine.symbols) > self._known:  # symbols first seen in this batch
-                for i in range(self._known, len(engine.symbols)):
-                    self.journal.record_symbol(engine.symbols[i], i)
-                self._known = len(engine.symbols)
-            if v.session_changes != self._session_changes_journaled:
-                self._session_changes_journaled = v.session_changes
-                self.journal.replace_seqs(v.last_seq)  # the old session's streams are void
-            else:
-                self.journal.record_seqs(v.last_seq)
-            if v.session != self._session_journaled:
-                self._session_journaled = v.session
-                self.journal.set_meta("session", str(v.session))
-            if self.opts.log_input:  # committed with the batch it rebuilds
-                self.journal.log_input(flags, _frames_encoder.encode(raw))
+            taken = await self._apply(raw, conflate, split)
+            if taken < len(raw):  # ended at a bar close (`split`): the rest is a next step
+                raw = raw[:taken]
+            self._journal_step(raw, flags)
+            if hold and self._may_hold():
+                if self._held_since is None:
+                    self._held_since = time.perf_counter()
+                self.engine.take_equity_point()  # as after a commit (nothing to publish)
+                return taken
+            self.journal.commit()
+        except BaseException:
+            self._held_since = None
+            self.journal.rollback()
+            raise
+        self._held_since = None
+        self._publish(t_recv)
+        self._after_commit()
+        return taken
+
+    def _journal_step(self, raw: list[Any], flags: int) -> None:
+        """A step's writes besides its orders and fills (journaled as they are made):
+        rejections, the risk day, new symbols, stream positions, the session, the input."""
+        engine = self.engine
+        v = self.validator
+        baseline = self.risk.day_baseline
+        if baseline is not None and baseline != self._risk_day_journaled:
+            self.journal.record_risk_day(*baseline)
+            self._risk_day_journaled = baseline
+        if self.risk.rejections:
+            for r in self.risk.rejections:
+                rid = self.journal.record_rejection(r)
+                self._outbox.append(msgspec.structs.replace(r, seq=rid))
+            self.risk.rejections.clear()
+            if self.risk.killed:
+                self.journal.set_meta("kill_switch", "1")
+        if len(engine.symbols) > self._known:  # symbols first seen in this batch
+            for i in range(self._known, len(engine.symbols)):
+                self.journal.record_symbol(engine.symbols[i], i)
+            self._known = len(engine.symbols)
+        if v.session_changes != self._session_changes_journaled:
+            self._session_changes_journaled = v.session_changes
+            self.journal.replace_seqs(v.last_seq)  # the old session's streams are void
+        else:
+            self.journal.record_seqs(v.last_seq)
+        if v.session != self._session_journaled:
+            self._session_journaled = v.session
+            self.journal.set_meta("session", str(v.session))
+        if self.opts.log_input:  # committed with the batch it rebuilds
+            self.journal.log_input(flags, _frames_encoder.encode(raw))
+
+    def _snapshot_due(self) -> bool:
+        return (self.engine.stats.bar_events - self._bar_events_at_snapshot
+                >= self.opts.snapshot_every_bars)
+
+    def _may_hold(self) -> bool:
+        """Whether the step just journaled may leave its transaction open: nothing to
+        publish, no snapshot due, and the open transaction younger than the limit."""
+        if self._outbox or self._snapshot_due():
+            return False
+        since = self._held_since
+        return since is None or time.perf_counter() - since < self._hold_s
+
+    def commit_held(self) -> None:
+        """Commit the transaction steps left open (`_step`'s `hold`), if any: the loop
+        calls it whenever no message is waiting (idle time, off any order's path), once
+        the transaction is `commit_within_ms` old, and before it stops."""
+        if self._held_since is None:
+            return
+        self._held_since = None
+        try:
             self.journal.commit()
         except BaseException:
             self.journal.rollback()
             raise
-        self._publish(t_recv)
+        self._after_commit()
+
+    def _after_commit(self) -> None:
+        """What follows a commit, off the orders' latency: the bar close's equity point,
+        a snapshot when due (the state is still exactly the one of the stream positions
+        just committed), a WAL checkpoint when due, a bounded equity curve."""
+        engine = self.engine
         engine.take_equity_point()  # the bar close's work its orders did not need
-        if engine.stats.bar_events - self._bar_events_at_snapshot >= self.opts.snapshot_every_bars:
-            # after publishing (off the orders' latency); the state is still exactly the
-            # one of the stream positions just committed
+        self._commits_unchecked += 1
+        if self._snapshot_due():
             self.journal.begin()
             try:
                 self.snapshot()
@@ -484,6 +567,9 @@ class Daemon:
             except BaseException:
                 self.journal.rollback()
                 raise
+        if self._commits_unchecked >= CHECKPOINT_AFTER_COMMITS:
+            self.journal.checkpoint()
+            self._commits_unchecked = 0
         if len(engine.equity_curve) > 2_000:  # a long-running daemon keeps memory bounded
             del engine.equity_curve[:-1_000]
 
@@ -535,6 +621,7 @@ class Daemon:
         self._bar_events_at_snapshot = self.engine.stats.bar_events
 
     def shutdown_snapshot(self) -> None:
+        self.commit_held()
         self.journal.begin()
         try:
             self.journal.record_seqs(self.validator.last_seq)
@@ -677,11 +764,13 @@ def _warm_up_compiled_code() -> None:
     would otherwise sit in the first order's latency)."""
     import numpy as np
 
+    from engine.trading import compiled_close
     from gpu.indicators.compute import IndicatorBank
 
     bank = IndicatorBank(1)
     one = np.ones(1)
     bank.update(np.zeros(1, np.int32), one, one, one, one, one)
+    compiled_close.warm_up()  # a covered strategy's bar close (one compiled call)
 
 
 def install_signals(stop: asyncio.Event, status_now: asyncio.Event) -> None:

@@ -93,6 +93,8 @@ ORDER_STATE_COLUMNS = ("state_id", "order_id", "ts", "symbol", "state", "type", 
 #: meta key: what the input log starts from ("snapshot": the snapshot; "start": an empty
 #: journal; "cold": a restart without a usable snapshot, so the log cannot rebuild state)
 INPUT_LOG_FROM = "input_log_from"
+#: meta key written and deleted in one transaction after a checkpoint (`checkpoint`)
+WAL_RESTART_KEY = "wal_restart"
 #: meta key: the input log's generation; its live steps are the `input_steps` rows of it
 INPUT_LOG_GEN = "input_log_gen"
 #: the journal's durability ([live] journal_sync) as SQLite's `synchronous` in WAL mode:
@@ -379,6 +381,29 @@ class Journal:
     def commit(self) -> None:
         self.db.execute("COMMIT")
         self._in_batch = False
+
+    def defer_checkpoints(self) -> None:
+        """Checkpoints only when the caller asks (`checkpoint`), never inside a commit:
+        SQLite's own, at the commit that takes the WAL past 1000 pages, copies the WAL
+        into the database and syncs both files, milliseconds that would fall on whichever
+        commit it is, an order's included (the live daemon checkpoints after publishing)."""
+        self.db.execute("PRAGMA wal_autocheckpoint = 0")
+
+    def checkpoint(self) -> None:
+        """Copy the WAL's committed pages into the database, so the WAL starts over from
+        its beginning (PASSIVE: a reader in the way is never waited for; what it holds is
+        copied by the next checkpoint). Outside a transaction.
+
+        The first write after a complete checkpoint starts the WAL over (200-250 us
+        measured here, on whichever commit comes next, an order's included): a
+        transaction that writes a meta row and deletes it again (nothing changes) pays
+        that now, with the checkpoint."""
+        self.db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        self.db.execute("BEGIN")
+        self.db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, '')",
+                        (WAL_RESTART_KEY,))
+        self.db.execute("DELETE FROM meta WHERE key = ?", (WAL_RESTART_KEY,))
+        self.db.execute("COMMIT")
 
     def rollback(self) -> None:
         """Undo the open batch. SQLite rolls a transaction back by itself after some

@@ -152,8 +152,10 @@ class RiskGate:
                 return False  # the day's baseline waits for a price of every position
             self._day, self._day_pnl = day, self._pnl()
         lim = self.limits.max_daily_loss
+        if self.killed or not lim:  # no limit to check: the P&L (every account) is not needed
+            return False
         loss = self._day_pnl - self._pnl()
-        if self.killed or not lim or not loss > lim:
+        if not loss > lim:
             return False
         self.killed = True
         self._refuse(now, "", 0, 0.0, "max_daily_loss",

@@ -45,6 +45,15 @@ class LiveOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     #: orders a reader saw; "full" fsyncs the WAL at every commit (survives those too, at
     #: the cost of one fsync on every order's path)
     journal_sync: Literal["normal", "full"] = "normal"
+    #: a step of market data that publishes nothing (no order, fill or rejection) leaves
+    #: its journal transaction open for the steps after it: committed with the next step
+    #: that publishes, as soon as no message is waiting (between the feed's bursts), and
+    #: at the latest this many milliseconds after its first step (0 = every step
+    #: commits). What is published
+    #: is always committed first; `kill -9` may cost up to this long of input that
+    #: published nothing, as if it had still been in the transport (a resumed stream,
+    #: `feed --skip`, re-sends it: the journal's stream positions are those of its input)
+    commit_within_ms: float = 2.0
 
     def __post_init__(self) -> None:
         # every integer bounded (issue 24: receive_hwm = 2**31 hung the start-up): the
@@ -53,4 +62,5 @@ class LiveOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
         require_int_range(self, "live", ("max_message_bytes", "receive_hwm", "orders_hwm"),
                           1, MAX_COUNT)
         require_int_range(self, "live", ("conflate_above",), 0, MAX_COUNT, " (0 = never)")
-        require_non_negative(self, "live", ("heartbeat_timeout_seconds", "status_every_seconds"))
+        require_non_negative(self, "live", ("heartbeat_timeout_seconds", "status_every_seconds",
+                                            "commit_within_ms"))

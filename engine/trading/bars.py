@@ -116,7 +116,8 @@ class BarClock:
         self.next_boundary = ((ts + offset) // self.bar_ns + 1) * self.bar_ns - offset
 
     def utc_offset_ns(self, ts: int) -> int:
-        off = datetime.fromtimestamp(ts // NS, UTC).astimezone(self.tz).utcoffset()
+        # in the zone directly (the zone's fromutc, as astimezone): one datetime, not two
+        off = datetime.fromtimestamp(ts // NS, self.tz).utcoffset()
         return int(off.total_seconds()) * NS if off is not None else 0
 
     def local_date(self, ts: int) -> date:

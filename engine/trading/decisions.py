@@ -18,7 +18,7 @@ from typing import Protocol, cast
 import numpy as np
 
 from engine.errors import StrategyError
-from engine.phases import Action, Phase, SessionSchedule, phase_action, transition
+from engine.phases import Action, Phase, SessionSchedule, action_for
 from strategies.base import Features, OverlappedStrategy, Strategy, WeightStrategy
 
 #: places an order: (symbol index, side, reason "close" or "enter", ts)
@@ -137,16 +137,20 @@ class Decisions:
             raise _failed(strategy, when, exc) from exc
 
     def decide(self, strategy: Strategy, idx: list[int], signals: np.ndarray, phase: Phase,
-               ts: int, place: PlaceOrder) -> None:
+               ts: int, place: PlaceOrder, active: int | None = None) -> None:
         """Apply the phase table to the symbols of `idx`; under STOP also clear every other
-        symbol that still intends a position."""
+        symbol that still intends a position. `active`: the count of active signals if
+        the caller has it (the compiled close, engine/trading/compiled_close.py), whose
+        `idx` then holds only the symbols whose signal changed: outside STOP the others
+        are NO_CHANGE, which the table leaves alone."""
         long_only = strategy.long_only
         intended = self.intended
         signal = self.signal
         stop = phase is Phase.STOP
         if self.account is not None:
-            active = signals > 0 if long_only else signals != 0
-            self.account.active_signals = max(1, int(np.count_nonzero(active)))
+            if active is None:
+                active = int(np.count_nonzero(signals > 0 if long_only else signals != 0))
+            self.account.active_signals = max(1, active)
         new_signals = signals.tolist()  # Python scalars: cheaper per item than numpy's
         prev_signals = signal.tolist()
         for i in idx:
@@ -156,8 +160,8 @@ class Decisions:
             prev = prev_signals[i]
             if new == prev and not stop:
                 continue  # NO_CHANGE is NONE in every phase but STOP (tests/engine/test_phases)
-            action = phase_action(phase, intended[i] != 0, transition(prev, new),
-                                  strategy.enter_on_from_zero)
+            action = action_for(phase, intended[i] != 0, prev, new,
+                                strategy.enter_on_from_zero)
             signal[i] = new
             if action is Action.NONE:
                 continue

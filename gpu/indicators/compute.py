@@ -103,6 +103,11 @@ def _update_batch_cpu(
     return 0, -1
 
 
+#: the CPU update for compiled callers (engine/trading/compiled_close.py): one bar of each
+#: listed symbol, the arrays of `IndicatorBank.compiled_arrays`
+update_batch_cpu = _update_batch_cpu
+
+
 @numba.njit(cache=True)
 def _update_one_cpu(
     state: F64, values: F32, bars_seen: I64, symbol: int,
@@ -410,6 +415,24 @@ class IndicatorBank:
         )
         self._stream.synchronize()
         np.add.at(self._bars_seen, sym, 1)
+
+    def compiled_arrays(self) -> tuple[F64, F32, I64, I64]:
+        """The CPU bank's state, values, bars seen and duplicate stamps, which a compiled
+        caller advances in place with `update_batch_cpu` (after `next_generation`)."""
+        if self.device != "cpu":
+            raise ValueError("compiled_arrays: the bank's state is on the GPU")
+        return self._state, self._values, self._bars_seen, self._stamp
+
+    def next_generation(self) -> int:
+        """The generation of an update a compiled caller makes (`update` counts its own)."""
+        self._generation += 1
+        return self._generation
+
+    def raise_update_error(self, code: int, symbols: Any, close: Any, volume: Any,
+                           at: int) -> None:
+        """The ValueError `update` raises for the error `update_batch_cpu` returned."""
+        self._raise(code, np.asarray(symbols, np.int32), np.asarray(close, np.float64),
+                    np.asarray(volume, np.float64), at)
 
     def update_one(self, symbol: int, o: float, h: float, l: float, c: float, v: float) -> None:
         """Advance one symbol by one bar (no allocation on the CPU path)."""

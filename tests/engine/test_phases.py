@@ -16,6 +16,7 @@ from engine.phases import (
     Phase,
     SessionSchedule,
     Transition,
+    action_for,
     phase_action,
     transition,
 )
@@ -127,3 +128,21 @@ def _has_module(name: str) -> bool:
     import importlib.util
 
     return importlib.util.find_spec(name) is not None
+
+
+def test_action_for_remembers_the_table_and_never_an_impossible_state() -> None:
+    """Every (phase, position, previous, new, policy), asked twice (the second answer is
+    the remembered one), is the table's own answer; an impossible one raises both times."""
+    for phase, has, prev, new, policy in itertools.product(
+            Phase, (False, True), (-1, 0, 1), (-1, 0, 1), (False, True)):
+        for _ in range(2):
+            try:
+                want: Action | type[Exception] = phase_action(
+                    phase, has, transition(prev, new), policy)
+            except InconsistentState:
+                want = InconsistentState
+            if want is InconsistentState:
+                with pytest.raises(InconsistentState):
+                    action_for(phase, has, prev, new, policy)
+            else:
+                assert action_for(phase, has, prev, new, policy) is want

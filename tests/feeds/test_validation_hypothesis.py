@@ -222,3 +222,40 @@ WireMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow])
 test_wire_machine = WireMachine.TestCase
 
+
+
+#: trades of streams A, B, C in and out of sequence, time and band, among extreme messages
+STREAM_TRADES = st.builds(
+    lambda sym, seq, dt, price: Trade(seq, T0 + dt * NS // 10, sym, price, 1.0),
+    st.sampled_from(["A", "B", "C"]), st.integers(1, 40), st.integers(-5, 400),
+    st.sampled_from([10.0, 10.1, 9.9, 10.0, 30.0, -1.0, math.nan]))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(STREAM_TRADES, STREAM_TRADES, EXTREME), min_size=1, max_size=40),
+       st.integers(0, 450))
+def test_a_stop_splits_a_batch_into_calls_that_judge_it_as_one(msgs: list[Message],
+                                                                stop_dt: int) -> None:
+    """`validate_many(frames, stop_ts)` (the daemon's step ending at a bar close), called
+    again on the frames it left, gives the messages, counts and state one call gives."""
+    frames: list[Any] = [_frame(m) for m in msgs]
+    whole = Validator(ValidationLimits(max_symbols=50))
+    want = whole.validate_many(frames)
+    split = Validator(ValidationLimits(max_symbols=50))
+    got: list[Message] = []
+    at, calls = 0, 0
+    stop = T0 + stop_dt * NS // 10
+    while at < len(frames):
+        out = split.validate_many(frames[at:], stop)
+        assert 1 <= split.consumed <= len(frames) - at
+        # a call stops only right after an accepted trade at or past the stop
+        if split.consumed < len(frames) - at:
+            assert out and type(out[-1]) is Trade and out[-1].ts >= stop
+        got += out
+        at += split.consumed
+        calls += 1
+    assert [encode(m) for m in got] == [encode(m) for m in want]  # NaN fields too
+    assert split.skipped.counts == whole.skipped.counts
+    assert split.received == whole.received == len(frames)
+    assert split.last_seq == whole.last_seq and split.held == whole.held
+    assert split.clock == whole.clock
