@@ -979,7 +979,6 @@ SCAN_LEVELS = 5  # 2^5 = LANES
 #: shared memory a lanes block may give its rows' operator coefficients (the default and
 #: seed grids' 160 rows a march: 15,360 bytes, so eight blocks still fit an SM)
 COEF_SHARED_BYTES = 16_384
-LANES_MAX_ROWS = MAX_NODES + LANES  # 32·P rows, P ≤ ⌈MAX_NODES/32⌉
 FULL_MASK = 0xFFFFFFFF  # every lane of the warp takes part in each shuffle
 
 

@@ -18,12 +18,14 @@ needs_cuda = pytest.mark.skipif(not cuda_present(), reason="no CUDA device or si
 
 @needs_cuda
 @pytest.mark.parametrize(("price_steps", "time_steps", "rannacher"),
-                         [(20, 4, 0), (40, 3, 1), (70, 3, 2)])
+                         [(20, 4, 0), (40, 3, 1), (70, 3, 2), (200, 2, 1)])
 def test_lanes_solver_matches_cpu_twin_across_rows_per_lane(
         price_steps: int, time_steps: int, rannacher: int) -> None:
-    """The lanes kernel with 1, 2 and 3 rows per lane (21, 41 and 71 nodes: rows past
-    node N are padding), American and European puts and calls, both grid domains, with
-    and without a Rannacher start, against the float64 Thomas twin and the PCR kernel."""
+    """The lanes kernel with 1, 2, 3 and 7 rows per lane (21, 41, 71 and 201 nodes: rows
+    past node N are padding; at 7 rows a lane the operator's coefficients no longer fit
+    the shared memory set aside and are computed each phase), American and European puts
+    and calls, both grid domains, with and without a Rannacher start, against the float64
+    Thomas twin and the PCR kernel."""
     for base in ("seed", "default"):
         grid = make_grid(base, price_steps=price_steps, time_steps=time_steps,
                          rannacher=rannacher)
