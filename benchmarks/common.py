@@ -93,6 +93,9 @@ def alternate_trees(script: str, roots: list[Path], rounds: int, worker_args: li
             # the tree first; a path the caller set (installed wheels, say) after it
             path = os.pathsep.join(p for p in (str(root), base.get("PYTHONPATH", "")) if p)
             r = subprocess.run([sys.executable, script, "--worker", str(root), *worker_args],
-                               capture_output=True, text=True, check=True,
+                               capture_output=True, text=True,
                                env={**base, "PYTHONPATH": path})
+            if r.returncode != 0:  # the worker's own last words, one line
+                last = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
+                raise SystemExit(f"{Path(script).name}: the run of {root} failed: {last}")
             yield k, root, json.loads(r.stdout.strip().splitlines()[-1])

@@ -43,8 +43,8 @@ TRANSPORTS = ("inproc", "ipc", "tcp")
 _NOBLOCK = int(zmq.NOBLOCK)
 _SNDMORE = int(zmq.SNDMORE)
 #: a frame's send without pyzmq's Python wrapper (`zmq.Socket.send` only adds routing ids
-#: and groups before calling it)
-_frame_send = zmq.backend.Socket.send
+#: and groups before calling it); the wrapper where a pyzmq backend has no such class
+_frame_send = getattr(getattr(zmq.backend, "Socket", None), "send", None) or zmq.Socket.send
 #: ZeroMQ's MAXMSGSIZE (which drops the connection) is this many times `max_message_bytes`
 TRANSPORT_CAP_FACTOR = 64
 #: the smallest hard cap: frames of a few MB (a fuzzer's, a wrong feed's) cost only themselves

@@ -10,7 +10,7 @@ import numpy as np
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from feeds.messages import Trade
+from feeds.messages import Bar, Message, Trade
 from feeds.records import Source
 from gpu.gp.core import CASH0, CODE_BUY, CODE_SELL, COMMISSION
 
@@ -26,6 +26,23 @@ def trade_messages(source: Source) -> list[Trade]:
             seq[name] = seq.get(name, 0) + 1
             out.append(Trade(seq[name], ts, name, p, q))
     return out
+
+
+def bar_messages(source: Source, seconds: int = 60) -> list[Message]:
+    """`source`'s trades as Bar messages of `seconds` (a bar feed), in close-time order,
+    numbered from 1: each bar's open, high, low, close and volume over its trades."""
+    ns = seconds * 1_000_000_000
+    bars: dict[tuple[int, str], list[float]] = {}
+    for t in trade_messages(source):
+        key = ((t.ts // ns + 1) * ns, t.symbol)
+        b = bars.get(key)
+        if b is None:
+            bars[key] = [t.price, t.price, t.price, t.price, t.size]
+        else:
+            b[1], b[2], b[3] = max(b[1], t.price), min(b[2], t.price), t.price
+            b[4] += t.size
+    return [Bar(k, ts, sym, v[0], v[1], v[2], v[3], v[4], duration_ns=ns)
+            for k, ((ts, sym), v) in enumerate(sorted(bars.items()), 1)]
 
 
 def daily_csv(path: Path, n: int, seed: int, drift: float = 0.0) -> Path:

@@ -8,6 +8,9 @@ import msgspec
 
 from engine.settings.bounds import MAX_COUNT, require_int_range, require_non_negative
 
+#: the longest a live step's journal transaction may stay open (`commit_within_ms`)
+MAX_COMMIT_WITHIN_MS = 60_000.0
+
 
 class LiveOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     #: a snapshot of the engine's state goes into the journal every this many bar events
@@ -64,3 +67,7 @@ class LiveOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
         require_int_range(self, "live", ("conflate_above",), 0, MAX_COUNT, " (0 = never)")
         require_non_negative(self, "live", ("heartbeat_timeout_seconds", "status_every_seconds",
                                             "commit_within_ms"))
+        # the input a kill -9 may cost: bounded, so a typo cannot leave it unbounded
+        if self.commit_within_ms > MAX_COMMIT_WITHIN_MS:
+            raise ValueError(f"live.commit_within_ms must be at most {MAX_COMMIT_WITHIN_MS:g} "
+                             f"(milliseconds; 0 = a commit per step), got {self.commit_within_ms}")

@@ -26,10 +26,10 @@ from engine.settings.config import BrokerConfig, EngineConfig
 from engine.trading.core import Engine
 from engine.trading.replay import replay
 from feeds.lean import LeanSource
-from feeds.messages import Bar, Message, Quote, Trade
+from feeds.messages import Message, Quote, Trade
 from feeds.synthetic import SyntheticMarket
 from strategies.sma_cross import SmaCross
-from tests.helpers import trade_messages
+from tests.helpers import bar_messages, trade_messages
 
 TICKS = "lean_ticks_2013-10/equity/usa/tick"
 FillModel = Literal["next-tick", "signal-close"]
@@ -99,7 +99,7 @@ def test_seeded_synthetic_markets_give_the_same_trading(seed: int, bars: bool) -
     """The synthetic market's trades with a quote after every seventh (or as one-minute
     Bar messages: a bar feed's closes) through two engines, in steps of a few messages."""
     src = SyntheticMarket(n_symbols=7, n_ticks=40_000, seed=seed)
-    msgs = _bars(src) if bars else _with_quotes(src)
+    msgs = bar_messages(src) if bars else _with_quotes(src)
     cfg = EngineConfig(bar_seconds=20, broker=BrokerConfig(sizing="fixed", quantity=3.0))
     compiled, general = _twins(5, 10, seed == 2)
     a = Engine(list(src.symbols), compiled, cfg)
@@ -118,21 +118,6 @@ def _with_quotes(src: SyntheticMarket) -> list[Message]:
             out.append(Quote(t.seq, t.ts, t.symbol, t.price * 0.999, 100.0,
                              t.price * 1.001, 100.0))
     return out
-
-
-def _bars(src: SyntheticMarket, seconds: int = 60) -> list[Message]:
-    ns = seconds * 1_000_000_000
-    bars: dict[tuple[int, str], list[float]] = {}
-    for t in trade_messages(src):
-        key = ((t.ts // ns + 1) * ns, t.symbol)
-        b = bars.get(key)
-        if b is None:
-            bars[key] = [t.price, t.price, t.price, t.price, t.size]
-        else:
-            b[1], b[2], b[3] = max(b[1], t.price), min(b[2], t.price), t.price
-            b[4] += t.size
-    return [Bar(k, ts, sym, v[0], v[1], v[2], v[3], v[4], duration_ns=ns)
-            for k, ((ts, sym), v) in enumerate(sorted(bars.items()), 1)]
 
 
 @st.composite

@@ -17,10 +17,10 @@ from engine.settings.config import BrokerConfig, EngineConfig
 from engine.settings.risk import RiskLimits
 from engine.trading.core import Engine, EngineHooks
 from engine.trading.orders import OrderHooks
-from feeds.messages import Bar, Fill, Message, Order, Quote
+from feeds.messages import Fill, Message, Order, Quote
 from feeds.synthetic import SyntheticMarket
 from strategies.sma_cross import SmaCross
-from tests.helpers import trade_messages
+from tests.helpers import bar_messages, trade_messages
 
 
 def _stream(seed: int, n_symbols: int, n_ticks: int) -> list[Message]:
@@ -33,23 +33,6 @@ def _stream(seed: int, n_symbols: int, n_ticks: int) -> list[Message]:
             out.append(Quote(t.seq, t.ts, t.symbol, t.price * 0.999, 100.0,
                              t.price * 1.001, 100.0))
     return out
-
-
-def _bars(seed: int, n_symbols: int, n_ticks: int, seconds: int = 60) -> list[Message]:
-    """The synthetic market's trades as one-minute Bar messages (a bar feed), in close
-    time order: their pending orders fill at the next bar's open (`_on_bar_message`)."""
-    ns = seconds * 1_000_000_000
-    bars: dict[tuple[int, str], list[float]] = {}
-    for t in trade_messages(SyntheticMarket(n_symbols=n_symbols, n_ticks=n_ticks, seed=seed)):
-        key = ((t.ts // ns + 1) * ns, t.symbol)
-        b = bars.get(key)
-        if b is None:
-            bars[key] = [t.price, t.price, t.price, t.price, t.size]
-        else:
-            b[1], b[2], b[3] = max(b[1], t.price), min(b[2], t.price), t.price
-            b[4] += t.size
-    return [Bar(k, ts, sym, v[0], v[1], v[2], v[3], v[4], duration_ns=ns)
-            for k, ((ts, sym), v) in enumerate(sorted(bars.items()), 1)]
 
 
 def _run(msgs: list[Message], cfg: EngineConfig, defer: bool, seed: int,
@@ -125,7 +108,7 @@ def test_deferred_point_is_the_close_point_on_a_bar_feed(seed: int) -> None:
     message path (`_on_other`), so the point must be taken before that fill."""
     cfg = EngineConfig(bar_seconds=60.0, broker=BrokerConfig(sizing="fixed", quantity=50.0,
                                                              commission=1.0))
-    msgs = _bars(seed, 4, 40_000)
+    msgs = bar_messages(SyntheticMarket(n_symbols=4, n_ticks=40_000, seed=seed))
     ref, ref_orders, ref_fills = _run(msgs, cfg, False, seed, 0.0)
     got, got_orders, got_fills = _run(msgs, cfg, True, seed, 0.0)
     assert len(ref.equity_curve) > 50 and ref_fills and ref.fill_model == "next-open"

@@ -204,6 +204,30 @@ def test_merge_validates_like_the_file(values: dict[str, Any], word: str) -> Non
         merge(EngineConfig(), values)
 
 
+@pytest.mark.parametrize("value", [-1.0, -1e-9, 60_000.001, 1e300, float("inf"), float("-inf"),
+                                   float("nan")])
+def test_commit_within_ms_outside_0_to_a_minute_is_one_line(value: float,
+                                                            tmp_path: Path) -> None:
+    """[live] commit_within_ms bounds the input a kill -9 may cost: a negative, NaN,
+    infinite or over-a-minute value is refused in the file and in a merge alike."""
+    from engine.errors import UserError
+    from engine.settings.config import EngineConfig, load_config
+    from engine.settings.resolve import merge
+
+    with pytest.raises(UserError, match="commit_within_ms"):
+        merge(EngineConfig(), {"live.commit_within_ms": value})
+    with pytest.raises(UserError, match="commit_within_ms"):
+        load_config(_toml(tmp_path, f"[live]\ncommit_within_ms = {value!r}\n"))
+
+
+@pytest.mark.parametrize("value", [0.0, 0.5, 2.0, 60_000.0])
+def test_commit_within_ms_in_range_is_taken(value: float) -> None:
+    from engine.settings.config import EngineConfig
+    from engine.settings.resolve import merge
+
+    assert merge(EngineConfig(), {"live.commit_within_ms": value}).live.commit_within_ms == value
+
+
 def test_a_config_flag_cannot_carry_an_argparse_default() -> None:
     from engine.settings.resolve import config_option
 
