@@ -11,7 +11,8 @@ default configuration or one setting changed where a claim of the README compare
   underlyings that tick about every millisecond of data time: no group; the default
   worker; split over 2 GPUs where there are 2; the lanes kernel capped at 128 registers;
   receive batches of 2,048, 1,024 and 512; one launch for all groups
-  (OPTION_WORKER_BATCH=1); spots from the hot loop;
+  (OPTION_WORKER_BATCH=1); spots from the hot loop; the groups on the data's clock, every
+  10 ms of data (`options_every_ms`: one launch a boundary, the replay waits for it);
 - the ten groups paced at 1x and 10x their data rate: no group, the default worker,
   spots from the hot loop, one launch in flight per group.
 For every row: ticks/s, ratio to the no-group row, repricings, tick -> values latency (p50,
@@ -177,8 +178,8 @@ def _tick_gaps_ms(ticks: dict[str, np.ndarray]) -> dict[str, float]:
 
 def run_row(name: str, factory: functools.partial[Any], groups: list[OptionGroupConfig],
             device: str, dispatch: str, messages: str, transport: str,
-            prebind: bool, publish_rate: float = 0.0, receive_batch: int = 0
-            ) -> dict[str, Any]:
+            prebind: bool, publish_rate: float = 0.0, receive_batch: int = 0,
+            every_ms: float = 0.0) -> dict[str, Any]:
     groups = [OptionGroupConfig(**{**{f: getattr(g, f) for f in g.__struct_fields__},
                                    "messages": messages}) for g in groups]
     book = None
@@ -186,7 +187,7 @@ def run_row(name: str, factory: functools.partial[Any], groups: list[OptionGroup
     if groups:
         # read by the pricers (in this process, or inherited by the worker process)
         os.environ["GPU_OPTIONS_PREBIND"] = "1" if prebind else "0"
-        book = open_option_book(groups, device=device, dispatch=dispatch)
+        book = open_option_book(groups, device=device, dispatch=dispatch, every_ms=every_ms)
     startup = time.perf_counter() - t_start
     try:
         cfg = EngineConfig(transport=transport,  # type: ignore[arg-type]
@@ -212,6 +213,9 @@ def run_row(name: str, factory: functools.partial[Any], groups: list[OptionGroup
             s = book.summary()
             s.pop("last")
             row["worker_repricings"] = s.get("worker_repricings")
+            # a clocked book: its boundaries and how long each waited for the one before
+            row.update({k: s[k] for k in ("every_ms", "boundaries", "boundary_wait_us_p50",
+                                          "boundary_wait_us_max") if k in s})
             row.update({k: s[k] for k in ("groups", "options", "repricings", "coalesced_ticks",
                                           "latency_us_p50", "latency_us_p99",
                                           "latency_us_max")})
@@ -315,8 +319,7 @@ def launch_capacity(groups: list[OptionGroupConfig], gpu: str, name: str
     """The pricer alone, no engine: median launch -> results seen (µs) of one batch of the
     groups, and batches per second with k launches kept in flight (the GPU's ceiling)."""
 
-    from engine.options.group import build_group
-    from engine.options.worker_server import AllWarm
+    from engine.options.group import AllWarm, build_group
     from gpu.options.batch import BatchPricer
 
     grps = [build_group(c, "cpu", False, AllWarm()) for c in groups]
@@ -374,6 +377,8 @@ class Row(NamedTuple):
     rate: float = 0.0
     #: messages the engine takes from its socket per batch, at most (0: the default)
     receive_batch: int = 0
+    #: the groups repriced on the data's clock, every this many ms of data (0: per tick)
+    every_ms: float = 0.0
 
 
 #: the worker's spots from the engine's hot loop on every tick (OPTION_TAP_EVERY=0; the
@@ -489,6 +494,8 @@ def plan(one: Row, big: Row, gpu: str, paced_ticks: int = 100_000, n_gpus: int =
             "process", "group", True, {"OPTION_WORKER_BATCH": "1"}),
         Row(f"10x1,000: {gpu} process, default worker, spots from the hot loop", bwl, bfac,
             gb, gpu, "process", "group", True, HOT_LOOP),
+        Row(f"10x1,000: {gpu} clocked, every 10 ms of data (one launch a boundary)", bwl,
+            bfac, gb, gpu, "inline", "group", True, every_ms=10.0),
         *(r for speed, rate in paced for r in (
             Row(f"10x1,000 paced {speed}: no group", f"10 synthetic paced {speed}", pfac, [],
                 rate=rate),
@@ -530,7 +537,7 @@ def _one(r: Row, args: argparse.Namespace) -> dict[str, Any]:
             if ENGINE_ENV in r.env:
                 pin_engine()
             row = run_row(r.name, r.factory, r.groups, r.device, r.dispatch, r.messages,
-                          args.transport, r.prebind, r.rate, r.receive_batch)
+                          args.transport, r.prebind, r.rate, r.receive_batch, r.every_ms)
         finally:
             os.sched_setaffinity(0, before)
     row["workload"], row["env"] = r.workload, dict(r.env)

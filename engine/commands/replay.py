@@ -275,7 +275,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if cfg.options:
         from engine.options.book import open_option_book
 
-        option_book = open_option_book(list(cfg.options), device=cfg.device, timezone=cfg.timezone)
+        option_book = open_option_book(list(cfg.options), device=cfg.device,
+                                       timezone=cfg.timezone, every_ms=cfg.options_every_ms)
 
     def progress(n: int) -> None:
         if not args.quiet:  # -q: no progress lines

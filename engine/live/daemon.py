@@ -179,7 +179,8 @@ class Daemon:
             from engine.options.book import open_option_book
 
             option_book = open_option_book(list(cfg.options), device=self.device,
-                                           timezone=cfg.timezone)
+                                           timezone=cfg.timezone,
+                                           every_ms=cfg.options_every_ms)
         snap = state.snapshot
         if snap is not None and snap.state.get("strategy_name") != strategy.name:
             log.warning("snapshot taken with strategy %s, now %s: starting cold",

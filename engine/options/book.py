@@ -10,13 +10,17 @@ expiries and rights. Two ways to dispatch the repricings (`dispatch=`):
   (`engine.options.in_process.InProcessOptions`), one CUDA stream per group or the CPU
   twin on a worker thread.
 
-Either way, while a repricing of a group is in flight only the newest spot is remembered
-and launched when it completes, so the newest spot is always priced and nothing queues,
-and `drain()` awaits all in-flight work by polling with `asyncio.sleep(0)`.
+With `every_ms` (the config's `options_every_ms`) the groups are repriced on the data's
+clock instead (`engine.options.clocked.ClockedOptions`).
+
+Either way (not clocked), while a repricing of a group is in flight only the newest spot
+is remembered and launched when it completes, so the newest spot is always priced and
+nothing queues, and `drain()` awaits all in-flight work by polling with `asyncio.sleep(0)`.
 """
 
 from __future__ import annotations
 
+from engine.options.clocked import ClockedOptions
 from engine.options.group import OptionGroupConfig
 from engine.options.in_process import InProcessOptions
 from engine.options.protocol import OptionPricing
@@ -29,13 +33,20 @@ DISPATCHES = ("auto", "inline", "process")
 
 
 def open_option_book(groups: list[OptionGroupConfig], device: str = "auto",
-                     timezone: str = EXCHANGE_TZ, dispatch: str = "auto") -> OptionPricing:
+                     timezone: str = EXCHANGE_TZ, dispatch: str = "auto",
+                     every_ms: float = 0.0) -> OptionPricing:
     """The option groups' pricing on `device` ("auto", "cpu" or "cuda"): in a worker
     process (`dispatch="process"`, the default on CUDA) or in this one ("inline", the
-    default on the CPU)."""
+    default on the CPU); with `every_ms` > 0 on the data's clock, in this process
+    (`engine.options.clocked`, dispatch "clocked")."""
     if dispatch not in DISPATCHES:
         raise ValueError(f"dispatch must be one of {DISPATCHES}, got {dispatch!r}")
     resolved = resolve_device(device, "option book")
+    if every_ms:
+        if dispatch == "process":
+            raise ValueError("a clocked option book prices in the engine's process: "
+                             "dispatch must be auto or inline")
+        return ClockedOptions(list(groups), resolved, timezone, every_ms)
     if dispatch == "auto":
         dispatch = "process" if resolved == "cuda" else "inline"
     if dispatch == "process":

@@ -136,6 +136,15 @@ def group_engine(cfg: OptionGroupConfig, device: str) -> FdPricingEngine:
     return FdPricingEngine(grid, device)
 
 
+class AllWarm(set[tuple[object, ...]]):
+    """For groups that keep only their parameter rows on the host while a
+    `gpu.options.batch.BatchPricer` prices them (the worker's, the clocked book's):
+    `build_group` has nothing to compile for them."""
+
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
 def build_group(cfg: OptionGroupConfig, device: str, background: bool,
                 warmed: set[tuple[object, ...]]) -> PricedGroup:
     """A group's contracts, engine, symbols and pricer (the engine's and the worker's one

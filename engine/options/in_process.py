@@ -20,11 +20,10 @@ from engine.options.protocol import (
     Counts,
     OptionMessage,
     drain_repricings,
-    group_message,
+    repricing_messages,
     summarize,
     values_in,
 )
-from feeds.messages import OptionValue
 
 #: while a group is busy, query its event on every this many underlying ticks
 CHECK_EVERY_TICKS = 8
@@ -103,24 +102,9 @@ class InProcessOptions:
         g.latencies_ns.append(time.perf_counter_ns() - t0)
         g.repricings += 1
         g.launched = None
-        underlying = g.config.underlying
-        if g.config.messages == "group":
-            self._seq += 1
-            self._ready.append(group_message(self._seq, ts, underlying, spot, g.symbols,
-                                             values.price, values.delta, values.gamma))
-            g.last_values = (spot, values.price, values.delta, values.gamma)  # type: ignore[assignment]
-        else:
-            prices, deltas, gammas = (
-                values.price.tolist(), values.delta.tolist(), values.gamma.tolist())
-            seq0 = self._seq
-            # one comprehension over plain lists: a busy group publishes millions of these
-            self._ready.extend([
-                OptionValue(seq0 + i + 1, ts, sym, underlying, spot, p, d, gm)
-                for i, (sym, p, d, gm) in enumerate(
-                    zip(g.symbols, prices, deltas, gammas, strict=True))
-            ])
-            self._seq = seq0 + len(g.symbols)
-            g.last_values = (spot, prices, deltas, gammas)
+        msgs, self._seq = repricing_messages(g, self._seq, ts, spot, values.price,
+                                             values.delta, values.gamma)
+        self._ready.extend(msgs)
         if g.pending is not None:
             spot, ts = g.pending
             g.pending = None

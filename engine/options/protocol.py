@@ -20,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from engine.errors import UserError
-from engine.options.group import OptionGroupConfig, contract_symbols
+from engine.options.group import OptionGroupConfig, PricedGroup, contract_symbols
 from feeds.messages import OptionGroupValues, OptionValue
 
 #: what the options publish
@@ -94,6 +94,26 @@ def group_message(seq: int, ts: int, underlying: str, spot: float, symbols: tupl
                              price.astype("<f8", copy=False).tobytes(),
                              delta.astype("<f8", copy=False).tobytes(),
                              gamma.astype("<f8", copy=False).tobytes())
+
+
+def repricing_messages(g: PricedGroup, seq: int, ts: int, spot: float, price: np.ndarray,
+                       delta: np.ndarray, gamma: np.ndarray) -> tuple[list[OptionMessage], int]:
+    """A finished repricing of group `g` as its messages (one group message, or one per
+    contract where the group's `messages = "option"`) numbered after `seq`, and the last
+    number used; the group keeps the values as its newest (`last_values`)."""
+    underlying = g.config.underlying
+    if g.config.messages == "group":
+        g.last_values = (spot, price, delta, gamma)  # type: ignore[assignment]
+        return [group_message(seq + 1, ts, underlying, spot, g.symbols, price, delta,
+                              gamma)], seq + 1
+    prices, deltas, gammas = price.tolist(), delta.tolist(), gamma.tolist()
+    # one comprehension over plain lists: a busy group publishes millions of these
+    msgs: list[OptionMessage] = [
+        OptionValue(seq + i + 1, ts, sym, underlying, spot, p, d, gm)
+        for i, (sym, p, d, gm) in enumerate(zip(g.symbols, prices, deltas, gammas,
+                                                strict=True))]
+    g.last_values = (spot, prices, deltas, gammas)
+    return msgs, seq + len(g.symbols)
 
 
 def values_in(msgs: list[Any]) -> int:

@@ -34,7 +34,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from engine.options.group import OptionGroupConfig, build_group, prepare_launch
+from engine.options.group import AllWarm, OptionGroupConfig, build_group, prepare_launch
 from engine.options.worker_layout import (
     FAILED,
     HEADER,
@@ -69,14 +69,6 @@ from engine.options.worker_timing import Step, StepTimes
 #: idle spins of the worker before it naps (a nap adds up to NAP_S to the next latency)
 IDLE_SPINS = 50_000
 NAP_S = 0.0002
-
-
-class AllWarm(set[tuple[object, ...]]):
-    """The worker's groups keep only their parameter rows on the host (the batches price
-    them), so `build_group` has nothing to compile for them."""
-
-    def __contains__(self, item: object) -> bool:
-        return True
 
 
 class _Flight(NamedTuple):

@@ -113,6 +113,14 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     instruments: dict[str, InstrumentConfig] = {}
     #: option groups repriced after each tick of their underlying ([[options]] tables)
     options: list[OptionGroupConfig] = []
+    #: 0 (the default): a group is repriced as its underlying ticks, the newest spot each
+    #: time the previous repricing is done (which spots get priced depends on the device's
+    #: speed). A number of milliseconds: the groups are repriced on the data's clock
+    #: instead, every `options_every_ms` of data time at the spots as of each boundary,
+    #: and a replay waits for each boundary's repricing before it passes the next one: the
+    #: values are then a function of the data alone and never more than one interval
+    #: behind it (engine/options/clocked.py)
+    options_every_ms: float = 0.0
     #: transport of a replay's feed: inproc (a thread of the engine's process), ipc or tcp
     #: (a process of its own); auto: ipc when the strategy's bar closes run on the GPU
     #: (a feed thread there competes with the launches for the GIL), else inproc
@@ -171,6 +179,10 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         SessionSchedule.parse(self.session)  # raises ValueError with the reason
         for group in self.options:
             _check_grid(group)
+        if self.options_every_ms != 0:
+            from engine.options.clocked import check_every_ms
+
+            check_every_ms(self.options_every_ms)
         if not 0 <= self.replay_frame_ticks <= MAX_BATCH_ROWS:
             raise ValueError(f"replay_frame_ticks must be an integer from 0 (one message per "
                              f"tick) to {MAX_BATCH_ROWS:,}, got {self.replay_frame_ticks:,}")

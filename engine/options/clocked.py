@@ -1,0 +1,234 @@
+"""Option groups repriced on a data-time clock: every group whose underlying moved, once
+every `every_ms` milliseconds of data time, at the spots as of each boundary.
+
+The other books (`in_process`, `worker_options`) reprice a group as its underlying ticks,
+the newest spot whenever the previous repricing is done: which spots get priced depends
+on how fast the replay runs against the device, so a backtest's option values change
+from run to run and fall behind the data without bound when the replay outruns the GPU.
+Here the data's clock decides:
+
+- Spots are only remembered as they come (`on_spot`). When a spot crosses the next
+  boundary B (a multiple of `every_ms` since the epoch), every group with a spot newer
+  than its last repricing is launched with its newest spot from before B, in one launch
+  per grid (`gpu.options.batch.BatchPricer`, one block per option across groups), and its
+  values are stamped B: they use nothing the market had not shown by B.
+- Before launching at B the book waits for the launch of the boundary before it, so
+  the values never run more than one interval behind the data. On a replay that waits
+  slows the replay to what the device can price (back-pressure); while it works, the
+  replay goes on with the interval's ticks.
+
+Which spots are priced and the values are then a function of the data alone: the same
+replay publishes the same messages whatever the machine's speed.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from engine.options.group import (
+    AllWarm,
+    OptionGroupConfig,
+    PricedGroup,
+    build_group,
+    prepare_launch,
+)
+from engine.options.protocol import (
+    DRAIN_TIMEOUT_S,
+    Counts,
+    OptionMessage,
+    OptionPricingStalled,
+    drain_repricings,
+    repricing_messages,
+    summarize,
+    values_in,
+)
+
+#: the longest clock interval, one day of data time (a longer one is a typo)
+MAX_EVERY_MS = 86_400_000.0
+
+
+def check_every_ms(every_ms: float, what: str = "options_every_ms") -> float:
+    """`every_ms` if it is a clock interval (0 < it ≤ a day, in milliseconds), else a
+    one-line ValueError."""
+    if not (isinstance(every_ms, int | float) and not isinstance(every_ms, bool)
+            and 0.0 < every_ms <= MAX_EVERY_MS):
+        raise ValueError(f"{what} must be a number of milliseconds above 0 and at most "
+                         f"{MAX_EVERY_MS:,.0f} (a day), got {every_ms!r}")
+    return float(every_ms)
+
+
+class _Batch:
+    """The groups of one grid and the one launch that reprices them."""
+
+    def __init__(self, members: list[PricedGroup], device: str) -> None:
+        from gpu.options.batch import BatchPricer
+
+        self.members = members
+        self.pricer = BatchPricer([g.pricer.n for g in members], members[0].pricer.grid,
+                                  device, slots=1)
+        #: (group, spot, boundary ns) of the launch in flight, in launch order
+        self.flight: list[tuple[PricedGroup, float, int]] = []
+        self.launched_ns = 0
+
+
+class ClockedOptions:
+    """`OptionPricing` on a data-time clock (dispatch "clocked"; see the module)."""
+
+    def __init__(self, groups: list[OptionGroupConfig], device: str, timezone: str,
+                 every_ms: float) -> None:
+        """`device`: "cpu" or "cuda", resolved (`gpu.device.resolve_device`)."""
+        self.device = device
+        self.dispatch = "clocked"
+        self.every_ns = max(1, round(check_every_ms(every_ms) * 1e6))
+        self.tz = ZoneInfo(timezone)
+        #: every tick's spot from the engine's hot loop: the newest before each boundary
+        self.tap_every = 0
+        self.values_published = 0
+        self._configs = list(groups)
+        # each group's rows on the host (the batches price them, as the worker's do): on
+        # CUDA nothing of the CPU twin needs compiling for them
+        warmed: set[tuple[object, ...]] = set() if device == "cpu" else AllWarm()
+        built = [build_group(c, "cpu", False, warmed) for c in groups]
+        self._groups: dict[str, list[PricedGroup]] = {}
+        by_grid: dict[Any, list[PricedGroup]] = {}
+        for g in built:
+            self._groups.setdefault(g.config.underlying, []).append(g)
+            by_grid.setdefault(g.pricer.grid, []).append(g)
+        if device != "cpu":
+            from gpu.options.engines import warm_up
+
+            for grid in by_grid:  # JIT before the first tick, not on it
+                warm_up(grid, device)
+        self._batches = [_Batch(members, device) for members in by_grid.values()]
+        self._next_ns: int | None = None  # the boundary that ends the open interval
+        self._ready: list[OptionMessage] = []
+        self._seq = 0
+        self._ticks = 0
+        self.boundaries = 0  # boundaries at which something was repriced
+        self.waits_ns: list[int] = []  # how long each boundary waited for the last launch
+
+    @property
+    def underlyings(self) -> set[str]:
+        return set(self._groups)
+
+    @property
+    def in_flight(self) -> int:
+        """Repricings launched and not yet handed out, and those waiting for the boundary."""
+        pending = sum(g.pending is not None for gs in self._groups.values() for g in gs)
+        return pending + sum(len(b.flight) for b in self._batches)
+
+    def close(self) -> None:
+        """Nothing to stop: the pricers go with the object."""
+
+    def begin_batch(self) -> None:
+        """Nothing to do: spots wait for their boundary."""
+
+    def on_spot(self, symbol: str, spot: float, ts: int) -> None:
+        """A new underlying price: remembered for the boundary that ends its interval; a
+        spot past that boundary first reprices the interval's spots."""
+        if not (0.0 < spot < math.inf):  # NaN fails too; called on every underlying tick
+            return  # bad prices are the feed's to count; a group is never priced on one
+        groups = self._groups.get(symbol)
+        if groups is None:
+            return
+        self._ticks += 1
+        nxt = self._next_ns
+        if nxt is None or ts >= nxt:
+            if nxt is not None:
+                self._reprice_at(nxt)
+            self._next_ns = (ts // self.every_ns + 1) * self.every_ns
+        for g in groups:
+            if g.pending is not None:
+                g.coalesced += 1
+            g.pending = (spot, ts)
+
+    def _reprice_at(self, boundary: int) -> None:
+        """Launch every group with a spot pending, at that spot, stamped `boundary`; first
+        wait for (and hand out) the launches of the boundary before."""
+        self.boundaries += 1
+        if any(b.flight for b in self._batches):
+            t0 = time.perf_counter_ns()
+            self._hand_out(wait=True)
+            self.waits_ns.append(time.perf_counter_ns() - t0)
+        for batch in self._batches:
+            parts = [g for g in batch.members if g.pending is not None]
+            if not parts:
+                continue
+            rows, key = [], []
+            for g in parts:
+                assert g.pending is not None
+                spot, ts = g.pending
+                g.pending = None
+                prepare_launch(g, spot, ts, self.tz)
+                rows.append(g.pricer.params)
+                key.append((id(g), g.last_date))
+                batch.flight.append((g, spot, boundary))
+            batch.launched_ns = time.perf_counter_ns()
+            batch.pricer.launch(0, rows, tuple(key))
+
+    def _hand_out(self, wait: bool) -> None:
+        """The finished launches' messages, in launch order (batch by batch: all in flight
+        are one boundary's), so the messages and their numbers do not depend on when the
+        book is polled; `wait`: spin until every launch is done."""
+        for batch in self._batches:
+            if not batch.flight:
+                continue
+            pricer = batch.pricer
+            if wait:
+                deadline = time.monotonic() + DRAIN_TIMEOUT_S
+                while not pricer.done(0):  # a spin: the wait is a fraction of a millisecond
+                    if time.monotonic() > deadline:
+                        raise OptionPricingStalled(
+                            f"an option repricing on {self.device} did not finish in "
+                            f"{DRAIN_TIMEOUT_S:g} s (clocked book)")
+            elif not pricer.done(0):
+                return  # a later batch waits for this one: the order stays the launches'
+            self._publish(batch)
+
+    def _publish(self, batch: _Batch) -> None:
+        out = batch.pricer.results(0)
+        seen = time.perf_counter_ns() - batch.launched_ns
+        row = 0
+        for g, spot, boundary in batch.flight:
+            values = out[row:row + g.pricer.n]
+            row += g.pricer.n
+            g.latencies_ns.append(seen)
+            g.repricings += 1
+            msgs, self._seq = repricing_messages(
+                g, self._seq, boundary, spot, values[:, 0].copy(), values[:, 1].copy(),
+                values[:, 2].copy())
+            self._ready.extend(msgs)
+        batch.flight = []
+
+    def poll(self) -> list[OptionMessage]:
+        """Messages of every repricing finished since the last call; never blocks."""
+        self._hand_out(wait=False)
+        out, self._ready = self._ready, []
+        if out:
+            self.values_published += values_in(out)
+        return out
+
+    async def drain(self, timeout_s: float = DRAIN_TIMEOUT_S) -> list[OptionMessage]:
+        """The end of the data: the open interval's spots are priced at its boundary."""
+        if self._next_ns is not None and any(
+                g.pending is not None for gs in self._groups.values() for g in gs):
+            self._reprice_at(self._next_ns)
+        return await drain_repricings(self, timeout_s)
+
+    def summary(self) -> dict[str, object]:
+        gs_all = [g for gs in self._groups.values() for g in gs]
+        counts = Counts(
+            groups=len(gs_all), options=sum(g.pricer.n for g in gs_all), ticks=self._ticks,
+            repricings=sum(g.repricings for g in gs_all),
+            coalesced=sum(g.coalesced for g in gs_all),
+            latencies_ns=[x for g in gs_all for x in g.latencies_ns])
+        last = [(g.symbols, g.last_values) for g in gs_all if g.last_values is not None]
+        out = summarize(self, self._configs, counts, last)
+        waits = sorted(self.waits_ns)
+        out.update({"every_ms": self.every_ns / 1e6, "boundaries": self.boundaries,
+                    "boundary_wait_us_p50": waits[len(waits) // 2] / 1e3 if waits else None,
+                    "boundary_wait_us_max": waits[-1] / 1e3 if waits else None})
+        return out
