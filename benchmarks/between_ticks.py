@@ -12,7 +12,7 @@ default configuration or one setting changed where a claim of the README compare
   worker; split over 2 GPUs where there are 2; the lanes kernel capped at 128 registers;
   receive batches of 2,048, 1,024 and 512; one launch for all groups
   (OPTION_WORKER_BATCH=1); spots from the hot loop; the groups on the data's clock, every
-  10 ms of data (`options_every_ms`: one launch a boundary, the replay waits for it);
+  10 ms of data (`options_every_ms`: one launch a boundary, two in flight at most);
 - the ten groups paced at 1x and 10x their data rate: no group, the default worker,
   spots from the hot loop, one launch in flight per group.
 For every row: ticks/s, ratio to the no-group row, repricings, tick -> values latency (p50,

@@ -12,10 +12,11 @@ Here the data's clock decides:
   than its last repricing is launched with its newest spot from before B, in one launch
   per grid (`gpu.options.batch.BatchPricer`, one block per option across groups), and its
   values are stamped B: they use nothing the market had not shown by B.
-- Before launching at B the book waits for the launch of the boundary before it, so
-  the values never run more than one interval behind the data. On a replay that waits
-  slows the replay to what the device can price (back-pressure); while it works, the
-  replay goes on with the interval's ticks.
+- A grid keeps at most LAUNCHES_IN_FLIGHT (2) launches in flight: with both busy, the
+  boundary waits for the oldest, so the published values never run more than two
+  intervals behind the data. On a replay that wait slows the replay to what the device
+  can price (back-pressure); while the device works, the replay goes on with the
+  interval's ticks, and the next boundary's launch queues behind the running one.
 
 Which spots are priced and the values are then a function of the data alone: the same
 replay publishes the same messages whatever the machine's speed.
@@ -25,7 +26,8 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from collections import deque
+from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
 
 from engine.options.group import (
@@ -60,18 +62,31 @@ def check_every_ms(every_ms: float, what: str = "options_every_ms") -> float:
     return float(every_ms)
 
 
+#: launches of one grid in flight at once: the boundary after the next one waits for the
+#: oldest, so the published values are never more than this many intervals behind the
+#: data, and the GPU starts the next boundary's launch while the host hands out the last
+LAUNCHES_IN_FLIGHT = 2
+
+
 class _Batch:
-    """The groups of one grid and the one launch that reprices them."""
+    """The groups of one grid and the launch slots that reprice them."""
 
     def __init__(self, members: list[PricedGroup], device: str) -> None:
         from gpu.options.batch import BatchPricer
 
         self.members = members
         self.pricer = BatchPricer([g.pricer.n for g in members], members[0].pricer.grid,
-                                  device, slots=1)
-        #: (group, spot, boundary ns) of the launch in flight, in launch order
-        self.flight: list[tuple[PricedGroup, float, int]] = []
-        self.launched_ns = 0
+                                  device, slots=LAUNCHES_IN_FLIGHT)
+
+
+class _Flight(NamedTuple):
+    """One launch in flight: its batch and slot, what it prices (group, spot, boundary
+    ns, in launch order) and when it started."""
+
+    batch: _Batch
+    slot: int
+    parts: list[tuple[PricedGroup, float, int]]
+    launched_ns: int
 
 
 class ClockedOptions:
@@ -103,12 +118,15 @@ class ClockedOptions:
             for grid in by_grid:  # JIT before the first tick, not on it
                 warm_up(grid, device)
         self._batches = [_Batch(members, device) for members in by_grid.values()]
+        #: every launch in flight, oldest first: handed out strictly in this order
+        self._flights: deque[_Flight] = deque()
         self._next_ns: int | None = None  # the boundary that ends the open interval
         self._ready: list[OptionMessage] = []
         self._seq = 0
         self._ticks = 0
         self.boundaries = 0  # boundaries at which something was repriced
-        self.waits_ns: list[int] = []  # how long each boundary waited for the last launch
+        #: how long each boundary that found a grid's slots busy waited for one
+        self.waits_ns: list[int] = []
 
     @property
     def underlyings(self) -> set[str]:
@@ -118,7 +136,7 @@ class ClockedOptions:
     def in_flight(self) -> int:
         """Repricings launched and not yet handed out, and those waiting for the boundary."""
         pending = sum(g.pending is not None for gs in self._groups.values() for g in gs)
-        return pending + sum(len(b.flight) for b in self._batches)
+        return pending + sum(len(f.parts) for f in self._flights)
 
     def close(self) -> None:
         """Nothing to stop: the pricers go with the object."""
@@ -146,18 +164,22 @@ class ClockedOptions:
             g.pending = (spot, ts)
 
     def _reprice_at(self, boundary: int) -> None:
-        """Launch every group with a spot pending, at that spot, stamped `boundary`; first
-        wait for (and hand out) the launches of the boundary before."""
+        """Launch every group with a spot pending, at that spot, stamped `boundary`, one
+        launch a grid; a grid with every slot busy first waits for (and hands out) the
+        launches before, oldest first."""
         self.boundaries += 1
-        if any(b.flight for b in self._batches):
-            t0 = time.perf_counter_ns()
-            self._hand_out(wait=True)
-            self.waits_ns.append(time.perf_counter_ns() - t0)
         for batch in self._batches:
             parts = [g for g in batch.members if g.pending is not None]
             if not parts:
                 continue
-            rows, key = [], []
+            slot = batch.pricer.free_slot()
+            if slot is None:
+                t0 = time.perf_counter_ns()
+                while slot is None:
+                    self._hand_out_oldest()
+                    slot = batch.pricer.free_slot()
+                self.waits_ns.append(time.perf_counter_ns() - t0)
+            rows, key, priced, spots = [], [], [], []
             for g in parts:
                 assert g.pending is not None
                 spot, ts = g.pending
@@ -165,34 +187,32 @@ class ClockedOptions:
                 prepare_launch(g, spot, ts, self.tz)
                 rows.append(g.pricer.params)
                 key.append((id(g), g.last_date))
-                batch.flight.append((g, spot, boundary))
-            batch.launched_ns = time.perf_counter_ns()
-            batch.pricer.launch(0, rows, tuple(key))
+                priced.append((g, spot, boundary))
+                spots.append(spot)
+            # the same groups on the same dates as the slot's last launch: only their spots
+            # are written (the key names the dates, so a date roll regathers)
+            batch.pricer.launch(slot, rows, tuple(key), spots=spots)
+            self._flights.append(_Flight(batch, slot, priced, time.perf_counter_ns()))
 
-    def _hand_out(self, wait: bool) -> None:
-        """The finished launches' messages, in launch order (batch by batch: all in flight
-        are one boundary's), so the messages and their numbers do not depend on when the
-        book is polled; `wait`: spin until every launch is done."""
-        for batch in self._batches:
-            if not batch.flight:
-                continue
-            pricer = batch.pricer
-            if wait:
-                deadline = time.monotonic() + DRAIN_TIMEOUT_S
-                while not pricer.done(0):  # a spin: the wait is a fraction of a millisecond
-                    if time.monotonic() > deadline:
-                        raise OptionPricingStalled(
-                            f"an option repricing on {self.device} did not finish in "
-                            f"{DRAIN_TIMEOUT_S:g} s (clocked book)")
-            elif not pricer.done(0):
-                return  # a later batch waits for this one: the order stays the launches'
-            self._publish(batch)
+    def _hand_out_oldest(self) -> None:
+        """Wait for the oldest launch in flight (a spin: a fraction of a millisecond) and
+        hand out its messages."""
+        flight = self._flights[0]
+        deadline = time.monotonic() + DRAIN_TIMEOUT_S
+        while not flight.batch.pricer.done(flight.slot):
+            if time.monotonic() > deadline:
+                raise OptionPricingStalled(
+                    f"an option repricing on {self.device} did not finish in "
+                    f"{DRAIN_TIMEOUT_S:g} s (clocked book)")
+        self._publish(self._flights.popleft())
 
-    def _publish(self, batch: _Batch) -> None:
-        out = batch.pricer.results(0)
-        seen = time.perf_counter_ns() - batch.launched_ns
+    def _publish(self, flight: _Flight) -> None:
+        """A finished launch's messages, after every older launch's: the messages and
+        their numbers do not depend on when the book is polled."""
+        out = flight.batch.pricer.results(flight.slot)
+        seen = time.perf_counter_ns() - flight.launched_ns
         row = 0
-        for g, spot, boundary in batch.flight:
+        for g, spot, boundary in flight.parts:
             values = out[row:row + g.pricer.n]
             row += g.pricer.n
             g.latencies_ns.append(seen)
@@ -201,11 +221,12 @@ class ClockedOptions:
                 g, self._seq, boundary, spot, values[:, 0].copy(), values[:, 1].copy(),
                 values[:, 2].copy())
             self._ready.extend(msgs)
-        batch.flight = []
 
     def poll(self) -> list[OptionMessage]:
         """Messages of every repricing finished since the last call; never blocks."""
-        self._hand_out(wait=False)
+        flights = self._flights
+        while flights and flights[0].batch.pricer.done(flights[0].slot):
+            self._publish(flights.popleft())
         out, self._ready = self._ready, []
         if out:
             self.values_published += values_in(out)

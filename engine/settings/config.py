@@ -116,10 +116,10 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     #: 0 (the default): a group is repriced as its underlying ticks, the newest spot each
     #: time the previous repricing is done (which spots get priced depends on the device's
     #: speed). A number of milliseconds: the groups are repriced on the data's clock
-    #: instead, every `options_every_ms` of data time at the spots as of each boundary,
-    #: and a replay waits for each boundary's repricing before it passes the next one: the
-    #: values are then a function of the data alone and never more than one interval
-    #: behind it (engine/options/clocked.py)
+    #: instead, every `options_every_ms` of data time at the spots as of each boundary
+    #: (values stamped with it), two launches in flight at most: a replay waits at a
+    #: boundary while both are busy. The values are then a function of the data alone
+    #: and never more than two intervals behind it (engine/options/clocked.py)
     options_every_ms: float = 0.0
     #: transport of a replay's feed: inproc (a thread of the engine's process), ipc or tcp
     #: (a process of its own); auto: ipc when the strategy's bar closes run on the GPU

@@ -42,10 +42,12 @@ class _Slot:
     def __init__(self, total: int, device: str) -> None:
         self.m = 0  # rows of the current launch
         self.inverse: np.ndarray | None = None  # launch row of each group row, in order
+        self.order: np.ndarray | None = None  # group row of each launch row
+        self.part_sizes: list[int] = []  # rows of each group of the current launch
         self.go: Any = None  # the pre-bound launch, if any
         #: the pre-bound launch of all `total` rows and the event's record as one CUDA graph
         self.graph: Any = None
-        self.key: tuple[Any, ...] | None = None  # the single group whose rows are in place
+        self.key: tuple[Any, ...] | None = None  # the groups whose rows are in place
         if device == "cpu":
             self.params: Any = np.zeros((total, core.N_PARAMS))
             self.out: Any = np.zeros((total, core.N_OUT))
@@ -177,26 +179,33 @@ class BatchPricer:
         return found
 
     def launch(self, slot: int, parts: list[np.ndarray], key: tuple[Any, ...],
-               spot: float | None = None) -> None:
+               spot: float | None = None, spots: list[float] | None = None) -> None:
         """Price the concatenated parameter rows `parts` (one array per group, spot set) in
         `slot`; `key` names the groups and their expiry columns (it selects a cached row
         order: the same key must mean rows with the same expiries). `spot`, with a single
-        group: its rows differ from this slot's previous launch of the same key only in
-        the spot column, so only that column is written. Does not wait."""
+        group, or `spots`, one per part: the rows differ from this slot's previous launch
+        of the same key only in their spot columns, so only those are written. Does not
+        wait."""
         if self._busy[slot]:
             raise RuntimeError(f"launch slot {slot} is busy")
         s = self._slots[slot]
-        if spot is not None and len(parts) == 1 and s.key == key and self.in_place:
+        in_place = s.key == key and self.in_place
+        if spot is not None and len(parts) == 1 and in_place:
             s.params_host[:s.m, core.SPOT] = spot  # the rows are in place: only the spot moved
+        elif spots is not None and in_place:
+            # each launch row's spot: its group's (rows in launch order, `order`)
+            per_row = np.repeat(np.asarray(spots, dtype=np.float64), s.part_sizes)
+            s.params_host[:s.m, core.SPOT] = per_row[s.order]
         else:
             rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
             m = rows.shape[0]
             if m > self.total:
                 raise ValueError(f"{m} rows exceed the batch's {self.total}")
-            order, s.inverse = self._order(key, rows)
-            np.take(rows, order, axis=0, out=s.params_host[:m])
+            s.order, s.inverse = self._order(key, rows)
+            np.take(rows, s.order, axis=0, out=s.params_host[:m])
             s.m = m
-            s.key = key if spot is not None and len(parts) == 1 else None
+            s.part_sizes = [len(p) for p in parts]
+            s.key = key if (spot is not None and len(parts) == 1) or spots is not None else None
         self._busy[slot] = True
         if self.device == "cpu":
             core.fd_price_batch_cpu(s.params_host[:s.m], s.out_host[:s.m], *self._args)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from engine.errors import UserError
 from engine.options.book import open_option_book
-from engine.options.clocked import MAX_EVERY_MS, ClockedOptions
+from engine.options.clocked import LAUNCHES_IN_FLIGHT, MAX_EVERY_MS, ClockedOptions
 from engine.options.group import OptionGroupConfig, build_group
 from engine.settings.config import EngineConfig
 from engine.settings.resolve import merge
@@ -122,7 +122,7 @@ def test_the_values_are_a_function_of_the_data_alone() -> None:
     assert encoded[0] == encoded[1] == encoded[2]
 
 
-def test_spots_wait_for_their_boundary_and_never_more_than_one_interval() -> None:
+def test_spots_wait_for_their_boundary() -> None:
     book = open_option_book([group("AAA")], device="cpu", every_ms=EVERY_MS)
     book.on_spot("AAA", 100.0, TS0 + 1 * MS)
     book.on_spot("AAA", 101.0, TS0 + 9 * MS)
@@ -137,6 +137,22 @@ def test_spots_wait_for_their_boundary_and_never_more_than_one_interval() -> Non
     summary = book.summary()
     assert summary["dispatch"] == "clocked" and summary["boundaries"] == 2
     assert summary["repricings"] == 2 and summary["coalesced_ticks"] == 1
+
+
+def test_a_grid_keeps_at_most_two_launches_in_flight() -> None:
+    """Never polled, a book hands out its oldest launch when a grid's slots are all busy:
+    the values are never more than LAUNCHES_IN_FLIGHT intervals behind the data."""
+    book = open_option_book([group("AAA"), group("BBB")], device="cpu", every_ms=EVERY_MS)
+    assert isinstance(book, ClockedOptions)
+    for k in range(7):
+        book.on_spot("AAA", 100.0 + k, TS0 + k * 10 * MS + 1)
+        book.on_spot("BBB", 50.0 + k, TS0 + k * 10 * MS + 2)
+        assert len(book._flights) <= LAUNCHES_IN_FLIGHT
+    assert len(book.waits_ns) == 6 - LAUNCHES_IN_FLIGHT  # boundaries 3..6 found no slot
+    got = book.poll() + asyncio.run(book.drain())
+    assert [(m.symbol, m.ts, m.spot) for m in got] == [
+        (sym, TS0 + (k + 1) * 10 * MS, base + k) for k in range(7)
+        for sym, base in (("AAA", 100.0), ("BBB", 50.0))]
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, math.nan, math.inf, -math.inf,

@@ -190,3 +190,22 @@ def test_raw_driver_launch_equals_numbas_launcher(monkeypatch: pytest.MonkeyPatc
             p.launch(0, parts, subset, spot)
             p.wait(0)
         np.testing.assert_array_equal(raw.results(0), numba_bound.results(0))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_spots_of_several_groups_in_place_equal_a_regather(seed: int) -> None:
+    """A seeded sequence of launches of group subsets, each with one spot per group
+    (`spots`): rows kept in place while the key stays, regathered when it changes, priced
+    exactly like each group's rows at its spot."""
+    g = groups()
+    rng = np.random.default_rng(seed)
+    pricer = BatchPricer([len(x) for x in g], TINY, "cpu", slots=2)
+    subsets = [(0, 1, 2), (2, 0), (1,)]
+    for _ in range(12):
+        subset = subsets[int(rng.integers(len(subsets)))]
+        spots = [float(rng.uniform(15.0, 120.0)) for _ in subset]
+        parts = [with_spot(g[i], sp) for i, sp in zip(subset, spots, strict=True)]
+        slot = int(rng.integers(2))
+        pricer.launch(slot, parts, subset, spots=spots)
+        got = pricer.results(slot)
+        np.testing.assert_array_equal(got, twin(np.concatenate(parts)))
