@@ -50,6 +50,7 @@ from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import msgspec  # noqa: E402
 import numpy as np  # noqa: E402
 
 from benchmarks.common import scoped_env  # noqa: E402
@@ -179,7 +180,7 @@ def _tick_gaps_ms(ticks: dict[str, np.ndarray]) -> dict[str, float]:
 def run_row(name: str, factory: functools.partial[Any], groups: list[OptionGroupConfig],
             device: str, dispatch: str, messages: str, transport: str,
             prebind: bool, publish_rate: float = 0.0, receive_batch: int = 0,
-            every_ms: float = 0.0) -> dict[str, Any]:
+            every_ms: float = 0.0, frame_ticks: int = -1) -> dict[str, Any]:
     groups = [OptionGroupConfig(**{**{f: getattr(g, f) for f in g.__struct_fields__},
                                    "messages": messages}) for g in groups]
     book = None
@@ -192,6 +193,8 @@ def run_row(name: str, factory: functools.partial[Any], groups: list[OptionGroup
     try:
         cfg = EngineConfig(transport=transport,  # type: ignore[arg-type]
                            receive_batch=receive_batch)
+        if frame_ticks >= 0:
+            cfg = msgspec.structs.replace(cfg, replay_frame_ticks=frame_ticks)
         # the engine process's CPU time (its zmq I/O thread included; the feed and the
         # worker are other processes): steadier than wall time on a host others share
         cpu0 = time.process_time()
@@ -379,6 +382,8 @@ class Row(NamedTuple):
     receive_batch: int = 0
     #: the groups repriced on the data's clock, every this many ms of data (0: per tick)
     every_ms: float = 0.0
+    #: trades per feed frame (-1: the default; 0: one message per tick, as with groups)
+    frame_ticks: int = -1
 
 
 #: the worker's spots from the engine's hot loop on every tick (OPTION_TAP_EVERY=0; the
@@ -481,6 +486,8 @@ def plan(one: Row, big: Row, gpu: str, paced_ticks: int = 100_000, n_gpus: int =
         *(Row(f"{gpu} process, default worker, launches spaced {f}", wl, fac, g1, gpu,
               "process", "group", True, {"OPTION_WORKER_SPACING": f}) for f in ("0.5", "0")),
         Row("10x1,000: no group", bwl, bfac, []),
+        Row("10x1,000: no group, one message per tick (as with groups)", bwl, bfac, [],
+            frame_ticks=0),
         Row(f"10x1,000: {gpu} process, default worker (2 in flight per group, no batching)",
             bwl, bfac, gb, gpu, "process", "group", True, {}),
         *([Row(f"10x1,000: {gpu} process, default worker, {n_gpus} GPUs", bwl, bfac, gb, gpu,
@@ -537,7 +544,8 @@ def _one(r: Row, args: argparse.Namespace) -> dict[str, Any]:
             if ENGINE_ENV in r.env:
                 pin_engine()
             row = run_row(r.name, r.factory, r.groups, r.device, r.dispatch, r.messages,
-                          args.transport, r.prebind, r.rate, r.receive_batch, r.every_ms)
+                          args.transport, r.prebind, r.rate, r.receive_batch, r.every_ms,
+                          r.frame_ticks)
         finally:
             os.sched_setaffinity(0, before)
     row["workload"], row["env"] = r.workload, dict(r.env)
