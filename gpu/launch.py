@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -109,7 +110,7 @@ class _LibCuda:
         # CUDA graphs: a launch and its event's record replayed as one driver call
         self.graphs = all(hasattr(lib, name) for name in (
             "cuStreamBeginCapture_v2", "cuStreamEndCapture", "cuGraphInstantiateWithFlags",
-            "cuGraphLaunch", "cuEventRecordWithFlags"))
+            "cuGraphLaunch", "cuEventRecordWithFlags", "cuGraphDestroy", "cuGraphExecDestroy"))
         if self.graphs:
             self.begin_capture = lib.cuStreamBeginCapture_v2
             self.begin_capture.argtypes = [p, ctypes.c_int]
@@ -121,6 +122,10 @@ class _LibCuda:
             self.graph_launch.argtypes = [p, p]
             self.record_with_flags = lib.cuEventRecordWithFlags
             self.record_with_flags.argtypes = [p, p, ctypes.c_uint]
+            self.graph_destroy = lib.cuGraphDestroy
+            self.graph_destroy.argtypes = [p]
+            self.graph_exec_destroy = lib.cuGraphExecDestroy
+            self.graph_exec_destroy.argtypes = [p]
         self.copy_to_device = lib.cuMemcpyHtoDAsync_v2
         self.copy_to_device.argtypes = [ctypes.c_uint64, p, ctypes.c_size_t, p]
         self.copy_to_device.restype = ctypes.c_int
@@ -331,8 +336,10 @@ def graph_launcher(go: Launcher, grid: int, event: Any, stream: Any
                    ) -> Callable[[], None] | None:
     """`launch()`: the bound launch `go(grid)` followed by `event`'s record, captured once
     into a CUDA graph and replayed as one cuGraphLaunch (one driver call where there were
-    two); None where the driver library, or its graph entry points, are not reached. The
-    launch's arguments are captured by value, so they must stay as `go` holds them."""
+    two); None where the driver library, or its graph entry points, are not reached, or
+    the capture fails (the caller keeps its bound launch). The launch's arguments are
+    captured by value, so they must stay as `go` holds them. The graph and its executable
+    are destroyed with `launch` (`launch.release`, a weakref.finalize)."""
     lib = _driver()
     hstream = _address(getattr(stream, "handle", None)) if lib is not None else None
     hevent = _address(getattr(event, "handle", None)) if lib is not None else None
@@ -341,24 +348,43 @@ def graph_launcher(go: Launcher, grid: int, event: Any, stream: Any
     graph, graph_exec = ctypes.c_void_p(), ctypes.c_void_p()
     if lib.begin_capture(hstream, CAPTURE_MODE_RELAXED) != CUDA_SUCCESS:
         return None
+    recorded: int | None = None
     try:
         go(grid)
         recorded = lib.record_with_flags(hevent, hstream, EVENT_RECORD_EXTERNAL)
-    finally:
+    except Exception as exc:  # noqa: BLE001 - a launch refused under capture: no graph
+        log.warning("a CUDA graph capture failed (%s): the bound launch stays", exc)
+    finally:  # the stream must leave capture mode whatever happened
         ended = lib.end_capture(hstream, ctypes.byref(graph))
-    if recorded != CUDA_SUCCESS or ended != CUDA_SUCCESS or not graph.value:
+    hgraph = graph.value
+    if recorded != CUDA_SUCCESS or ended != CUDA_SUCCESS or not hgraph:
+        if hgraph:
+            lib.graph_destroy(hgraph)
         return None
-    if lib.instantiate(ctypes.byref(graph_exec), graph, 0) != CUDA_SUCCESS:
+    made = lib.instantiate(ctypes.byref(graph_exec), hgraph, 0)
+    hexec = graph_exec.value
+    if made != CUDA_SUCCESS or not hexec:
+        lib.graph_destroy(hgraph)
         return None
-    replay, hexec = lib.graph_launch, graph_exec.value
+    replay = lib.graph_launch
 
     def launch() -> None:
         code = replay(hexec, hstream)
         if code != CUDA_SUCCESS:
             raise RuntimeError(f"cuGraphLaunch failed with CUDA error {code}")
 
-    launch.keep_alive = (graph, graph_exec)  # type: ignore[attr-defined]
+    release = weakref.finalize(launch, _destroy_graph, lib, hexec, hgraph)
+    # at the interpreter's exit the context goes with the process (and may be gone)
+    release.atexit = False
+    launch.release = release  # type: ignore[attr-defined]
     return launch
+
+
+def _destroy_graph(lib: _LibCuda, graph_exec: int, graph: int) -> None:
+    """A replayed graph's driver objects, freed when its launcher is collected (error
+    codes are ignored: nothing can be done about them in a finalizer)."""
+    lib.graph_exec_destroy(graph_exec)
+    lib.graph_destroy(graph)
 
 
 def untimed_event() -> Any:

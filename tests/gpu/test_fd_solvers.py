@@ -227,3 +227,35 @@ def test_group_pricer_spot_slot_follows_every_parameter_change(seed: int) -> Non
         np.testing.assert_array_equal(pricer.params, model)
         with pytest.raises(ValueError, match="read-only"):
             pricer.params[0, core.SPOT] = 1.0
+
+
+@pytest.mark.gpu
+def test_real_gpu_graphs_go_with_their_pricers_and_a_failed_capture_is_harmless() -> None:
+    """A group pricer's CUDA graph is destroyed when the pricer is collected (fifty made
+    and dropped, the driver's objects freed each time), and a launch that raises while
+    its stream is captured leaves no graph and the stream usable: the pricer's own launch
+    still gives the one-shot path's values bit for bit."""
+    import gc
+
+    from gpu.launch import graph_launcher
+
+    params = random_params(200, seed=41)
+    releases = []
+    for _ in range(50):
+        pricer = OptionGroupPricer(params, "seed", "cuda")
+        assert pricer.launcher == "ctypes+graph", pricer.launcher
+        releases.append(pricer._bound.release)
+        del pricer
+    gc.collect()
+    assert not any(r.alive for r in releases)
+
+    pricer = OptionGroupPricer(params, "seed", "cuda")
+
+    def refused(grid: int) -> None:
+        raise RuntimeError("refused under capture")
+
+    assert graph_launcher(refused, pricer.n, pricer._event, pricer._stream) is None
+    got, rows = reprice_at(pricer, 101.0, wait=True)
+    want = price_params(rows, "seed", "cuda")
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
