@@ -209,18 +209,19 @@ class ClockedOptions:
     def _publish(self, flight: _Flight) -> None:
         """A finished launch's messages, after every older launch's: the messages and
         their numbers do not depend on when the book is polled."""
-        out = flight.batch.pricer.results(flight.slot)
+        # a fresh array, a row per output: each group's values are contiguous slices of it
+        out = flight.batch.pricer.results_by_column(flight.slot)
         seen = time.perf_counter_ns() - flight.launched_ns
         row = 0
         for g, spot, boundary in flight.parts:
-            values = out[row:row + g.pricer.n]
-            row += g.pricer.n
+            end = row + g.pricer.n
             g.latencies_ns.append(seen)
             g.repricings += 1
             msgs, self._seq = repricing_messages(
-                g, self._seq, boundary, spot, values[:, 0].copy(), values[:, 1].copy(),
-                values[:, 2].copy())
+                g, self._seq, boundary, spot, out[0, row:end], out[1, row:end],
+                out[2, row:end])
             self._ready.extend(msgs)
+            row = end
 
     def poll(self) -> list[OptionMessage]:
         """Messages of every repricing finished since the last call; never blocks."""

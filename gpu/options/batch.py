@@ -240,6 +240,17 @@ class BatchPricer:
         self._busy[slot] = False
         return np.take(s.out_host[:s.m], s.inverse, axis=0)
 
+    def results_by_column(self, slot: int) -> np.ndarray:
+        """(N_OUT, m) results of the slot's launch, a row per output (price, delta, gamma)
+        with the rows' given order along it: each group's values are contiguous slices;
+        frees the slot. Call only when done()."""
+        if not self.done(slot):
+            raise RuntimeError("results requested before the launch finished")
+        s = self._slots[slot]
+        assert s.inverse is not None
+        self._busy[slot] = False
+        return np.take(s.out_host[:s.m].T, s.inverse, axis=1)
+
     def results_into(self, slot: int, start: int, dest: np.ndarray) -> None:
         """Rows start..start+n (n = dest's columns) of the slot's launch, in the rows' given
         order, written transposed into `dest` (3, n): price, delta, gamma rows. Call only

@@ -209,3 +209,14 @@ def test_spots_of_several_groups_in_place_equal_a_regather(seed: int) -> None:
         pricer.launch(slot, parts, subset, spots=spots)
         got = pricer.results(slot)
         np.testing.assert_array_equal(got, twin(np.concatenate(parts)))
+
+
+def test_results_by_column_are_the_results_transposed() -> None:
+    g = groups()
+    pricer = BatchPricer([len(x) for x in g], TINY, "cpu", slots=1)
+    parts = [with_spot(g[1], 99.0), with_spot(g[2], 21.0)]
+    pricer.launch(0, parts, (1, 2))
+    cols = pricer.results_by_column(0)
+    assert cols.shape == (core.N_OUT, sum(len(p) for p in parts))
+    np.testing.assert_array_equal(cols, twin(np.concatenate(parts)).T)
+    assert pricer.free_slot() == 0
