@@ -61,10 +61,7 @@ class Launch:
         self.stream = cuda.stream()
         self.d_params = cuda.to_device(params, stream=self.stream)
         self.d_out = cuda.device_array((self.n, core.N_OUT), np.float64, stream=self.stream)
-        # a tree whose kernels take the group's spot slot (`rows_keep_spot`) gets the
-        # slot that keeps each row's spot; an older tree's kernels have no such argument
-        slot = (module.rows_keep_spot(),) if hasattr(module, "rows_keep_spot") else ()
-        self.args = (self.d_params, self.d_out, *slot, *args)
+        self.args = (self.d_params, self.d_out, *args)
         self.kernel[self.n, core.LANES, self.stream](*self.args)  # compiles, warms
         self.stream.synchronize()
         self.go = bind(self.kernel, self.args, self.stream, core.LANES)

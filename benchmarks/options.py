@@ -75,7 +75,7 @@ def time_gpu(params: np.ndarray, grid: FdGrid, repeats: int) -> dict[str, float]
     # GPU_FD_SOLVER's (default lanes), as the engine launches it for n options
     kernel, threads = core.fd_kernel(grid.price_steps,
                                      split_passes=core.split_passes(grid.richardson, n))
-    args = (core.rows_keep_spot(), *grid.kernel_args())
+    args = grid.kernel_args()
     stream = cuda.stream()
     d_params = cuda.to_device(params, stream=stream)
     d_out = cuda.device_array((n, core.N_OUT), dtype=np.float64, stream=stream)

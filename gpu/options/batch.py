@@ -125,7 +125,7 @@ class BatchPricer:
             # one ordinary launch compiles (or loads) the kernel and gives the reference
             s.params_host[:, :row] = np.array([100.0, 100.0, 0.25, 0.2, 0.01, 0.0, 1.0, 0.0])
             s.params_host[:, core.STRIKE] = np.linspace(80.0, 120.0, self.total)
-            args = (s.params, s.out, core.rows_keep_spot(), *self._args)
+            args = (s.params, s.out, *self._args)
             self._kernel[self.total, self._threads, s.stream](*args)
             s.stream.synchronize()
             reference = s.out_host.copy()
@@ -216,8 +216,7 @@ class BatchPricer:
         if s.go is not None:
             s.go(s.m)
         else:
-            self._kernel[s.m, self._threads, s.stream](s.params, s.out, core.rows_keep_spot(),
-                                                        *self._args)
+            self._kernel[s.m, self._threads, s.stream](s.params, s.out, *self._args)
         s.record()
 
     def done(self, slot: int) -> bool:

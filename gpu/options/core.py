@@ -676,22 +676,6 @@ def fd_price_batch_cpu_serial(params: np.ndarray, out: np.ndarray, *grid: Any) -
 
 
 @cuda.jit(device=True)
-def _read_row(params: Any, spot_now: Any, opt: int, tid: int, row: Any) -> None:
-    """Thread `tid` < N_PARAMS copies column `tid` of row `opt` into shared memory. A
-    positive spot_now[0] stands in for every row's spot: a group repriced at a new price
-    of its underlying is one 8-byte host write (`OptionGroupPricer.set_spot`), not a
-    write into each of its rows; 0 keeps each row's own spot (batches of mixed
-    underlyings). The caller's barrier follows."""
-    if tid < N_PARAMS:
-        value = params[opt, tid]
-        if tid == SPOT:
-            shared_spot = spot_now[0]
-            if shared_spot > 0.0:
-                value = shared_spot
-        row[tid] = value
-
-
-@cuda.jit(device=True)
 def _row_in_shared(
     row: Any,
 ) -> tuple[float, float, float, float, float, float, bool, bool]:
@@ -771,7 +755,6 @@ def _write_values_at_spot(
 def _fd_price_kernel(
     params: Any,
     out: Any,
-    spot_now: Any,
     price_steps: int,
     dt_target: float,
     fixed_steps: int,
@@ -787,8 +770,7 @@ def _fd_price_kernel(
     """Price row `blockIdx.x` of `params` into `out`; thread j owns grid node j.
 
     `params` and `out` may be device arrays or mapped host memory (each is touched once per
-    block: N_PARAMS threads read the row into shared memory, thread 0 writes the result);
-    `spot_now` is one float64, a spot for every row when positive (`_read_row`).
+    block: N_PARAMS threads read the row into shared memory, thread 0 writes the result).
     Launch with blockDim = the node count N+1 rounded up to a warp; threads past node N
     carry identity rows, which PCR leaves alone.
     """
@@ -801,7 +783,8 @@ def _fd_price_kernel(
     sh_c = cuda.shared.array(MAX_NODES, np.float32)
     k_below = cuda.local.array(MAX_LEVELS, np.float32)
     k_above = cuda.local.array(MAX_LEVELS, np.float32)
-    _read_row(params, spot_now, opt, i, row)
+    if i < N_PARAMS:
+        row[i] = params[opt, i]
     cuda.syncthreads()  # type: ignore[call-arg]
     spot, strike, expiry, vol, rate, div, is_call, is_american = _row_in_shared(row)
     if expiry <= 0.0 or vol <= 0.0:  # the same for the whole block: no barrier diverges
@@ -1030,7 +1013,6 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
     def kernel(
         params: Any,
         out: Any,
-        spot_now: Any,
         price_steps: int,
         dt_target: float,
         fixed_steps: int,
@@ -1076,7 +1058,8 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
         rows_abc = cuda.shared.array((2, 3, ROWS), np.float32)
         fwd_level = cuda.local.array(SCAN_LEVELS, np.float32)
         bwd_level = cuda.local.array(SCAN_LEVELS, np.float32)
-        _read_row(params, spot_now, opt, tid, row)
+        if tid < N_PARAMS:
+            row[tid] = params[opt, tid]
         cuda.syncthreads()  # type: ignore[call-arg]
         spot, strike, expiry, vol, rate, div, is_call, is_american = _row_in_shared(row)
         if expiry <= 0.0 or vol <= 0.0:  # the same for the whole block
@@ -1438,21 +1421,6 @@ def fd_lanes_kernel(price_steps: int, shuffle: bool | None = None) -> Any:
         kern = jit(max_registers=cap)(source) if cap else jit(cache=not simulated)(source)
         _kernel_cache[key] = kern
     return kern
-
-
-_rows_keep_spot: dict[int, Any] = {}
-
-
-def rows_keep_spot() -> Any:
-    """The kernels' `spot_now` argument for rows priced at their own spots: a device array
-    holding 0.0, one per device, made once (a host array would be copied at every launch
-    and the launch would wait for the copy)."""
-    # (the simulator's device has no id: one device)
-    device = getattr(cuda.get_current_device(), "id", 0)
-    slot = _rows_keep_spot.get(device)
-    if slot is None:
-        slot = _rows_keep_spot[device] = cuda.to_device(np.zeros(1))
-    return slot
 
 
 def fd_kernel(

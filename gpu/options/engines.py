@@ -16,10 +16,9 @@ the engine's internal representation; `gpu.options.implied_vol` works on it too)
   option; or all CPU cores).
 - `black_scholes`: the analytic European price and greeks (reference and IV start).
 - `OptionGroupPricer`: one group of options on one underlying that is repriced many times,
-  e.g. after each tick: the rows live in device memory and the spot in one mapped host
-  float64, the kernel writes its results into mapped host memory, on the group's own
-  stream, and completion is observed by polling a recorded event (numba-cuda 0.30.4 has
-  no stream callbacks).
+  e.g. after each tick: parameters and spot live in mapped host memory, the kernel writes
+  its results into mapped host memory, on the group's own stream, and completion is
+  observed by polling a recorded event (numba-cuda 0.30.4 has no stream callbacks).
 
 Units: prices in the underlying's currency, expiry in years (calendar days / 365 where a
 date is involved), vol, rate and dividend yield per year (continuously compounded; the
@@ -276,7 +275,7 @@ def price_params(
     d_params = cuda.to_device(params, stream=stream)
     d_out = cuda.device_array((n, core.N_OUT), dtype=np.float64, stream=stream)
     kernel, threads = core.fd_kernel(g.price_steps, split_passes=split)
-    kernel[n, threads, stream](d_params, d_out, core.rows_keep_spot(), *g.kernel_args())
+    kernel[n, threads, stream](d_params, d_out, *g.kernel_args())
     out = d_out.copy_to_host(stream=stream)
     stream.synchronize()
     return _values(out)
@@ -311,7 +310,7 @@ class _MappedBatch:
         self.host_params[:, core.STRIKE] = 1.0
         self.stream = cuda.stream()
         self.kernel, self.threads = core.fd_kernel(grid.price_steps, split_passes=split)
-        self.args = (self.params, self.out, core.rows_keep_spot(), *grid.kernel_args())
+        self.args = (self.params, self.out, *grid.kernel_args())
         self.kernel[1, self.threads, self.stream](*self.args)  # compiles, or loads
         self.stream.synchronize()
         self.go = bind(self.kernel, self.args, self.stream, self.threads)
@@ -413,12 +412,10 @@ def _recorded_by_the_graph() -> None:
 class OptionGroupPricer:
     """A group of options repriced again and again, e.g. on every tick of its underlying.
 
-    On CUDA: the parameter rows live in device memory (copied there when a column
-    changes: a date roll, not a tick), the spot in one mapped (pinned, device-visible)
-    float64 the kernel reads in place of every row's spot, and the results in mapped host
-    memory, so a new spot is one 8-byte host write and the results need no copy. Each
-    `launch` is one kernel on the group's own stream followed by a recorded event (one
-    CUDA graph where it can be); `done()` polls the event and never blocks. On the CPU the launch
+    On CUDA: the parameter rows and the results live in mapped (pinned, device-visible)
+    host memory, so a new spot or a changed parameter is a plain host write and the
+    results need no copy; each `launch` is one kernel on the group's own stream followed
+    by a recorded event; `done()` polls the event and never blocks. On the CPU the launch
     computes synchronously and `done()` is always true, unless `background=True`: then the
     CPU twin runs on a worker thread without the GIL and `done()` polls its future, so an
     event loop keeps running while the group is repriced, as on the GPU.
@@ -438,11 +435,9 @@ class OptionGroupPricer:
         self._in_flight = False
         self._future: Any = None
         self._executor: Any = None
-        # the rows as last set; on CUDA their spot column may lag `_spot_slot` (`params`)
-        self._rows = np.array(params, dtype=np.float64, copy=True)
         if self.device == "cpu":
-            self._params_dev: Any = self._rows
-            self._spot_slot: Any = None
+            self._params_dev: Any = np.array(params, dtype=np.float64, copy=True)
+            self.params = self._params_dev
             self._out_dev: Any = np.zeros((self.n, core.N_OUT))
             self._out = self._out_dev
             self._stream: Any = None
@@ -454,16 +449,12 @@ class OptionGroupPricer:
             return
         from numba import cuda
 
-        # The rows in device memory: read by every block at its start, where mapped host
-        # memory would cost each block a round trip over the bus; they change only in
-        # set_column. The spot, which changes on every tick, is one mapped float64 (0: the
-        # rows' own spots, until set_spot).
-        self._params_dev = cuda.to_device(self._rows)
-        self._spot_dev = cuda.mapped_array(1, dtype=np.float64)
-        self._spot_slot = np.asarray(self._spot_dev)  # host view of the same memory
-        self._spot_slot[0] = 0.0
+        self._params_dev = cuda.mapped_array((self.n, core.N_PARAMS), dtype=np.float64)
         self._out_dev = cuda.mapped_array((self.n, core.N_OUT), dtype=np.float64)
+        # host views of the same memory (np.asarray of a mapped array aliases it)
+        self.params = np.asarray(self._params_dev)
         self._out = np.asarray(self._out_dev)
+        self.params[:] = params
         self._out[:] = np.nan
         self._stream = cuda.stream()
         self._event = untimed_event()
@@ -482,20 +473,7 @@ class OptionGroupPricer:
             self._bind_launch()
 
     def _launch_args(self) -> tuple[Any, ...]:
-        return (self._params_dev, self._out_dev, self._spot_dev, *self._args)
-
-    @property
-    def params(self) -> FloatArray:
-        """The group's parameter rows at the current spot. On the CPU the array the twin
-        prices (changed in place by set_spot and set_column); on CUDA a read-only view
-        (change rows through set_column, which copies them to the device)."""
-        if self._spot_slot is None:
-            return self._rows
-        if self._spot_slot[0] > 0.0:
-            self._rows[:, core.SPOT] = self._spot_slot[0]
-        view = self._rows.view()
-        view.flags.writeable = False
-        return view
+        return (self._params_dev, self._out_dev, *self._args)
 
     def _bind_launch(self) -> None:
         """Pre-bind the launch (`gpu.launch.bind`): numba types every argument and
@@ -554,10 +532,7 @@ class OptionGroupPricer:
             raise RuntimeError("cannot change parameters while a repricing is in flight")
         if not (spot > 0 and math.isfinite(spot)):
             raise ValueError(f"spot must be a positive number, got {spot!r}")
-        if self._spot_slot is not None:
-            self._spot_slot[0] = spot  # the kernel reads it in place of the rows' spots
-        else:
-            self._rows[:, core.SPOT] = spot
+        self.params[:, core.SPOT] = spot
 
     def set_expiry(self, years: npt.ArrayLike) -> None:
         """New times to expiry in years (the valuation date rolled); ≤ 0: expired."""
@@ -567,16 +542,7 @@ class OptionGroupPricer:
         """Change one parameter column (e.g. core.EXPIRY when the date rolls)."""
         if self._in_flight:
             raise RuntimeError("cannot change parameters while a repricing is in flight")
-        if self._spot_slot is None:
-            self._rows[:, column] = values
-            return
-        if self._spot_slot[0] > 0.0:
-            self._rows[:, core.SPOT] = self._spot_slot[0]
-        self._rows[:, column] = values
-        if column == core.SPOT:
-            self._spot_slot[0] = 0.0  # each row's own spot again
-        self._params_dev.copy_to_device(self._rows, stream=self._stream)
-        self._stream.synchronize()  # the host rows may change again at once
+        self.params[:, column] = values
 
     def launch(self) -> None:
         """Start repricing the group with the current parameters; does not wait."""
