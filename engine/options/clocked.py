@@ -39,12 +39,11 @@ from engine.options.group import (
 )
 from engine.options.protocol import (
     DRAIN_TIMEOUT_S,
-    Counts,
     OptionMessage,
     OptionPricingStalled,
     drain_repricings,
     repricing_messages,
-    summarize,
+    summarize_groups,
     values_in,
 )
 
@@ -242,13 +241,7 @@ class ClockedOptions:
 
     def summary(self) -> dict[str, object]:
         gs_all = [g for gs in self._groups.values() for g in gs]
-        counts = Counts(
-            groups=len(gs_all), options=sum(g.pricer.n for g in gs_all), ticks=self._ticks,
-            repricings=sum(g.repricings for g in gs_all),
-            coalesced=sum(g.coalesced for g in gs_all),
-            latencies_ns=[x for g in gs_all for x in g.latencies_ns])
-        last = [(g.symbols, g.last_values) for g in gs_all if g.last_values is not None]
-        out = summarize(self, self._configs, counts, last)
+        out = summarize_groups(self, self._configs, gs_all, self._ticks)
         waits = sorted(self.waits_ns)
         out.update({"every_ms": self.every_ns / 1e6, "boundaries": self.boundaries,
                     "boundary_wait_us_p50": waits[len(waits) // 2] / 1e3 if waits else None,

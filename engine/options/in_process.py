@@ -17,11 +17,10 @@ from zoneinfo import ZoneInfo
 from engine.options.group import OptionGroupConfig, PricedGroup, build_group, prepare_launch
 from engine.options.protocol import (
     DRAIN_TIMEOUT_S,
-    Counts,
     OptionMessage,
     drain_repricings,
     repricing_messages,
-    summarize,
+    summarize_groups,
     values_in,
 )
 
@@ -126,10 +125,4 @@ class InProcessOptions:
 
     def summary(self) -> dict[str, object]:
         gs_all = [g for gs in self._groups.values() for g in gs]
-        counts = Counts(
-            groups=len(gs_all), options=sum(g.pricer.n for g in gs_all), ticks=self._ticks,
-            repricings=sum(g.repricings for g in gs_all),
-            coalesced=sum(g.coalesced for g in gs_all),
-            latencies_ns=[x for g in gs_all for x in g.latencies_ns])
-        last = [(g.symbols, g.last_values) for g in gs_all if g.last_values is not None]
-        return summarize(self, self._configs, counts, last)
+        return summarize_groups(self, self._configs, gs_all, self._ticks)

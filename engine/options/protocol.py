@@ -196,3 +196,16 @@ def summarize(pricing: OptionPricing, configs: list[OptionGroupConfig], counts: 
         "latency_us_max": float(lat_us.max()) if lat else None,
         "last": last,
     }
+
+
+def summarize_groups(pricing: OptionPricing, configs: list[OptionGroupConfig],
+                     groups: list[PricedGroup], ticks: int) -> dict[str, object]:
+    """`summarize` for a book that holds its groups in this process (their own counts,
+    latencies and newest values)."""
+    counts = Counts(
+        groups=len(groups), options=sum(g.pricer.n for g in groups), ticks=ticks,
+        repricings=sum(g.repricings for g in groups),
+        coalesced=sum(g.coalesced for g in groups),
+        latencies_ns=[x for g in groups for x in g.latencies_ns])
+    last = [(g.symbols, g.last_values) for g in groups if g.last_values is not None]
+    return summarize(pricing, configs, counts, last)
