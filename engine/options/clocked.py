@@ -19,7 +19,9 @@ Here the data's clock decides:
   interval's ticks, and the next boundary's launch queues behind the running one.
 
 Which spots are priced and the values are then a function of the data alone: the same
-replay publishes the same messages whatever the machine's speed.
+replay publishes the same messages whatever the machine's speed. The book knows the time
+only from its spots: a boundary is passed when the first spot beyond it arrives (or at the
+end, `drain`), so live, an interval's values wait for the next tick of an underlying.
 """
 
 from __future__ import annotations
