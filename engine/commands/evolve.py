@@ -170,8 +170,10 @@ def evaluate_period(window: GPWindow, period: Period, result: EvolutionResult,
     # next day's open shows how much of its edge was the same-close assumption
     report["fill_model"] = "signal-close"
     if window.open is not None:
+        # the bitwise evaluator, as the evolution's: a cold run compiles one evaluator
         nxt = simulate_money_next_open(rules[0], window.panel, window.open, window.close,
-                                       period.day0, period.day1, window.last_day, costs)
+                                       period.day0, period.day1, window.last_day, costs,
+                                       method="bitwise")
         report["roi_next_open"] = float(np.mean(roi(nxt)))
     trading = trade_period(rules[:1], window.panel, window.close, period.day0, period.day1,
                            costs, window.last_day)

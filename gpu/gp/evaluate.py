@@ -11,8 +11,9 @@ CUDA layout: one thread per (program, stock), thread t -> program t // n_stocks,
 t % n_stocks, so the stocks of one program sit in consecutive threads of a warp, run the
 same op sequence without divergence and read the program row as a broadcast. The
 interpreter's stack is a few bits in a register (gp_core.decision_code), never local memory. The
-CPU twin runs the same core functions over programs, in chunks on threads (final cash,
-`gpu.threads.run_chunks`) or in a prange (the decisions, `_codes_cpu`).
+CPU twin runs the same core functions over programs, in chunks on threads (final cash and
+the decisions of a period, `gpu.threads.run_chunks`) or in a prange (a bar close's decisions
+of many rules, `_codes_cpu`, for gpu.gp.decider).
 
 Compiled kernels follow the one cache policy of `gpu.twin`: cached on disk (CUDA ones only
 on a real GPU), and flushed at import whenever gp_core.py is newer than their cache entry,
@@ -86,6 +87,20 @@ def _final_cash_cpu(lo: int, hi: int, programs: Any, lengths: Any, panel: Any, c
 def _codes_cpu(programs: Any, lengths: Any, panel: Any, day0: int, day1: int, out: Any) -> None:
     n_stocks = panel.shape[2]
     for i in prange(programs.shape[0]):
+        program = programs[i]
+        for d in range(day0, day1):
+            for s in range(n_stocks):
+                out[i, d - day0, s] = _decide_cpu(program, lengths[i], panel[d], s)
+
+
+@numba.njit(nogil=True, cache=True)
+def _codes_range_cpu(lo: int, hi: int, programs: Any, lengths: Any, panel: Any, day0: int,
+                     day1: int, out: Any) -> None:
+    """Programs lo..hi-1's decision codes (run in chunks on threads): `_codes_cpu`'s loop
+    without its prange, which a cold process would compile twice (see gpu.threads) for a
+    period's decisions (`decision_codes`), a call or two of a command."""
+    n_stocks = panel.shape[2]
+    for i in range(lo, hi):
         program = programs[i]
         for d in range(day0, day1):
             for s in range(n_stocks):
@@ -182,7 +197,8 @@ def decision_codes(programs: np.ndarray, lengths: np.ndarray, panel: np.ndarray,
     if n == 0:
         return out
     if resolve_device(device, "GP decisions") == "cpu":
-        _codes_cpu(programs, lengths, panel_c, day0, day1, out)
+        run_chunks(_codes_range_cpu, n, programs, lengths, panel_c, day0, day1, out,
+                   min_chunk=16)
         return out
     d_out = cuda.device_array(out.shape, np.int8)
     _codes_kernel[_blocks(n * n_stocks), THREADS_PER_BLOCK](
