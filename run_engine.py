@@ -212,7 +212,10 @@ def _first_run_compiles(module: Any, args: argparse.Namespace, early: Any = None
     """With empty caches, start compiling the command's recorded kernels in parallel
     processes (gpu/compile_cache.py; the command runs on meanwhile) and say so; with warm
     caches this costs a few file checks. GTE_PREWARM=0 turns the parallel compile off (the
-    announcement stays). Returns the workers' handle, or None."""
+    announcement stays). Where this process compiles a share, it first does the command's
+    `first_run_work(args)` if it has one: (job, its seconds), work that needs no kernel
+    and would otherwise follow the compiling (reading data, importing matplotlib). Returns
+    the workers' handle, or None."""
     import os
 
     from gpu import compile_cache
@@ -225,12 +228,24 @@ def _first_run_compiles(module: Any, args: argparse.Namespace, early: Any = None
     profile = choose(args) if choose is not None else args.command
     if not profile:
         return None
+    work = getattr(module, "first_run_work", None)
+    job = work(args) if work is not None else None
     handle = compile_cache.prewarm(profile, message=None if args.quiet else
-                                   compile_cache.NOTICE, early=early)
+                                   compile_cache.NOTICE, early=early,
+                                   own_work=job[1] if job is not None else 0.0)
     if handle is not None:
         handle.defer()
+        if job is not None and handle.own:
+            _run_quietly(job[0])
         handle.compile_own()
     return handle
+
+
+def _run_quietly(job: Any) -> None:
+    """A command's `first_run_work` (work of its own that needs no kernel, done while the
+    workers compile): a failure is left for the command itself to meet and report."""
+    with contextlib.suppress(Exception):
+        job()
 
 
 def _export_gpu_settings(args: argparse.Namespace) -> dict[str, str]:

@@ -392,7 +392,7 @@ def _spawn(n: int, modules: Sequence[str] = ()) -> list[subprocess.Popen[bytes]]
 
 def prewarm(profile: str, workers: int | None = None, message: str | None = NOTICE,
             path: Path = MANIFEST, own_share: bool | None = None,
-            early: EarlyWorkers | None = None) -> Prewarm | None:
+            early: EarlyWorkers | None = None, own_work: float = 0.0) -> Prewarm | None:
     """Start compiling `profile`'s uncached manifest entries in worker processes.
 
     `workers`/`own_share`: how many worker processes, and whether this process compiles a
@@ -401,7 +401,9 @@ def prewarm(profile: str, workers: int | None = None, message: str | None = NOTI
     their shares here (or released). None (nothing started) when the manifest has no such
     entries, when no worker would get an entry, or when numba's disk cache is off.
     `message` is written on stderr when workers start (then the in-process announcement is
-    dropped)."""
+    dropped). `own_work`: seconds of other work this process does before it waits for the
+    workers (the command's `first_run_work`), counted as its share's head start, so the
+    workers take more of the compiling and nobody waits idle."""
     if early is not None:
         workers, own, head = len(early.procs), early.own, early.head_start()
     elif workers is None:
@@ -416,7 +418,7 @@ def prewarm(profile: str, workers: int | None = None, message: str | None = NOTI
             disp = dispatcher(entry)
             if disp is not None and not is_cached(disp):
                 missing.append(entry)
-    shares = _shares(missing, own + workers, [0.0] * own + [head] * workers)
+    shares = _shares(missing, own + workers, [own_work] * own + [head] * workers)
     own_entries, shares = (shares[0] if own else []), shares[own:]
     if early is None:
         early = EarlyWorkers(_spawn(sum(1 for s in shares if s)), own)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import numpy as np
 from engine.errors import UserError
 from engine.extras import require
 from engine.progress import eta
+from engine.reporting import plot_worker
 from engine.reporting.plot_worker import PlotWorker
 from feeds.datadir import data_dir
 from gpu import warm_start
@@ -210,6 +212,10 @@ def _check_options(args: argparse.Namespace) -> list[str] | None:
     _check_kinds(args)
     if args.test_days < 0 or args.test_days == 1:
         raise UserError("--test-days must be 0 or at least 2")
+    return _symbols(args)
+
+
+def _symbols(args: argparse.Namespace) -> list[str] | None:
     return [s.strip() for s in args.symbols.split(",") if s.strip()] if args.symbols else None
 
 
@@ -381,6 +387,33 @@ def compile_profile(args: argparse.Namespace) -> str | None:
     if cuda_present():
         return "evolve-cuda"
     return "evolve-cpu" if args.device == "auto" else None  # --device cuda: an error soon
+
+
+#: seconds of `first_run_work` in a cold run on the 2-core dev VM (2026-11-28: parsing the
+#: S&P 500 file 1.5 s, matplotlib's import and first figure with its bytecode compiled 1.3 s)
+FIRST_RUN_WORK_SECONDS = 2.8
+
+
+def first_run_work(args: argparse.Namespace) -> tuple[Callable[[], None], float] | None:
+    """With empty caches, where this process compiles a share of the kernels (few cores,
+    run_engine's `_first_run_compiles`): the work of a run that needs no kernel, done
+    before this process's share so that the compile workers take more of the compiling.
+    It parses the data file (the window's table, kept in this process) and, where the PNG
+    is drawn in this process, imports matplotlib; the run then finds both done. A walk-
+    forward or island run compiles elsewhere and has none."""
+    if compile_profile(args) is None:
+        return None
+
+    def work() -> None:
+        from strategies.gp.window import preload_table
+
+        symbols = _symbols(args)
+        preload_table(args.data, None if symbols else args.stocks, args.train_days,
+                      args.test_days, start=args.start, symbols=symbols)
+        if not plot_worker.in_background():
+            plot_worker.warm()
+
+    return work, FIRST_RUN_WORK_SECONDS
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -101,6 +101,57 @@ def test_own_share_is_compiled_here_while_a_worker_compiles_the_rest(tmp_path: P
     assert at_end == after_own  # nothing more compiled in this process
 
 
+def test_own_work_hands_the_workers_more_of_the_compiling(tmp_path: Path) -> None:
+    code = (_tiny(tmp_path, [ENTRY._replace(seconds=2.0), OTHER]) +
+            "h = compile_cache.prewarm('tiny', workers=1, own_share=True, path=m,"
+            " own_work=10.0)\n"
+            "print(json.dumps([[e.qualname for e in h.own],"
+            " [[e.qualname for e in s] for s in h.shares]]))\n"
+            "h.wait()\n")
+    own, workers = json.loads(_run(code, tmp_path / "numba").stdout)
+    # this process is busy for 10 s with the command's own work: the worker takes both
+    assert own == [] and workers == [["_bar_error", "next_u64"]]
+
+
+def test_first_run_work_comes_before_the_own_share_and_only_with_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+    import types
+
+    import run_engine
+
+    calls: list[str] = []
+    asked: list[float] = []
+
+    class Handle:
+        def __init__(self, own: list[Entry]) -> None:
+            self.own = own
+
+        def defer(self) -> None:
+            calls.append("defer")
+
+        def compile_own(self) -> int:
+            calls.append("compile_own")
+            return 0
+
+    def job() -> None:
+        calls.append("job")
+        raise OSError("no such file")  # the command itself meets it and says so
+
+    module = types.SimpleNamespace(compile_profile=lambda args: "p",
+                                   first_run_work=lambda args: (job, 4.5))
+    args = argparse.Namespace(quiet=True, command="evolve")
+    monkeypatch.setenv("GTE_PREWARM", "1")
+    for own, want in (([ENTRY], ["defer", "job", "compile_own"]),
+                      ([], ["defer", "compile_own"])):
+        calls.clear()
+        monkeypatch.setattr(compile_cache, "prewarm", lambda profile, own=own, **kw: (
+            asked.append(kw["own_work"]), Handle(own))[1])
+        run_engine._first_run_compiles(module, args)
+        assert calls == want
+    assert asked == [4.5, 4.5]
+
+
 def test_plan_gives_the_commands_process_a_share_only_when_cpus_are_few() -> None:
     assert compile_cache.plan(1) == (0, True)  # no worker: prewarm starts nothing
     assert compile_cache.plan(2) == (1, True)
