@@ -145,8 +145,12 @@ def test_first_run_work_comes_before_the_own_share_and_only_with_one(
     for own, want in (([ENTRY], ["defer", "job", "compile_own"]),
                       ([], ["defer", "compile_own"])):
         calls.clear()
-        monkeypatch.setattr(compile_cache, "prewarm", lambda profile, own=own, **kw: (
-            asked.append(kw["own_work"]), Handle(own))[1])
+
+        def prewarm(profile: str, own: list[Entry] = own, **kw: float) -> Handle:
+            asked.append(kw["own_work"])
+            return Handle(own)
+
+        monkeypatch.setattr(compile_cache, "prewarm", prewarm)
         run_engine._first_run_compiles(module, args)
         assert calls == want
     assert asked == [4.5, 4.5]
