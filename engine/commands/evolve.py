@@ -172,10 +172,10 @@ def evaluate_period(window: GPWindow, period: Period, result: EvolutionResult,
     # next day's open shows how much of its edge was the same-close assumption
     report["fill_model"] = "signal-close"
     if window.open is not None:
-        # the bitwise evaluator, as the evolution's: a cold run compiles one evaluator
+        # on the CPU the evolution's own evaluator (bitwise): a cold run compiles one
         nxt = simulate_money_next_open(rules[0], window.panel, window.open, window.close,
                                        period.day0, period.day1, window.last_day, costs,
-                                       method="bitwise")
+                                       method="bitwise" if device == "cpu" else "stack")
         report["roi_next_open"] = float(np.mean(roi(nxt)))
     trading = trade_period(rules[:1], window.panel, window.close, period.day0, period.day1,
                            costs, window.last_day)

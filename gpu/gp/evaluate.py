@@ -51,6 +51,7 @@ from gpu.gp.window import (  # noqa: F401 (the shared pieces stay importable fro
     roi,
 )
 from gpu.indicators.catalogue import N_FLOAT, N_TERMINALS
+from gpu.small import interpreted, is_small
 from gpu.threads import run_chunks
 from gpu.twin import cuda_kernel_cache, flush_stale_caches
 
@@ -67,7 +68,6 @@ flush_stale_caches(__file__, [gp_core.__file__, gp_window.__file__])
 _cpu = gp_core.CPU
 _simulate_cpu = _cpu.simulate
 _decide_cpu = _cpu.decision_code
-_buy_hold_cpu = _cpu.buy_hold
 _simulate_codes_cpu = _cpu.simulate_codes
 
 
@@ -124,6 +124,10 @@ def _codes_cash_cpu(codes: Any, close: Any, day0: int, day1: int, costs: Any, ou
                     ) -> None:
     for s in range(close.shape[1]):
         out[s] = _simulate_codes_cpu(codes, close, s, day0, day1, costs)
+
+
+#: `_codes_cash_cpu` run by the interpreter over the plain money rules, for small windows
+_codes_cash_python = interpreted(_codes_cash_cpu, _simulate_codes_cpu=gp_core.simulate_codes)
 
 
 # --------------------------------------------------------------------------- CUDA kernels
@@ -197,6 +201,11 @@ def decision_codes(programs: np.ndarray, lengths: np.ndarray, panel: np.ndarray,
     if n == 0:
         return out
     if resolve_device(device, "GP decisions") == "cpu":
+        words = (day1 - day0 + 63) // 64  # a few rules on a small window (gpu.small)
+        if is_small(day1 - day0, n_stocks) and is_small(n, words, n_stocks):
+            from gpu.gp.bitwise import codes_numpy
+
+            return codes_numpy(programs, lengths, panel_c, day0, day1)
         run_chunks(_codes_range_cpu, n, programs, lengths, panel_c, day0, day1, out,
                    min_chunk=16)
         return out
@@ -217,7 +226,10 @@ def cash_from_codes(codes: np.ndarray, close: np.ndarray, day0: int = 0,
     if codes.shape != (day1 - day0, close.shape[1]):
         raise ValueError(f"codes must be {(day1 - day0, close.shape[1])}, got {codes.shape}")
     out = np.empty(close.shape[1], np.float64)
-    _codes_cash_cpu(codes, close, day0, day1, costs, out)
+    if is_small(day1 - day0, close.shape[1]):  # the plain core, interpreted (gpu.small)
+        _codes_cash_python(codes, close, day0, day1, costs, out)
+    else:
+        _codes_cash_cpu(codes, close, day0, day1, costs, out)
     return out
 
 

@@ -10,6 +10,7 @@ import numba
 import numpy as np
 import pytest
 
+from gpu.gp import evaluate
 from gpu.gp.core import cost_tuple
 from gpu.gp.evaluate import _codes_cpu, decision_codes
 from strategies.gp.representation import GPRule, rules_programs
@@ -51,7 +52,10 @@ def test_one_rules_money_is_the_same_on_both_evaluators(window: GPWindow,
 
 
 def test_a_periods_codes_in_chunks_equal_the_prange_loop(window: GPWindow,
-                                                           rules: list[GPRule]) -> None:
+                                                           rules: list[GPRule],
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    monkeypatch.setattr(evaluate, "is_small", lambda *dims: False)  # the compiled chunks
     programs, lengths = rules_programs(rules)
     period = window.train
     want = np.zeros((len(rules), period.days, window.n_stocks), np.int8)
