@@ -14,6 +14,7 @@ compiled one.
 
 from __future__ import annotations
 
+import os
 import types
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +23,33 @@ from typing import Any
 #: uncompiled: interpreted, about 1 us a cell (a 768-day x 16-stock money pass took 12 ms
 #: in Python against 0.05 ms compiled, whose compile took 0.2 s), so at most some 30 ms
 SMALL_CELLS = 32_768
+
+
+#: cells run uncompiled so far in this process, per driver (see `uncompiled`)
+_spent: dict[str, int] = {}
+
+
+def uncompiled(driver: Any, cells: int, budget: int = SMALL_CELLS) -> bool:
+    """Whether to run `cells` of `driver`'s work uncompiled: it is small, the driver has no
+    machine code yet (compiled in this process or in numba's disk cache: then that is the
+    faster way), and this process's uncompiled work on it stays within `budget` cells,
+    about what compiling it costs (many small calls compile it once instead). Charged when
+    True."""
+    name = getattr(getattr(driver, "py_func", driver), "__qualname__", repr(driver))
+    spent = _spent.get(name, 0)
+    if not is_small(cells) or spent + cells > budget or has_machine_code(driver):
+        return False
+    _spent[name] = spent + cells
+    return True
+
+
+def has_machine_code(driver: Any) -> bool:
+    """Whether a numba dispatcher is compiled in this process or has a disk-cache index."""
+    if getattr(driver, "signatures", None):
+        return True
+    cache_file = getattr(getattr(driver, "_cache", None), "_cache_file", None)
+    index = getattr(cache_file, "_index_path", None)
+    return index is not None and os.path.isfile(index)
 
 
 def is_small(*dims: int) -> bool:

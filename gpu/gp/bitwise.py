@@ -53,7 +53,7 @@ from gpu.gp import window as gp_window
 from gpu.gp.core import CASH0, CODE_BUY, CODE_SELL, OP_AND, OP_GT, OP_NOT, STACK_SIZE, Int
 from gpu.gp.window import WindowEvaluator, _check_programs, fitness_from_cash, gp_ops
 from gpu.indicators.catalogue import N_FLOAT, N_TERMINALS
-from gpu.small import is_small
+from gpu.small import SMALL_CELLS, uncompiled
 from gpu.threads import chunk_lo, parallel_range, run_chunks
 from gpu.twin import compile_twin, cuda_kernel_cache, flush_stale_caches
 
@@ -396,9 +396,14 @@ def n_words(n_days: int) -> int:
     return (n_days + DAYS_PER_WORD - 1) // DAYS_PER_WORD
 
 
+#: cells (days x stocks) of masks a process builds with numpy (about 1 us a cell; the
+#: compiled loop costs 0.6 s to compile, 2-core dev VM, 2026-11-28)
+MASKS_BUDGET = 16 * SMALL_CELLS
+
+
 def _host_masks(panel: F32, day0: int, day1: int) -> U64:
     """The masks on the CPU: numpy for a small window (gpu.small), else the compiled loop."""
-    if is_small(day1 - day0, panel.shape[2]):
+    if uncompiled(_masks_cpu, (day1 - day0) * panel.shape[2], MASKS_BUDGET):
         return masks_numpy(panel, day0, day1)
     out = np.empty((N_MASKS, n_words(day1 - day0), panel.shape[2]), np.uint64)
     run_chunks(_masks_cpu, out.shape[0], panel, day0, day1, out, min_chunk=1)

@@ -51,7 +51,7 @@ from gpu.gp.window import (  # noqa: F401 (the shared pieces stay importable fro
     roi,
 )
 from gpu.indicators.catalogue import N_FLOAT, N_TERMINALS
-from gpu.small import interpreted, is_small
+from gpu.small import SMALL_CELLS, interpreted, is_small, uncompiled
 from gpu.threads import run_chunks
 from gpu.twin import cuda_kernel_cache, flush_stale_caches
 
@@ -126,6 +126,9 @@ def _codes_cash_cpu(codes: Any, close: Any, day0: int, day1: int, costs: Any, ou
         out[s] = _simulate_codes_cpu(codes, close, s, day0, day1, costs)
 
 
+#: cells a process runs uncompiled per driver here (gpu.small): about 1 us a cell, so some
+#: 0.25 s in all, against 0.2-0.4 s to compile a driver (2-core dev VM, 2026-11-28)
+MONEY_BUDGET = 8 * SMALL_CELLS
 #: `_codes_cash_cpu` run by the interpreter over the plain money rules, for small windows
 _codes_cash_python = interpreted(_codes_cash_cpu, _simulate_codes_cpu=gp_core.simulate_codes)
 
@@ -202,7 +205,8 @@ def decision_codes(programs: np.ndarray, lengths: np.ndarray, panel: np.ndarray,
         return out
     if resolve_device(device, "GP decisions") == "cpu":
         words = (day1 - day0 + 63) // 64  # a few rules on a small window (gpu.small)
-        if is_small(day1 - day0, n_stocks) and is_small(n, words, n_stocks):
+        if is_small(day1 - day0, n_stocks) and uncompiled(_codes_range_cpu, n * words * n_stocks,
+                                                          MONEY_BUDGET):
             from gpu.gp.bitwise import codes_numpy
 
             return codes_numpy(programs, lengths, panel_c, day0, day1)
@@ -226,7 +230,8 @@ def cash_from_codes(codes: np.ndarray, close: np.ndarray, day0: int = 0,
     if codes.shape != (day1 - day0, close.shape[1]):
         raise ValueError(f"codes must be {(day1 - day0, close.shape[1])}, got {codes.shape}")
     out = np.empty(close.shape[1], np.float64)
-    if is_small(day1 - day0, close.shape[1]):  # the plain core, interpreted (gpu.small)
+    if uncompiled(_codes_cash_cpu, (day1 - day0) * close.shape[1], MONEY_BUDGET):
+        # the plain core, interpreted (gpu.small)
         _codes_cash_python(codes, close, day0, day1, costs, out)
     else:
         _codes_cash_cpu(codes, close, day0, day1, costs, out)

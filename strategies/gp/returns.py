@@ -24,8 +24,8 @@ from numba import njit
 
 from gpu.gp import core as gp_core
 from gpu.gp.core import CASH0, CODE_BUY, CODE_SELL, CPU, DEFAULT_COSTS
-from gpu.gp.evaluate import decision_codes
-from gpu.small import interpreted, is_small
+from gpu.gp.evaluate import MONEY_BUDGET, decision_codes
+from gpu.small import interpreted, uncompiled
 from strategies.gp.representation import GPRule, rules_programs
 from strategies.gp.window import GPWindow, Period
 
@@ -171,7 +171,8 @@ def _path(codes: npt.NDArray[np.int8], close: npt.NDArray[np.float64], day0: int
     values = np.empty(codes.shape[0], np.float64)
     cash = np.empty(codes.shape[1], np.float64)
     # a small window through the plain money rules, interpreted (gpu.small)
-    path = _trading_path_python if is_small(*codes.shape) else _trading_path
+    path = (_trading_path_python if uncompiled(_trading_path, codes.size, MONEY_BUDGET)
+            else _trading_path)
     fills, traded = path(np.ascontiguousarray(codes, np.int8),
                          np.ascontiguousarray(close, np.float64), day0, costs, values, cash)
     start = codes.shape[1] * CASH0

@@ -268,16 +268,6 @@ def load_window(path: str | Path | DailyTable, n_stocks: int | None, train_days:
     return window
 
 
-def preload_table(path: str | Path, n_stocks: int | None, train_days: int, test_days: int,
-                  start: str | None = None, symbols: list[str] | None = None) -> None:
-    """Parse the daily file of `load_window(path, ...)` now, into this process's table
-    cache, unless that window is cached already (then `load_window` reads no table): a
-    cold `evolve` parses while the compile workers compile."""
-    file = resolve_data_file(path)
-    if not _window_cache_file(file, n_stocks, train_days, test_days, start, symbols).is_file():
-        _table(file)
-
-
 def _cut_window(table: DailyTable, source: str, n_stocks: int | None, train_days: int,
                 test_days: int, start: str | None, symbols: list[str] | None) -> GPWindow:
     if test_days == 0:

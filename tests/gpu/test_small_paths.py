@@ -44,6 +44,37 @@ def test_is_small_and_interpreted() -> None:
     assert _doubled(3) == 6 and twice(3) == 8  # the original keeps its own callee
 
 
+def test_uncompiled_work_is_charged_to_a_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(small, "_spent", {})
+    assert small.uncompiled(_helper, 600, budget=1000)
+    assert not small.uncompiled(_helper, 600, budget=1000)  # 1200 > 1000: compile it now
+    assert small.uncompiled(_helper, 400, budget=1000)
+    assert not small.uncompiled(_doubled, small.SMALL_CELLS + 1, budget=1 << 30)  # not small
+    compiled = evaluate._codes_cpu  # compiled by the tests before, or cached on disk: run it
+    compiled(np.zeros((1, 4), np.int16), np.zeros(1, np.int32),
+             np.zeros((1, 31, 1), np.float32), 0, 1, np.zeros((1, 1, 1), np.int8))
+    assert small.has_machine_code(compiled) and not small.uncompiled(compiled, 1)
+
+
+def test_interpreted_panel_equals_the_compiled(shared_data: Any) -> None:
+    from feeds.daily import daily_matrix
+    from gpu.indicators import compute
+    from gpu.indicators.core import N_RAW
+    from strategies.gp.window import _table
+
+    m = daily_matrix(_table(shared_data / "sp500_5yr_daily" / "all_stocks_5yr.csv.gz"),
+                     n_stocks=5, n_days=400)
+    arrays = compute._panel_inputs(m.open, m.high, m.low, m.close, m.volume)
+    n_days, n_stocks = arrays[3].shape
+    outs = [np.empty((n_days, 31, n_stocks), np.float32) for _ in range(2)]
+    raws = [np.empty((n_days, N_RAW, n_stocks)) for _ in range(2)]
+    compute._panel_python(0, n_stocks, *arrays, outs[0], raws[0])
+    run_chunks(compute._panel_cpu, n_stocks, *arrays, outs[1], raws[1], min_chunk=1)
+    assert outs[0].tobytes() == outs[1].tobytes()  # NaN warm-ups included, bit for bit
+    assert raws[0].tobytes() == raws[1].tobytes()
+    assert np.isfinite(outs[0][-1]).all()
+
+
 def _helper(x: int) -> int:
     return x
 

@@ -76,9 +76,8 @@ def test_evolve_bad_input_is_one_line(shared_data, tmp_path: Path,
     assert err[-1].startswith("error:") and words in err[-1]
 
 
-def test_first_run_work_parses_the_window_table_for_the_run(shared_data, tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch
-                                                            ) -> None:
+def test_first_run_work_reads_the_window_for_the_run(shared_data, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.commands import evolve
     from strategies.gp import window as gp_window
 
@@ -90,9 +89,9 @@ def test_first_run_work_parses_the_window_table_for_the_run(shared_data, tmp_pat
     job = evolve.first_run_work(parser.parse_args(argv))
     assert job is not None and job[1] > 0
     monkeypatch.setattr(evolve.plot_worker, "in_background", lambda: True)
-    gp_window._cached_table.cache_clear()
     job[0]()
-    assert gp_window._cached_table.cache_info().misses == 1  # parsed now, in this process
+    assert len(list((tmp_path / "cache").glob("window-*.pickle"))) == 1
+    gp_window._cached_table.cache_clear()
     gp_window.load_window(shared_data / "sp500_5yr_daily", 3, 40, 0)
-    assert gp_window._cached_table.cache_info().hits == 1  # the run's load finds it
+    assert gp_window._cached_table.cache_info().misses == 0  # the run's load parses nothing
     assert evolve.first_run_work(parser.parse_args([*argv, "--walk-forward", "20,10"])) is None
