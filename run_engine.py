@@ -212,10 +212,10 @@ def _first_run_compiles(module: Any, args: argparse.Namespace, early: Any = None
     """With empty caches, start compiling the command's recorded kernels in parallel
     processes (gpu/compile_cache.py; the command runs on meanwhile) and say so; with warm
     caches this costs a few file checks. GTE_PREWARM=0 turns the parallel compile off (the
-    announcement stays). Where this process compiles a share, it first does the command's
-    `first_run_work(args)` if it has one: (job, its seconds), work that needs no kernel
-    and would otherwise follow the compiling (reading data, importing matplotlib). Returns
-    the workers' handle, or None."""
+    announcement stays). Where this process compiles a part, it first does the command's
+    `first_run_work(args)` if it has one: a job that needs no kernel and would otherwise
+    follow the compiling (reading data, importing matplotlib), while the workers take the
+    first entries of the queue. Returns the workers' handle, or None."""
     import os
 
     from gpu import compile_cache
@@ -228,15 +228,14 @@ def _first_run_compiles(module: Any, args: argparse.Namespace, early: Any = None
     profile = choose(args) if choose is not None else args.command
     if not profile:
         return None
-    work = getattr(module, "first_run_work", None)
-    job = work(args) if work is not None else None
     handle = compile_cache.prewarm(profile, message=None if args.quiet else
-                                   compile_cache.NOTICE, early=early,
-                                   own_work=job[1] if job is not None else 0.0)
+                                   compile_cache.NOTICE, early=early)
     if handle is not None:
         handle.defer()
-        if job is not None and handle.own:
-            _run_quietly(job[0])
+        work = getattr(module, "first_run_work", None)
+        job = work(args) if work is not None and handle.compiles_here else None
+        if job is not None:
+            _run_quietly(job)
         handle.compile_own()
     return handle
 

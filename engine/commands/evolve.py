@@ -389,16 +389,10 @@ def compile_profile(args: argparse.Namespace) -> str | None:
     return "evolve-cpu" if args.device == "auto" else None  # --device cuda: an error soon
 
 
-#: seconds of `first_run_work` in a cold run on the 2-core dev VM (2026-11-28: parsing the
-#: S&P 500 file 1.5 s, the small window's panel interpreted 0.6 s, matplotlib's import and
-#: first figure with its bytecode compiled 1.3 s)
-FIRST_RUN_WORK_SECONDS = 3.4
-
-
-def first_run_work(args: argparse.Namespace) -> tuple[Callable[[], None], float] | None:
-    """With empty caches, where this process compiles a share of the kernels (few cores,
+def first_run_work(args: argparse.Namespace) -> Callable[[], None] | None:
+    """With empty caches, where this process compiles a part of the kernels (few cores,
     run_engine's `_first_run_compiles`): the work of a run that needs no kernel, done
-    before this process's share so that the compile workers take more of the compiling.
+    first while the compile workers take the first kernels, so that they compile more.
     It reads the window (parsing the data file; a small window's indicator panel needs no
     kernel, gpu.small) into the parse cache and, where the PNG is drawn in this process,
     imports matplotlib; the run then finds both done. A walk-forward or island run
@@ -413,7 +407,7 @@ def first_run_work(args: argparse.Namespace) -> tuple[Callable[[], None], float]
         if not plot_worker.in_background():
             plot_worker.warm()
 
-    return work, FIRST_RUN_WORK_SECONDS
+    return work
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
