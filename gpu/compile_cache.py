@@ -151,9 +151,13 @@ def command_profiles(command: str, path: Path = MANIFEST) -> list[list[Entry]]:
 
 
 def save_manifest(profile: str, entries: Iterable[Entry], path: Path = MANIFEST) -> None:
-    """Replace `profile`'s entries in the manifest (other profiles are kept)."""
+    """Replace `profile`'s entries in the manifest (other profiles are kept); a profile
+    with none (its command compiles nothing at top level: `select`'s small search) is
+    dropped."""
     data = json.loads(path.read_text()) if path.is_file() else {}
     data[profile] = [e._asdict() for e in entries]
+    if not data[profile]:
+        del data[profile]
     path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 

@@ -154,3 +154,19 @@ def test_numpy_fitness_equals_the_parallel_pass(window: GPWindow,
         want = gp_window.fitness_from_cash(part, ev.bh_cash[:stocks])
         monkeypatch.undo()
         assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_interpreted_subset_search_equals_the_compiled(window: GPWindow, k: int,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpu.subset import search
+
+    closes = window.close[: window.train.day1]
+    corr = np.corrcoef(np.diff(np.log(closes), axis=0).T)
+    results = []
+    for uncompiled in (True, False):
+        monkeypatch.setattr(search, "uncompiled", lambda *a, u=uncompiled, **kw: u)
+        for chunk in (None, 1, 7):
+            r = search.least_correlated(corr, k, device="cpu", chunk=chunk)
+            results.append((r.subset, r.rank, float(r.objective).hex()))
+    assert len(set(results)) == 1, results
