@@ -212,7 +212,10 @@ def _first_run_compiles(module: Any, args: argparse.Namespace, early: Any = None
     """With empty caches, start compiling the command's recorded kernels in parallel
     processes (gpu/compile_cache.py; the command runs on meanwhile) and say so; with warm
     caches this costs a few file checks. GTE_PREWARM=0 turns the parallel compile off (the
-    announcement stays). Returns the workers' handle, or None."""
+    announcement stays). Where this process compiles a part, it first does the command's
+    `first_run_work(args)` if it has one: a job that needs no kernel and would otherwise
+    follow the compiling (reading data, importing matplotlib), while the workers take the
+    first entries of the queue. Returns the workers' handle, or None."""
     import os
 
     from gpu import compile_cache
@@ -229,8 +232,19 @@ def _first_run_compiles(module: Any, args: argparse.Namespace, early: Any = None
                                    compile_cache.NOTICE, early=early)
     if handle is not None:
         handle.defer()
+        work = getattr(module, "first_run_work", None)
+        job = work(args) if work is not None and handle.compiles_here else None
+        if job is not None:
+            _run_quietly(job)
         handle.compile_own()
     return handle
+
+
+def _run_quietly(job: Any) -> None:
+    """A command's `first_run_work` (work of its own that needs no kernel, done while the
+    workers compile): a failure is left for the command itself to meet and report."""
+    with contextlib.suppress(Exception):
+        job()
 
 
 def _export_gpu_settings(args: argparse.Namespace) -> dict[str, str]:

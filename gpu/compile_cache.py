@@ -33,7 +33,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
+from collections import deque
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, TextIO
@@ -149,9 +151,13 @@ def command_profiles(command: str, path: Path = MANIFEST) -> list[list[Entry]]:
 
 
 def save_manifest(profile: str, entries: Iterable[Entry], path: Path = MANIFEST) -> None:
-    """Replace `profile`'s entries in the manifest (other profiles are kept)."""
+    """Replace `profile`'s entries in the manifest (other profiles are kept); a profile
+    with none (its command compiles nothing at top level: `select`'s small search) is
+    dropped."""
     data = json.loads(path.read_text()) if path.is_file() else {}
     data[profile] = [e._asdict() for e in entries]
+    if not data[profile]:
+        del data[profile]
     path.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
@@ -182,26 +188,90 @@ def is_cached(disp: Any) -> bool:
 
 
 # --------------------------------------------------------------------------- prewarm
+class _Queue:
+    """Manifest entries, a function's signatures together (two processes writing one
+    function's cache index could drop an entry), longest first, handed out one group at a
+    time to whoever is free: each worker's feeder thread and the command's own process.
+    So nobody waits while another has work left, however long each start or the
+    command's own first work takes (static shares rest on estimates of both)."""
+
+    def __init__(self, groups: Iterable[list[Entry]]) -> None:
+        self._groups = deque(groups)
+        self._lock = threading.Lock()
+        #: the entries each taker got (worker k, or OWN for the command's process)
+        self.given: dict[int, list[Entry]] = {}
+
+    def take(self, who: int) -> list[Entry] | None:
+        """The next group for `who` (None when all are given out)."""
+        with self._lock:
+            if not self._groups:
+                return None
+            group = self._groups.popleft()
+            self.given.setdefault(who, []).extend(group)
+            return group
+
+    def put_back(self, who: int, group: list[Entry]) -> None:
+        """A group a worker could not take (it died): for the others."""
+        with self._lock:
+            self._groups.appendleft(group)
+            mine = self.given.get(who, [])
+            self.given[who] = [e for e in mine if e not in group]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._groups.clear()
+
+
+#: the command's own process as a taker of `_Queue`
+OWN = -1
+
+
 class Prewarm:
-    """Worker processes compiling manifest entries into numba's disk cache."""
+    """Worker processes compiling manifest entries into numba's disk cache: fixed shares
+    (`shares`, `own`), or with `queue` groups handed out as each one is free (the command's
+    process taking its part in `compile_own`)."""
 
     def __init__(self, procs: Sequence[subprocess.Popen[bytes]],
-                 shares: Sequence[Sequence[Entry]], own: Sequence[Entry] = ()) -> None:
+                 shares: Sequence[Sequence[Entry]], own: Sequence[Entry] = (),
+                 queue: _Queue | None = None) -> None:
         self.procs = list(procs)
         self.shares = [list(s) for s in shares]
         #: the command's own process's share (`compile_own`)
         self.own = list(own)
-        self.n_entries = sum(len(s) for s in shares) + len(self.own)
+        self.queue = queue
+        self.n_entries = sum(len(s) for s in shares) + len(self.own) + (
+            sum(len(g) for g in queue._groups) if queue is not None else 0)
+        self._feeders = [threading.Thread(target=_feed, args=(proc, k, queue), daemon=True,
+                                          name=f"prewarm-feed-{k}")
+                         for k, proc in enumerate(self.procs)] if queue is not None else []
+        for t in self._feeders:
+            t.start()
+
+    @property
+    def compiles_here(self) -> bool:
+        """Whether the command's own process compiles a part (`compile_own`)."""
+        return bool(self.own) or self.queue is not None
 
     def compile_own(self) -> int:
         """Compile this process's share now, while the workers compile theirs (compiled
         lazily instead, a call of a worker's function in between would wait for the whole
-        worker and leave this process's compiles for after it). Returns the failures."""
+        worker and leave this process's compiles for after it); with a queue, take groups
+        until none is left, then make each function a worker took wait for that worker
+        (`defer`). Returns the failures."""
         own, self.own = self.own, []
-        return compile_entries(own)
+        failed = compile_entries(own)
+        if self.queue is not None:
+            while (group := self.queue.take(OWN)) is not None:
+                failed += compile_entries(group)
+            for k, proc in enumerate(self.procs):
+                self.shares.append(self.queue.given.get(k, []))
+                _defer_share(self.queue.given.get(k, []), proc)
+        return failed
 
     def wait(self) -> None:
         """Block until every worker has finished (a failed worker is only a lost head start)."""
+        for t in self._feeders:
+            t.join()
         for p in self.procs:
             p.wait()
 
@@ -209,6 +279,8 @@ class Prewarm:
         """End the workers still running (the command failed: their work is not needed).
         numba writes a cache file under a temporary name and renames it, so a worker ended
         mid-write leaves no torn entry."""
+        if self.queue is not None:
+            self.queue.clear()
         for p in self.procs:
             if p.poll() is None:
                 p.terminate()
@@ -219,12 +291,39 @@ class Prewarm:
         function waits for the worker compiling it, then loads it from the disk cache. So
         the command's own work (reading data, compiling CUDA kernels, which the manifest
         does not hold) overlaps the workers'. A manifest function compiled as another
-        function's callee does not wait (it is compiled in-process, as without prewarm)."""
+        function's callee does not wait (it is compiled in-process, as without prewarm).
+        With a queue, who compiles what is known once it is empty (`compile_own`)."""
+        if self.queue is not None:
+            return
         for proc, share in zip(self.procs, self.shares, strict=True):
-            for entry in share:
-                disp = dispatcher(entry)
-                if disp is not None and "_compile_for_args" not in vars(disp):
-                    _wait_for(disp, proc)
+            _defer_share(share, proc)
+
+
+def _defer_share(share: Iterable[Entry], proc: subprocess.Popen[bytes]) -> None:
+    for entry in share:
+        disp = dispatcher(entry)
+        if disp is not None and "_compile_for_args" not in vars(disp):
+            _wait_for(disp, proc)
+
+
+def _feed(proc: subprocess.Popen[bytes], k: int, queue: _Queue) -> None:
+    """Worker k's feeder thread: one group at a time, the next once it says it is done;
+    then its stdin is closed and it exits. A worker that dies loses only its group in
+    flight (compiled on call)."""
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        while (group := queue.take(k)) is not None:
+            try:
+                proc.stdin.write((json.dumps([e._asdict() for e in group]) + "\n").encode())
+                proc.stdin.flush()
+            except OSError:
+                queue.put_back(k, group)
+                return
+            if not proc.stdout.readline():
+                return
+    finally:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
 
 
 def _wait_for(disp: Any, proc: subprocess.Popen[bytes]) -> None:
@@ -240,18 +339,23 @@ def _wait_for(disp: Any, proc: subprocess.Popen[bytes]) -> None:
     disp._compile_for_args = compile_after_worker
 
 
+def _groups(entries: Iterable[Entry]) -> list[list[Entry]]:
+    """Each function's entries together, the longest compile first."""
+    groups: dict[tuple[str, str], list[Entry]] = {}
+    for e in entries:
+        groups.setdefault((e.module, e.qualname), []).append(e)
+    return sorted(groups.values(), key=lambda g: -sum(e.seconds for e in g))
+
+
 def _shares(entries: Sequence[Entry], n: int,
             head_start: Sequence[float] = ()) -> list[list[Entry]]:
     """Longest first, each to the least loaded of `n` compilers; a function's signatures
     stay together (two processes writing one function's cache index could drop an entry).
     `head_start[k]`: seconds compiler k is busy before its first entry (a worker's start).
     Shares are returned in compiler order; a compiler may get none."""
-    groups: dict[tuple[str, str], list[Entry]] = {}
-    for e in entries:
-        groups.setdefault((e.module, e.qualname), []).append(e)
     loads = [head_start[k] if k < len(head_start) else 0.0 for k in range(n)]
     shares: list[list[Entry]] = [[] for _ in range(n)]
-    for group in sorted(groups.values(), key=lambda g: -sum(e.seconds for e in g)):
+    for group in _groups(entries):
         k = loads.index(min(loads))
         shares[k].extend(group)
         loads[k] += sum(e.seconds for e in group)
@@ -346,7 +450,7 @@ class EarlyWorkers:
             share = shares[k] if k < len(shares) else []
             assert proc.stdin is not None
             try:
-                proc.stdin.write(json.dumps([e._asdict() for e in share]).encode())
+                proc.stdin.write((json.dumps([e._asdict() for e in share]) + "\n").encode())
                 proc.stdin.close()
             except OSError:  # a worker that died at start: its share is compiled on call
                 continue
@@ -385,7 +489,7 @@ def start_early(command: str, path: Path = MANIFEST) -> EarlyWorkers | None:
 
 def _spawn(n: int, modules: Sequence[str] = ()) -> list[subprocess.Popen[bytes]]:
     return [subprocess.Popen([sys.executable, "-m", "gpu.compile_cache", *modules],
-                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              env={**os.environ, "PYTHONPATH": _pythonpath()})
             for _ in range(n)]
 
@@ -396,12 +500,13 @@ def prewarm(profile: str, workers: int | None = None, message: str | None = NOTI
     """Start compiling `profile`'s uncached manifest entries in worker processes.
 
     `workers`/`own_share`: how many worker processes, and whether this process compiles a
-    share itself (`Prewarm.compile_own`); by default `plan(available_cpus())`, and no own
-    share when `workers` is given. `early`: workers already started (`start_early`), given
-    their shares here (or released). None (nothing started) when the manifest has no such
-    entries, when no worker would get an entry, or when numba's disk cache is off.
-    `message` is written on stderr when workers start (then the in-process announcement is
-    dropped)."""
+    part itself (`Prewarm.compile_own`); by default `plan(available_cpus())`, and no own
+    part when `workers` is given. With an own part the entries are handed out from a queue
+    as each compiler is free (`_Queue`); without, each worker gets a fixed share at once.
+    `early`: workers already started (`start_early`), given their work here (or
+    released). None (nothing started) when the manifest has no such entries, when no
+    worker would get an entry, or when numba's disk cache is off. `message` is written on
+    stderr when workers start (then the in-process announcement is dropped)."""
     if early is not None:
         workers, own, head = len(early.procs), early.own, early.head_start()
     elif workers is None:
@@ -416,21 +521,45 @@ def prewarm(profile: str, workers: int | None = None, message: str | None = NOTI
             disp = dispatcher(entry)
             if disp is not None and not is_cached(disp):
                 missing.append(entry)
-    shares = _shares(missing, own + workers, [0.0] * own + [head] * workers)
-    own_entries, shares = (shares[0] if own else []), shares[own:]
+    if own and missing:
+        handle = _queued(_groups(missing), workers, early)
+    else:
+        handle = _shared(missing, workers, head, early)
+    if handle is not None and message:
+        n = len(handle.procs)
+        print(f"{message} ({len(missing)} in {n} process{'es' if n > 1 else ''}"
+              f"{' and this one' if handle.compiles_here else ''})", file=sys.stderr,
+              flush=True)
+        silence_announcement()
+    return handle
+
+
+def _queued(groups: list[list[Entry]], workers: int, early: EarlyWorkers | None
+            ) -> Prewarm | None:
+    """Workers fed from a queue this process takes from too; without early workers, at most
+    one fewer than the groups (a worker's start is not worth the one group this process
+    would otherwise compile: `select`'s one function)."""
     if early is None:
-        early = EarlyWorkers(_spawn(sum(1 for s in shares if s)), own)
+        procs = _spawn(min(workers, len(groups) - 1))
+    else:
+        early.sent = True
+        procs = early.procs
+    if not procs:
+        return None
+    return Prewarm(procs, [], queue=_Queue(groups))
+
+
+def _shared(missing: list[Entry], workers: int, head: float, early: EarlyWorkers | None
+            ) -> Prewarm | None:
+    """Workers with fixed shares (the longest first to the least loaded), sent at once."""
+    shares = _shares(missing, workers, [head] * workers)
+    if early is None:
+        early = EarlyWorkers(_spawn(sum(1 for s in shares if s)), False)
         shares = [s for s in shares if s]
     busy = early.send(shares)
-    procs, shares = [p for p, _ in busy], [s for _, s in busy]
-    if not procs:  # nothing for a worker: this process compiles what it calls, as it goes
+    if not busy:  # nothing for a worker: this process compiles what it calls, as it goes
         return None
-    if message:
-        where = f"{len(procs)} process{'es' if len(procs) > 1 else ''}" + (
-            " and this one" if own_entries else "")
-        print(f"{message} ({len(missing)} in {where})", file=sys.stderr, flush=True)
-        silence_announcement()
-    return Prewarm(procs, shares, own_entries)
+    return Prewarm([p for p, _ in busy], [s for _, s in busy])
 
 
 def _pythonpath() -> str:
@@ -463,10 +592,12 @@ def _worker(modules: Sequence[str]) -> int:
     for name in modules:  # an early worker's imports, done while its share is decided
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
-    text = sys.stdin.read()
-    rows = json.loads(text) if text.strip() else []
-    compile_entries(Entry(r["module"], r["qualname"], r["signature"], r["seconds"])
-                    for r in rows)
+    for line in sys.stdin:  # a share at a time ("done" after each: the feeder sends more)
+        rows = json.loads(line) if line.strip() else []
+        compile_entries(Entry(r["module"], r["qualname"], r["signature"], r["seconds"])
+                        for r in rows)
+        with contextlib.suppress(OSError):  # a parent that left reads nothing more
+            print("done", flush=True)
     return 0
 
 

@@ -33,7 +33,7 @@ ROOMS = {
     "engine": {"commands": 5, "api": 5, "reporting": 4, "live": 3, "trading": 2, "settings": 1,
                "options": 0},
     "gpu": {"gp": 2, "options": 2, "ising": 2, "timeseries": 2, "subset": 2, "indicators": 1,
-            "warm_start": 1, "device": 0, "twin": 0, "launch": 0, "threads": 0},
+            "warm_start": 1, "device": 0, "twin": 0, "launch": 0, "threads": 0, "small": 0},
 }
 MAX_LINES = 80
 KERNEL_DECORATORS = {"cuda.jit", "numba.cuda.jit", "njit", "numba.njit", "jit", "numba.jit"}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import numpy as np
 from engine.errors import UserError
 from engine.extras import require
 from engine.progress import eta
+from engine.reporting import plot_worker
 from engine.reporting.plot_worker import PlotWorker
 from feeds.datadir import data_dir
 from gpu import warm_start
@@ -170,8 +172,10 @@ def evaluate_period(window: GPWindow, period: Period, result: EvolutionResult,
     # next day's open shows how much of its edge was the same-close assumption
     report["fill_model"] = "signal-close"
     if window.open is not None:
+        # on the CPU the evolution's own evaluator (bitwise): a cold run compiles one
         nxt = simulate_money_next_open(rules[0], window.panel, window.open, window.close,
-                                       period.day0, period.day1, window.last_day, costs)
+                                       period.day0, period.day1, window.last_day, costs,
+                                       method="bitwise" if device == "cpu" else "stack")
         report["roi_next_open"] = float(np.mean(roi(nxt)))
     trading = trade_period(rules[:1], window.panel, window.close, period.day0, period.day1,
                            costs, window.last_day)
@@ -208,6 +212,10 @@ def _check_options(args: argparse.Namespace) -> list[str] | None:
     _check_kinds(args)
     if args.test_days < 0 or args.test_days == 1:
         raise UserError("--test-days must be 0 or at least 2")
+    return _symbols(args)
+
+
+def _symbols(args: argparse.Namespace) -> list[str] | None:
     return [s.strip() for s in args.symbols.split(",") if s.strip()] if args.symbols else None
 
 
@@ -379,6 +387,27 @@ def compile_profile(args: argparse.Namespace) -> str | None:
     if cuda_present():
         return "evolve-cuda"
     return "evolve-cpu" if args.device == "auto" else None  # --device cuda: an error soon
+
+
+def first_run_work(args: argparse.Namespace) -> Callable[[], None] | None:
+    """With empty caches, where this process compiles a part of the kernels (few cores,
+    run_engine's `_first_run_compiles`): the work of a run that needs no kernel, done
+    first while the compile workers take the first kernels, so that they compile more.
+    It reads the window (parsing the data file; a small window's indicator panel needs no
+    kernel, gpu.small) into the parse cache and, where the PNG is drawn in this process,
+    imports matplotlib; the run then finds both done. A walk-forward or island run
+    compiles elsewhere and has none."""
+    if compile_profile(args) is None:
+        return None
+
+    def work() -> None:
+        symbols = _symbols(args)  # the window, as `_load` reads it (kept in the parse cache)
+        load_window(args.data, None if symbols else args.stocks, args.train_days,
+                    args.test_days, start=args.start, symbols=symbols)
+        if not plot_worker.in_background():
+            plot_worker.warm()
+
+    return work
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -24,8 +24,14 @@ class _Stats(Protocol):
     mean: float
 
 
-def _warm() -> None:
-    """Worker initializer: the slow imports, done while the caller works."""
+def in_background() -> bool:
+    """Whether `PlotWorker()` draws in a process of its own here (a core to spare for it)."""
+    return (os.cpu_count() or 1) >= 4
+
+
+def warm() -> None:
+    """The slow imports and the first figure: the worker's initializer, or a caller's own
+    head start where the plot is drawn in its process (`evolve`'s first run)."""
     from engine.reporting import plots
 
     plots.pyplot().figure().clear()
@@ -42,7 +48,7 @@ class PlotWorker:
 
     def __init__(self, background: bool | None = None) -> None:
         if background is None:
-            background = (os.cpu_count() or 1) >= 4
+            background = in_background()
         self._pool: Any = None
         if not background:
             return
@@ -51,7 +57,7 @@ class PlotWorker:
             from concurrent.futures import ProcessPoolExecutor
 
             self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                             initializer=_warm)
+                                             initializer=warm)
             self._pool.submit(int)  # start the process now, not at the first plot
         except (OSError, RuntimeError, ValueError):
             self._pool = None

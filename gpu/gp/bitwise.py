@@ -53,6 +53,7 @@ from gpu.gp import window as gp_window
 from gpu.gp.core import CASH0, CODE_BUY, CODE_SELL, OP_AND, OP_GT, OP_NOT, STACK_SIZE, Int
 from gpu.gp.window import WindowEvaluator, _check_programs, fitness_from_cash, gp_ops
 from gpu.indicators.catalogue import N_FLOAT, N_TERMINALS
+from gpu.small import SMALL_CELLS, uncompiled
 from gpu.threads import chunk_lo, parallel_range, run_chunks
 from gpu.twin import compile_twin, cuda_kernel_cache, flush_stale_caches
 
@@ -60,6 +61,7 @@ F64 = npt.NDArray[np.float64]
 I16 = npt.NDArray[np.int16]
 I32 = npt.NDArray[np.int32]
 U64 = npt.NDArray[np.uint64]
+F32 = npt.NDArray[np.float32]
 
 DAYS_PER_WORD = 64
 N_COMPARE = N_FLOAT * N_FLOAT                      # 289 ordered pairs (a < b)
@@ -394,14 +396,83 @@ def n_words(n_days: int) -> int:
     return (n_days + DAYS_PER_WORD - 1) // DAYS_PER_WORD
 
 
+#: cells (days x stocks) of masks a process builds with numpy (about 1 us a cell; the
+#: compiled loop costs 0.6 s to compile, 2-core dev VM, 2026-11-28)
+MASKS_BUDGET = 16 * SMALL_CELLS
+
+
+def _host_masks(panel: F32, day0: int, day1: int) -> U64:
+    """The masks on the CPU: numpy for a small window (gpu.small), else the compiled loop."""
+    if uncompiled(_masks_cpu, (day1 - day0) * panel.shape[2], MASKS_BUDGET):
+        return masks_numpy(panel, day0, day1)
+    out = np.empty((N_MASKS, n_words(day1 - day0), panel.shape[2]), np.uint64)
+    run_chunks(_masks_cpu, out.shape[0], panel, day0, day1, out, min_chunk=1)
+    return out
+
+
+def masks_numpy(panel: F32, day0: int, day1: int) -> U64:
+    """`_masks_cpu`'s masks by numpy: the same comparisons (float32 against float32, the
+    boolean threshold 0.5, exact in float32; NaN compares false), packed 64 days a word
+    with bit j = day day0 + 64 w + j (little-endian bytes of little-endian bit order)."""
+    days, n_stocks = day1 - day0, panel.shape[2]
+    words = n_words(days)
+    p = panel[day0:day1]
+    floats = p[:, :N_FLOAT, :]
+    bits = np.zeros((words * DAYS_PER_WORD, N_MASKS, n_stocks), np.bool_)
+    bits[:days, :N_COMPARE] = (floats[:, :, None, :] < floats[:, None, :, :]).reshape(
+        days, N_COMPARE, n_stocks)  # mask a * 17 + b: terminal a < terminal b
+    bits[:days, N_COMPARE:] = p[:, N_FLOAT:N_TERMINALS, :] > 0.5
+    by_word = bits.reshape(words, DAYS_PER_WORD, N_MASKS, n_stocks).transpose(2, 0, 3, 1)
+    packed = np.packbits(by_word, axis=-1, bitorder="little")  # (masks, words, stocks, 8)
+    return np.ascontiguousarray(packed).view("<u8")[..., 0].astype(np.uint64)
+
+
+def codes_numpy(programs: np.ndarray, lengths: np.ndarray, panel: F32, day0: int, day1: int
+                ) -> npt.NDArray[np.int8]:
+    """Decision codes (n_programs, day1 - day0, n_stocks), bit 0 buy and bit 1 sell, as
+    `gpu.gp.evaluate.decision_codes` gives them, without compiling (gpu.small): numpy's
+    masks, each linear mask program run on all words and stocks at once (`eval_word`'s
+    steps on arrays), the words unpacked to days. For a few programs on a small window."""
+    programs, lengths = _check_programs(programs, lengths)
+    n, days, n_stocks = programs.shape[0], day1 - day0, panel.shape[2]
+    masks = masks_numpy(panel, day0, day1)
+    code = np.zeros(programs.shape, np.int16)
+    code_lengths = np.zeros(n, np.int32)
+    _translate.py_func(0, n, programs, lengths, code, code_lengths)  # a loop, interpreted
+    day_bit = np.arange(DAYS_PER_WORD, dtype=np.uint64)[None, :, None]
+    out = np.empty((n, days, n_stocks), np.int8)
+    for i in range(n):
+        buy, sell = _eval_words_numpy(code[i], int(code_lengths[i]), masks)
+        buy_days = ((buy[:, None, :] >> day_bit) & ONE).reshape(-1, n_stocks)[:days]
+        sell_days = ((sell[:, None, :] >> day_bit) & ONE).reshape(-1, n_stocks)[:days]
+        out[i] = (buy_days * CODE_BUY + sell_days * CODE_SELL).astype(np.int8)
+    return out
+
+
+def _eval_words_numpy(code: npt.NDArray[np.int16], length: int, masks: U64
+                      ) -> tuple[U64, U64]:
+    """`eval_word` of one linear program on every (word, stock) at once: (buy, sell)."""
+    top = np.zeros(masks.shape[1:], np.uint64)
+    stack: list[U64] = []
+    for op in code[:length].tolist():
+        if op < N_MASKS:
+            stack.append(top)
+            top = masks[op]
+        elif op == INS_NOT:
+            top = ~top
+        elif op == INS_AND:
+            top = stack.pop() & top
+        else:
+            top = stack.pop() | top
+    return stack[1], top  # under the buy tree's value: the empty-stack filler
+
+
 def build_masks(panel: np.ndarray, day0: int, day1: int, device: str = "cpu") -> U64:
     """The shared comparison masks (N_MASKS, n_words, n_stocks) of a window, on the host."""
     panel = np.ascontiguousarray(panel, np.float32)
     shape = (N_MASKS, n_words(day1 - day0), panel.shape[2])
     if resolve_device(device, "GP masks") == "cpu":
-        out = np.empty(shape, np.uint64)
-        run_chunks(_masks_cpu, out.shape[0], panel, day0, day1, out, min_chunk=1)
-        return out
+        return _host_masks(panel, day0, day1)
     d_out = cuda.device_array(shape, np.uint64)
     _masks_kernel[_blocks(d_out.size), THREADS_PER_BLOCK](cuda.to_device(panel), day0, day1, d_out)
     return np.asarray(d_out.copy_to_host())
@@ -465,9 +536,7 @@ class BitwiseEvaluator(WindowEvaluator):
         self._pipe: _Pipeline | None = None
         t0 = time.perf_counter()
         if self.device == "cpu":
-            self._masks: Any = np.empty(shape, np.uint64)
-            run_chunks(_masks_cpu, self._masks.shape[0], panel_c, day0, day1, self._masks,
-                       min_chunk=1)
+            self._masks: Any = _host_masks(panel_c, day0, day1)
             self._close: Any = close_c
         else:
             self._masks = cuda.device_array(shape, np.uint64)

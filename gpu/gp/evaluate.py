@@ -11,8 +11,9 @@ CUDA layout: one thread per (program, stock), thread t -> program t // n_stocks,
 t % n_stocks, so the stocks of one program sit in consecutive threads of a warp, run the
 same op sequence without divergence and read the program row as a broadcast. The
 interpreter's stack is a few bits in a register (gp_core.decision_code), never local memory. The
-CPU twin runs the same core functions over programs, in chunks on threads (final cash,
-`gpu.threads.run_chunks`) or in a prange (the decisions, `_codes_cpu`).
+CPU twin runs the same core functions over programs, in chunks on threads (final cash and
+the decisions of a period, `gpu.threads.run_chunks`) or in a prange (a bar close's decisions
+of many rules, `_codes_cpu`, for gpu.gp.decider).
 
 Compiled kernels follow the one cache policy of `gpu.twin`: cached on disk (CUDA ones only
 on a real GPU), and flushed at import whenever gp_core.py is newer than their cache entry,
@@ -50,6 +51,7 @@ from gpu.gp.window import (  # noqa: F401 (the shared pieces stay importable fro
     roi,
 )
 from gpu.indicators.catalogue import N_FLOAT, N_TERMINALS
+from gpu.small import SMALL_CELLS, interpreted, is_small, uncompiled
 from gpu.threads import run_chunks
 from gpu.twin import cuda_kernel_cache, flush_stale_caches
 
@@ -66,7 +68,6 @@ flush_stale_caches(__file__, [gp_core.__file__, gp_window.__file__])
 _cpu = gp_core.CPU
 _simulate_cpu = _cpu.simulate
 _decide_cpu = _cpu.decision_code
-_buy_hold_cpu = _cpu.buy_hold
 _simulate_codes_cpu = _cpu.simulate_codes
 
 
@@ -92,6 +93,20 @@ def _codes_cpu(programs: Any, lengths: Any, panel: Any, day0: int, day1: int, ou
                 out[i, d - day0, s] = _decide_cpu(program, lengths[i], panel[d], s)
 
 
+@numba.njit(nogil=True, cache=True)
+def _codes_range_cpu(lo: int, hi: int, programs: Any, lengths: Any, panel: Any, day0: int,
+                     day1: int, out: Any) -> None:
+    """Programs lo..hi-1's decision codes (run in chunks on threads): `_codes_cpu`'s loop
+    without its prange, which a cold process would compile twice (see gpu.threads) for a
+    period's decisions (`decision_codes`), a call or two of a command."""
+    n_stocks = panel.shape[2]
+    for i in range(lo, hi):
+        program = programs[i]
+        for d in range(day0, day1):
+            for s in range(n_stocks):
+                out[i, d - day0, s] = _decide_cpu(program, lengths[i], panel[d], s)
+
+
 @numba.njit(cache=True)  # keeps the GIL: released for microseconds, it lets another
 # Python thread of the process (a replay's feed) take it for up to a switch interval
 def _codes_day_serial_cpu(programs: Any, lengths: Any, day: Any, out: Any) -> None:
@@ -109,6 +124,13 @@ def _codes_cash_cpu(codes: Any, close: Any, day0: int, day1: int, costs: Any, ou
                     ) -> None:
     for s in range(close.shape[1]):
         out[s] = _simulate_codes_cpu(codes, close, s, day0, day1, costs)
+
+
+#: cells a process runs uncompiled per driver here (gpu.small): about 1 us a cell, so some
+#: 0.25 s in all, against 0.2-0.4 s to compile a driver (2-core dev VM, 2026-11-28)
+MONEY_BUDGET = 8 * SMALL_CELLS
+#: `_codes_cash_cpu` run by the interpreter over the plain money rules, for small windows
+_codes_cash_python = interpreted(_codes_cash_cpu, _simulate_codes_cpu=gp_core.simulate_codes)
 
 
 # --------------------------------------------------------------------------- CUDA kernels
@@ -182,7 +204,14 @@ def decision_codes(programs: np.ndarray, lengths: np.ndarray, panel: np.ndarray,
     if n == 0:
         return out
     if resolve_device(device, "GP decisions") == "cpu":
-        _codes_cpu(programs, lengths, panel_c, day0, day1, out)
+        words = (day1 - day0 + 63) // 64  # a few rules on a small window (gpu.small)
+        if is_small(day1 - day0, n_stocks) and uncompiled(_codes_range_cpu, n * words * n_stocks,
+                                                          MONEY_BUDGET):
+            from gpu.gp.bitwise import codes_numpy
+
+            return codes_numpy(programs, lengths, panel_c, day0, day1)
+        run_chunks(_codes_range_cpu, n, programs, lengths, panel_c, day0, day1, out,
+                   min_chunk=16)
         return out
     d_out = cuda.device_array(out.shape, np.int8)
     _codes_kernel[_blocks(n * n_stocks), THREADS_PER_BLOCK](
@@ -201,7 +230,11 @@ def cash_from_codes(codes: np.ndarray, close: np.ndarray, day0: int = 0,
     if codes.shape != (day1 - day0, close.shape[1]):
         raise ValueError(f"codes must be {(day1 - day0, close.shape[1])}, got {codes.shape}")
     out = np.empty(close.shape[1], np.float64)
-    _codes_cash_cpu(codes, close, day0, day1, costs, out)
+    if uncompiled(_codes_cash_cpu, (day1 - day0) * close.shape[1], MONEY_BUDGET):
+        # the plain core, interpreted (gpu.small)
+        _codes_cash_python(codes, close, day0, day1, costs, out)
+    else:
+        _codes_cash_cpu(codes, close, day0, day1, costs, out)
     return out
 
 

@@ -21,6 +21,7 @@ from gpu.device import resolve_device
 from gpu.gp import core as gp_core
 from gpu.gp.core import CASH0, DEFAULT_COSTS, STACK_SIZE
 from gpu.indicators.catalogue import N_FLOAT, N_TERMINALS
+from gpu.small import is_small
 from gpu.threads import chunk_lo, parallel_range
 from gpu.twin import flush_stale_caches
 
@@ -31,7 +32,6 @@ I32 = npt.NDArray[np.int32]
 
 # compiled functions here inline the core: recompile when it changes (gpu.twin's policy)
 flush_stale_caches(__file__, [gp_core.__file__])
-_buy_hold_cpu = gp_core.CPU.buy_hold
 
 
 @cuda.jit(device=True)
@@ -132,10 +132,6 @@ def _check_panel(panel: np.ndarray, close: np.ndarray | None, day0: int, day1: i
     return panel, close
 
 
-@numba.njit(cache=True)
-def _buy_hold_all_cpu(close: Any, day0: int, day1: int, costs: Any, out: Any) -> None:
-    for s in range(close.shape[1]):
-        out[s] = _buy_hold_cpu(close, s, day0, day1, costs)
 
 
 
@@ -146,7 +142,10 @@ def buy_hold_cash(close: np.ndarray, day0: int = 0, day1: int | None = None,
     close = np.ascontiguousarray(close, np.float64)
     day1 = close.shape[0] if day1 is None else day1
     out = np.empty(close.shape[1], np.float64)
-    _buy_hold_all_cpu(close, day0, day1, costs, out)
+    # two trades a stock: the plain core in Python (microseconds a stock) costs less than
+    # compiling a loop over the stocks (0.45 s of a cold run; gpu.small)
+    for s in range(close.shape[1]):
+        out[s] = gp_core.buy_hold(close, s, day0, day1, costs)
     return out
 
 
@@ -246,7 +245,9 @@ def fitness_from_cash(cash: np.ndarray, bh_cash: np.ndarray) -> F64:
     about 1 ms here per generation instead of 11 ms (25,000 x 128 doubles through four
     numpy passes on one core)."""
     cash = np.ascontiguousarray(cash, np.float64)
-    if cash.ndim != 2 or cash.shape[1] == 0:
+    # numpy itself where that is quick (gpu.small): the parallel pass is for large
+    # populations, and a short run would compile it for longer than numpy takes
+    if cash.ndim != 2 or cash.shape[1] == 0 or is_small(cash.size):
         excess = roi(cash) - roi(bh_cash)[None, :]
         return np.asarray(np.mean(excess, axis=1), np.float64)
     out = np.empty(cash.shape[0], np.float64)

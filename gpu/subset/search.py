@@ -32,6 +32,7 @@ from numba import cuda, float64, int64, njit, prange
 from numba.core.errors import NumbaPerformanceWarning
 
 from gpu.device import resolve_device
+from gpu.small import SMALL_CELLS, interpreted, uncompiled
 from gpu.subset import core as subset_core
 from gpu.threads import chunk_lo, parallel_range
 from gpu.twin import compile_twin, cuda_kernel_cache, flush_stale_caches
@@ -65,8 +66,13 @@ class SearchTooLong(ValueError):
 
 
 def _ranges_cpu(q: Any, binom: Any, n: int, k: int, first: int, total: int, chunk: int,
-                out_value: Any, out_rank: Any) -> None:
-    """Each item's best subset of its `chunk` ranks, in parallel (`gpu.threads`)."""
+                out_value: Any, out_rank: Any, compiled: bool = True) -> None:
+    """Each item's best subset of its `chunk` ranks, in parallel (`gpu.threads`), or with
+    `compiled` False by the interpreter over the plain core (a small search, gpu.small)."""
+    if not compiled:
+        _ranges_python(0, out_value.shape[0], q, binom, n, k, first, total, chunk, out_value,
+                       out_rank)
+        return
     parallel_range(_ranges_range, _ranges_parallel, out_value.shape[0], q, binom, n, k,
                    first, total, chunk, out_value, out_rank, min_chunk=1)
 
@@ -91,6 +97,13 @@ def _ranges_range(lo: int, hi: int, q: Any, binom: Any, n: int, k: int, first: i
         v, r = _scan_cpu(q, binom, n, k, rank0, count, comb, partial)
         out_value[item] = v
         out_rank[item] = r
+
+
+#: `_ranges_range` run by the interpreter over the plain core (gpu.small)
+_ranges_python = interpreted(_ranges_range, _scan_cpu=subset_core.scan_ranks)
+#: combinations x k a process searches uncompiled: a few us a combination interpreted, so
+#: some 0.1 s at most, against 1.2 s to compile `_ranges_range` (2-core dev VM, 2026-11-28)
+SUBSET_BUDGET = SMALL_CELLS
 
 
 # ---------------------------------------------------------------- CUDA
@@ -222,6 +235,8 @@ class _Searcher:
         self.chunk = chunk or _chunk(total, device)
         if device == "cpu":
             self.q, self.binom = q, binom
+            # one way for the whole search, so a compiling warm-up precedes the timed part
+            self.compiled = not uncompiled(_ranges_range, total * k, SUBSET_BUDGET)
             return
         self.q, self.binom = cuda.to_device(q), cuda.to_device(binom)
         # the block reduction's two BLOCK-long arrays share the 48 KiB with the triangle
@@ -236,7 +251,7 @@ class _Searcher:
             values = np.empty(ranges, np.float64)
             ranks = np.empty(ranges, np.int64)
             _ranges_cpu(self.q, self.binom, self.n, self.k, first, end, self.chunk, values,
-                        ranks)
+                        ranks, self.compiled)
         else:
             blocks = -(-ranges // BLOCK)
             d_values = cuda.device_array(blocks, np.float64)

@@ -22,8 +22,10 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
+from gpu.gp import core as gp_core
 from gpu.gp.core import CASH0, CODE_BUY, CODE_SELL, CPU, DEFAULT_COSTS
-from gpu.gp.evaluate import decision_codes
+from gpu.gp.evaluate import MONEY_BUDGET, decision_codes
+from gpu.small import interpreted, uncompiled
 from strategies.gp.representation import GPRule, rules_programs
 from strategies.gp.window import GPWindow, Period
 
@@ -158,14 +160,21 @@ class PeriodTrading:
         return float(np.mean(self.buy_hold_cash / CASH0 - 1.0))
 
 
+#: `_trading_path` run by the interpreter over the plain money rules
+_trading_path_python = interpreted(_trading_path, _step_money=gp_core.step_money,
+                                   _liquidate=gp_core.liquidate)
+
+
 def _path(codes: npt.NDArray[np.int8], close: npt.NDArray[np.float64], day0: int,
           costs: tuple[float, float, float]
           ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], int, float]:
     values = np.empty(codes.shape[0], np.float64)
     cash = np.empty(codes.shape[1], np.float64)
-    fills, traded = _trading_path(np.ascontiguousarray(codes, np.int8),
-                                  np.ascontiguousarray(close, np.float64), day0, costs,
-                                  values, cash)
+    # a small window through the plain money rules, interpreted (gpu.small)
+    path = (_trading_path_python if uncompiled(_trading_path, codes.size, MONEY_BUDGET)
+            else _trading_path)
+    fills, traded = path(np.ascontiguousarray(codes, np.int8),
+                         np.ascontiguousarray(close, np.float64), day0, costs, values, cash)
     start = codes.shape[1] * CASH0
     returns = np.diff(values, prepend=start) / np.concatenate(([start], values[:-1]))
     return cash, returns, int(fills), float(traded) / start

@@ -200,11 +200,16 @@ def simulate_money(strategy_or_rule: GPRule | GPEnsemble | Sequence[GPRule],
                    panel: npt.NDArray[np.float32], close: F64, day0: int = 0,
                    day1: int | None = None,
                    last_day: npt.NDArray[np.int64] | None = None,
-                   costs: tuple[float, float, float] = DEFAULT_COSTS) -> F64:
+                   costs: tuple[float, float, float] = DEFAULT_COSTS,
+                   method: str = "stack") -> F64:
     """Final cash per stock (dollars, float64) of the paper's simulation over days
     [day0, day1) of `panel` (n_days, 31, n_stocks) and `close` (n_days, n_stocks), on the
     CPU evaluator. A single rule runs the evaluator the GP uses; several rules (an ensemble)
     are voted day by day, then traded with the same money rules.
+
+    `method` ("stack" or "bitwise", as in gpu.gp.evaluate.PopulationEvaluator; both give
+    the same cash) evaluates a single rule: a caller that has compiled the bitwise evaluator
+    already (`evolve`) passes "bitwise", so a cold run does not compile the stack one too.
 
     `last_day[s]` (optional) is the last day stock s trades: from that day on its decision
     is SELL, so a position is closed at the stock's last price and nothing trades after.
@@ -220,7 +225,7 @@ def simulate_money(strategy_or_rule: GPRule | GPEnsemble | Sequence[GPRule],
     stops = last_day is not None and bool(np.any(last_day < day1 - 1))
     if len(rules) == 1 and not stops:
         return final_cash(programs, lengths, panel, close, day0, day1, device="cpu",
-                          costs=costs)[0]
+                          method=method, costs=costs)[0]
     codes = decision_codes(programs, lengths, panel, day0, day1, device="cpu")
     if len(rules) == 1:
         voted = np.array(codes[0], np.int8)
@@ -247,7 +252,8 @@ def simulate_money_next_open(strategy_or_rule: GPRule | GPEnsemble | Sequence[GP
                              panel: npt.NDArray[np.float32], open_: F64, close: F64,
                              day0: int = 0, day1: int | None = None,
                              last_day: npt.NDArray[np.int64] | None = None,
-                             costs: tuple[float, float, float] = DEFAULT_COSTS) -> F64:
+                             costs: tuple[float, float, float] = DEFAULT_COSTS,
+                             method: str = "stack") -> F64:
     """`simulate_money` under the next-open fill model: the same decisions (read at each
     day's close), the same money rules, filled at the next day's open instead of the close
     that produced them. The difference to `simulate_money` is the edge the same-close
@@ -258,4 +264,4 @@ def simulate_money_next_open(strategy_or_rule: GPRule | GPEnsemble | Sequence[GP
         for s, d in enumerate(last_day.tolist()):
             if d < day1 - 1:
                 prices[max(d, day0):day1, s] = close[d, s]
-    return simulate_money(strategy_or_rule, panel, prices, day0, day1, last_day, costs)
+    return simulate_money(strategy_or_rule, panel, prices, day0, day1, last_day, costs, method)

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -79,26 +80,81 @@ def test_deferred_prewarm_makes_the_first_call_wait_for_its_worker(tmp_path: Pat
 OTHER = Entry("strategies.gp.rng", "next_u64", "(Array(uint64, 1, 'C'),)", 1.9)
 
 
-def test_own_share_is_compiled_here_while_a_worker_compiles_the_rest(tmp_path: Path) -> None:
+def test_this_process_and_a_worker_take_the_entries_from_one_queue(tmp_path: Path) -> None:
     code = (_tiny(tmp_path, [ENTRY._replace(seconds=2.0), OTHER]) + "import numpy as np\n"
+            "import time\n"
             "from gpu.indicators import compute as indicators\n"
             "from strategies.gp import rng\n"
             "compile_cache.announce_compiles()\n"
             "h = compile_cache.prewarm('tiny', workers=1, own_share=True, path=m)\n"
+            "assert h.compiles_here\n"
             "h.defer()\n"
-            "own = [e.qualname for e in h.own]\n"
-            "workers = [[e.qualname for e in s] for s in h.shares]\n"
+            "while h.queue.given.get(0) is None:\n"  # the worker's feeder takes the first
+            "    time.sleep(0.01)\n"
             "failed = h.compile_own()\n"
+            "own = [e.qualname for e in h.queue.given.get(compile_cache.OWN, [])]\n"
+            "workers = [[e.qualname for e in s] for s in h.shares]\n"
             "after_own = compile_cache.compiles()\n"
-            "assert indicators._bar_error(3, 7, 10.0, 5.0) != 0\n"  # compiled here already
-            "rng.next_u64(np.ones(1, np.uint64))\n"  # waits for the worker, then loads
+            "assert indicators._bar_error(3, 7, 10.0, 5.0) != 0\n"  # the worker's: waits, loads
+            "rng.next_u64(np.ones(1, np.uint64))\n"  # compiled here already
+            "h.wait()\n"
             "print(json.dumps([own, workers, failed, after_own, compile_cache.compiles()]))\n")
     own, workers, failed, after_own, at_end = json.loads(_run(code, tmp_path / "numba").stdout)
-    # the longer entry goes to this process, which has no start to pay; the other to the
-    # worker, which does (WORKER_START)
-    assert own == ["_bar_error"] and workers == [["next_u64"]]
+    # the longest entry goes to the worker, free first; this process takes the next
+    assert workers == [["_bar_error"]] and own == ["next_u64"]
     assert failed == 0 and after_own >= 1
     assert at_end == after_own  # nothing more compiled in this process
+
+
+def test_a_worker_takes_the_next_entry_while_this_process_is_busy(tmp_path: Path) -> None:
+    code = (_tiny(tmp_path, [ENTRY._replace(seconds=2.0), OTHER]) +
+            "h = compile_cache.prewarm('tiny', workers=1, own_share=True, path=m,"
+            " message=None)\n"
+            "h.procs[0].wait(timeout=240)\n"  # this process does other work meanwhile
+            "h.compile_own()\n"
+            "print(json.dumps([[e.qualname for e in s] for s in h.shares]))\n")
+    shares = json.loads(_run(code, tmp_path / "numba").stdout)
+    assert shares == [["_bar_error", "next_u64"]]  # the worker compiled both, one by one
+
+
+def test_first_run_work_comes_before_the_own_share_and_only_with_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+    import types
+
+    import run_engine
+
+    calls: list[str] = []
+
+    class Handle:
+        def __init__(self, own: bool) -> None:
+            self.compiles_here = own
+
+        def defer(self) -> None:
+            calls.append("defer")
+
+        def compile_own(self) -> int:
+            calls.append("compile_own")
+            return 0
+
+    def job() -> None:
+        calls.append("job")
+        raise OSError("no such file")  # the command itself meets it and says so
+
+    module = types.SimpleNamespace(compile_profile=lambda args: "p",
+                                   first_run_work=lambda args: job)
+    args = argparse.Namespace(quiet=True, command="evolve")
+    monkeypatch.setenv("GTE_PREWARM", "1")
+    for own, want in ((True, ["defer", "job", "compile_own"]),
+                      (False, ["defer", "compile_own"])):
+        calls.clear()
+
+        def prewarm(profile: str, own: bool = own, **kw: Any) -> Handle:
+            return Handle(own)
+
+        monkeypatch.setattr(compile_cache, "prewarm", prewarm)
+        run_engine._first_run_compiles(module, args)
+        assert calls == want
 
 
 def test_plan_gives_the_commands_process_a_share_only_when_cpus_are_few() -> None:

@@ -74,3 +74,24 @@ def test_evolve_bad_input_is_one_line(shared_data, tmp_path: Path,
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert err[-1].startswith("error:") and words in err[-1]
+
+
+def test_first_run_work_reads_the_window_for_the_run(shared_data, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from engine.commands import evolve
+    from strategies.gp import window as gp_window
+
+    monkeypatch.setenv("TRADING_CACHE_DIR", str(tmp_path / "cache"))
+    parser = run_engine.build_parser("evolve", "run_engine.py")
+    argv = ["evolve", "--data", str(shared_data / "sp500_5yr_daily"), "--stocks", "3",
+            "--train-days", "40", "--test-days", "0", "--device", "cpu", "--out",
+            str(tmp_path / "b.json")]
+    job = evolve.first_run_work(parser.parse_args(argv))
+    assert job is not None
+    monkeypatch.setattr(evolve.plot_worker, "in_background", lambda: True)
+    job()
+    assert len(list((tmp_path / "cache").glob("window-*.pickle"))) == 1
+    gp_window._cached_table.cache_clear()
+    gp_window.load_window(shared_data / "sp500_5yr_daily", 3, 40, 0)
+    assert gp_window._cached_table.cache_info().misses == 0  # the run's load parses nothing
+    assert evolve.first_run_work(parser.parse_args([*argv, "--walk-forward", "20,10"])) is None
