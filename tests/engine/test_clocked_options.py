@@ -229,3 +229,20 @@ def test_a_replay_on_the_clock_prices_the_same_on_cuda() -> None:
         (m.symbol, m.ts, m.spot, m.seq) for m in cpu]
     for a, b in zip(gpu, cpu, strict=True):
         np.testing.assert_allclose(a.prices(), b.prices(), rtol=1e-4, atol=1e-5)
+
+
+def test_timings_kept_for_the_summary_stay_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A live book passes a boundary every interval for as long as it runs: it keeps only
+    the newest latencies and waits, and still counts every repricing."""
+    import engine.options.clocked as clocked
+
+    monkeypatch.setattr(clocked, "KEEP_TIMINGS", 3)
+    book = open_option_book([group("AAA")], device="cpu", every_ms=EVERY_MS)
+    assert isinstance(book, ClockedOptions)
+    for k in range(40):
+        book.on_spot("AAA", 100.0 + k, TS0 + k * 10 * MS + 1)
+    asyncio.run(book.drain())
+    g = book._groups["AAA"][0]
+    assert g.repricings == 40 and 3 <= len(g.latencies_ns) < 6
+    assert len(book.waits_ns) == 3
+    assert book.summary()["repricings"] == 40
