@@ -105,6 +105,7 @@ def compile_twin(
     cpu_constants: Mapping[str, Any] | None = None,
     cuda_constants: Mapping[str, Any] | None = None,
     fastmath: bool = False,
+    cpu_inline: bool = False,
 ) -> Twin:
     """Compile a core of plain functions for the CPU and for CUDA (see the module docstring).
 
@@ -116,6 +117,12 @@ def compile_twin(
     rare callee that must differ (an already compiled function of another core, or a
     libdevice intrinsic such as `dmul_rn`); such a name replaces a core function of the
     same name on that backend (the core's plain version stays the reference in Python).
+
+    `cpu_inline`: the CPU functions are inlined into their callers by numba
+    (`inline="always"`) instead of compiled one by one and linked. Same machine arithmetic
+    (no fastmath, so no reordering), about a quarter less compile time for a core of many
+    small functions (the options pricer's: 1 s of a cold `price`). A function called with
+    `*args` cannot be inlined by numba: keep such calls outside the core.
     """
     functions = tuple(functions)
     consts = dict(constants or {})
@@ -129,7 +136,8 @@ def compile_twin(
         functions,
         {**consts, **cpu_only},
         cpu_only,
-        lambda f: njit(cache=True, nogil=True, fastmath=fastmath)(f),
+        lambda f: njit(cache=True, nogil=True, fastmath=fastmath,
+                       inline="always" if cpu_inline else "never")(f),
     )
     gpu_ns = _namespace(
         module_name,

@@ -420,6 +420,7 @@ _twin = compile_twin(
         "DOMAIN_STRIKE_MULTIPLE": DOMAIN_STRIKE_MULTIPLE,
         "DOMAIN_LOG_WIDTH": DOMAIN_LOG_WIDTH,
     },
+    cpu_inline=True,  # a cold `price` compiles the pricer 1 s faster (gpu.twin)
 )
 _cpu_ns = vars(_twin.cpu)
 _gpu_ns = vars(_twin.cuda)
@@ -464,7 +465,7 @@ _rannacher_phase_gpu = _gpu_ns["rannacher_phase"]
 # =========================================================================================
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")  # compiled once, in its caller
 def row_fields(
     params: np.ndarray, o: int
 ) -> tuple[float, float, float, float, float, float, bool, bool]:
@@ -577,7 +578,7 @@ def fd_price_one_cpu(
     return p, d, g
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")  # compiled once, in its caller
 def _march_cpu(
     v: np.ndarray, op: np.ndarray, pay: np.ndarray, m: int, expiry: float, rannacher: int,
     strike: float, rate: float, div: float, s_lo: float, ds: float, n: int, is_call: bool,
