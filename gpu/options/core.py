@@ -505,7 +505,7 @@ def _bs_range(lo: int, hi: int, params: np.ndarray, out4: np.ndarray) -> None:
         out4[o, 3] = v
 
 
-@njit(cache=True)
+@njit(cache=True)  # not inlined: numba's inlining of a function this size costs 1.5 s
 def fd_price_one_cpu(
     spot: float,
     strike: float,
@@ -629,10 +629,17 @@ def _march_cpu(
                     v[j] = max(v[j], pay[j])
 
 
-@njit(cache=True)
-def _price_row(params: np.ndarray, out: np.ndarray, o: int, *grid: Any) -> None:
-    """Row `o` of `params` priced into out[o]; `grid` is `FdGrid.kernel_args()`."""
-    p, d, g = fd_price_one_cpu(*row_fields(params, o), *grid)
+@njit(cache=True, inline="always")
+def _price_row(params: np.ndarray, out: np.ndarray, o: int, grid: Any) -> None:
+    """Row `o` of `params` priced into out[o]; `grid` is `FdGrid.kernel_args()`, as one
+    tuple: numba inlines no call with `*args`, and this wrapper compiled on its own (and
+    linked, and optimised again) cost a cold `price` 0.5 s."""
+    spot, strike, expiry, vol, rate, div, is_call, is_american = row_fields(params, o)
+    (price_steps, dt_target, fixed_steps, min_steps, rannacher, domain, smax_mult, width,
+     compact, smooth, richardson) = grid
+    p, d, g = fd_price_one_cpu(spot, strike, expiry, vol, rate, div, is_call, is_american,
+                               price_steps, dt_target, fixed_steps, min_steps, rannacher,
+                               domain, smax_mult, width, compact, smooth, richardson)
     out[o, PRICE] = p
     out[o, DELTA] = d
     out[o, GAMMA] = g
@@ -659,7 +666,7 @@ def _fd_price_parallel(chunks: int, n: int, params: np.ndarray, out: np.ndarray,
 @njit(cache=True, nogil=True)
 def _fd_price_range(lo: int, hi: int, params: np.ndarray, out: np.ndarray, *grid: Any) -> None:
     for o in range(lo, hi):
-        _price_row(params, out, o, *grid)
+        _price_row(params, out, o, grid)
 
 
 @njit(cache=True, nogil=True)
@@ -668,7 +675,7 @@ def fd_price_batch_cpu_serial(params: np.ndarray, out: np.ndarray, *grid: Any) -
     default threading layer must not be entered from two threads at once, and the event
     loop's thread may use it."""
     for o in range(params.shape[0]):
-        _price_row(params, out, o, *grid)
+        _price_row(params, out, o, grid)
 
 
 # =========================================================================================
