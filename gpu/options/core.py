@@ -420,7 +420,9 @@ _twin = compile_twin(
         "DOMAIN_STRIKE_MULTIPLE": DOMAIN_STRIKE_MULTIPLE,
         "DOMAIN_LOG_WIDTH": DOMAIN_LOG_WIDTH,
     },
-    cpu_inline=True,  # a cold `price` compiles the pricer 1 s faster (gpu.twin)
+    # a cold `price` compiles the pricer 1 s faster (gpu.twin); bs_price_greeks has five
+    # call sites (implied vols, the analytic values, the pricer): compiled once
+    cpu_inline=[f.__name__ for f in _CORE if f is not bs_price_greeks],
 )
 _cpu_ns = vars(_twin.cpu)
 _gpu_ns = vars(_twin.cuda)
