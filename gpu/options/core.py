@@ -507,79 +507,6 @@ def _bs_range(lo: int, hi: int, params: np.ndarray, out4: np.ndarray) -> None:
         out4[o, 3] = v
 
 
-@njit(cache=True)  # not inlined: numba's inlining of a function this size costs 1.5 s
-def fd_price_one_cpu(
-    spot: float,
-    strike: float,
-    expiry: float,
-    vol: float,
-    rate: float,
-    div: float,
-    is_call: bool,
-    is_american: bool,
-    price_steps: int,
-    dt_target: float,
-    fixed_steps: int,
-    min_steps: int,
-    rannacher: int,
-    domain: int,
-    smax_mult: float,
-    width: float,
-    compact: bool,
-    smooth: bool,
-    richardson: bool,
-) -> tuple[float, float, float]:
-    """Price, delta, gamma of one option by Crank–Nicolson (float64, Thomas algorithm);
-    with `richardson` an early-exercise option is marched twice (`time_passes`) and its
-    node values extrapolated before the interpolation at the spot."""
-    if expiry <= 0.0 or vol <= 0.0:
-        p, d, g, _ = bs_price_greeks_cpu(spot, strike, expiry, vol, rate, div, is_call)
-        if is_american:
-            p = max(p, _payoff_cpu(spot, strike, is_call))
-        return p, d, g
-    is_american = _early_exercise_cpu(is_call, is_american, rate, div)
-    n = price_steps
-    s_lo, ds = _grid_bounds_cpu(spot, strike, expiry, vol, domain, smax_mult, width, n)
-    m = _time_steps_cpu(expiry, dt_target, fixed_steps, min_steps)
-    j_strike = int(math.floor((strike - s_lo) / ds + 0.5))
-
-    op = np.zeros((6, n + 1))  # α, β, γ, m₋, m₀, m₊ per node
-    pay = np.empty(n + 1)
-    v0 = np.empty(n + 1)
-    for j in range(n + 1):
-        s = s_lo + j * ds
-        if 0 < j < n:
-            a_, b_, c_, mb, mn, ma = _node_coefficients_cpu(s, ds, vol, rate, div, compact)
-            op[0, j] = a_
-            op[1, j] = b_
-            op[2, j] = c_
-            op[3, j] = mb
-            op[4, j] = mn
-            op[5, j] = ma
-        pay[j] = _payoff_cpu(s, strike, is_call)
-        v0[j] = pay[j]
-        if smooth and 0 < j < n:
-            v0[j] += ds * _payoff_smoothing_cpu(j - j_strike)
-
-    passes = _time_passes_cpu(richardson, is_american, m)
-    v = v0.copy()
-    v_coarse = v0.copy()
-    for pass_ in range(passes):
-        target = v_coarse if pass_ < passes - 1 else v
-        _march_cpu(target, op, pay, _pass_steps_cpu(pass_, passes, m), expiry, rannacher,
-                   strike, rate, div, s_lo, ds, n, is_call, is_american)
-    if passes == 2:
-        w = _richardson_weight_cpu(m)
-        for j in range(n + 1):
-            v[j] = v[j] + w * (v[j] - v_coarse[j])
-    f = (spot - s_lo) / ds
-    j = min(max(int(math.floor(f + 0.5)), 2), n - 2)
-    p, d, g = _interpolate_cpu(v[j - 2], v[j - 1], v[j], v[j + 1], v[j + 2], f - j, ds)
-    if is_american:  # interpolating across the exercise boundary may dip below the payoff
-        p = max(p, _payoff_cpu(spot, strike, is_call))
-    return p, d, g
-
-
 @njit(cache=True, inline="always")  # compiled once, in its caller
 def _march_cpu(
     v: np.ndarray, op: np.ndarray, pay: np.ndarray, m: int, expiry: float, rannacher: int,
@@ -631,22 +558,6 @@ def _march_cpu(
                     v[j] = max(v[j], pay[j])
 
 
-@njit(cache=True, inline="always")
-def _price_row(params: np.ndarray, out: np.ndarray, o: int, grid: Any) -> None:
-    """Row `o` of `params` priced into out[o]; `grid` is `FdGrid.kernel_args()`, as one
-    tuple: numba inlines no call with `*args`, and this wrapper compiled on its own (and
-    linked, and optimised again) cost a cold `price` 0.5 s."""
-    spot, strike, expiry, vol, rate, div, is_call, is_american = row_fields(params, o)
-    (price_steps, dt_target, fixed_steps, min_steps, rannacher, domain, smax_mult, width,
-     compact, smooth, richardson) = grid
-    p, d, g = fd_price_one_cpu(spot, strike, expiry, vol, rate, div, is_call, is_american,
-                               price_steps, dt_target, fixed_steps, min_steps, rannacher,
-                               domain, smax_mult, width, compact, smooth, richardson)
-    out[o, PRICE] = p
-    out[o, DELTA] = d
-    out[o, GAMMA] = g
-
-
 def fd_price_batch_cpu(params: np.ndarray, out: np.ndarray, *grid: Any) -> None:
     """CPU twin of `fd_price_kernel`: every parameter row priced, on all cores
     (`gpu.threads.parallel_range`: chunks on threads, or numba's prange on many cores; a
@@ -667,8 +578,65 @@ def _fd_price_parallel(chunks: int, n: int, params: np.ndarray, out: np.ndarray,
 
 @njit(cache=True, nogil=True)
 def _fd_price_range(lo: int, hi: int, params: np.ndarray, out: np.ndarray, *grid: Any) -> None:
+    """Rows lo..hi-1 of `params` priced into out (price, delta, gamma) by Crank–Nicolson
+    (float64, Thomas algorithm); `grid` is `FdGrid.kernel_args()`. With `richardson` an
+    early-exercise option is marched twice (`time_passes`) and its node values extrapolated
+    before the interpolation at the spot. One function with the row loop: a row pricer
+    compiled apart (and linked, and optimised again) cost a cold `price` 0.4 s."""
+    (n, dt_target, fixed_steps, min_steps, rannacher, domain, smax_mult, width, compact,
+     smooth, richardson) = grid
     for o in range(lo, hi):
-        _price_row(params, out, o, grid)
+        spot, strike, expiry, vol, rate, div, is_call, is_american = row_fields(params, o)
+        if expiry <= 0.0 or vol <= 0.0:
+            p, d, g, _ = bs_price_greeks_cpu(spot, strike, expiry, vol, rate, div, is_call)
+            if is_american:
+                p = max(p, _payoff_cpu(spot, strike, is_call))
+            out[o, PRICE] = p
+            out[o, DELTA] = d
+            out[o, GAMMA] = g
+            continue
+        is_american = _early_exercise_cpu(is_call, is_american, rate, div)
+        s_lo, ds = _grid_bounds_cpu(spot, strike, expiry, vol, domain, smax_mult, width, n)
+        m = _time_steps_cpu(expiry, dt_target, fixed_steps, min_steps)
+        j_strike = int(math.floor((strike - s_lo) / ds + 0.5))
+
+        op = np.zeros((6, n + 1))  # α, β, γ, m₋, m₀, m₊ per node
+        pay = np.empty(n + 1)
+        v0 = np.empty(n + 1)
+        for j in range(n + 1):
+            s = s_lo + j * ds
+            if 0 < j < n:
+                a_, b_, c_, mb, mn, ma = _node_coefficients_cpu(s, ds, vol, rate, div, compact)
+                op[0, j] = a_
+                op[1, j] = b_
+                op[2, j] = c_
+                op[3, j] = mb
+                op[4, j] = mn
+                op[5, j] = ma
+            pay[j] = _payoff_cpu(s, strike, is_call)
+            v0[j] = pay[j]
+            if smooth and 0 < j < n:
+                v0[j] += ds * _payoff_smoothing_cpu(j - j_strike)
+
+        passes = _time_passes_cpu(richardson, is_american, m)
+        v = v0.copy()
+        v_coarse = v0.copy()
+        for pass_ in range(passes):
+            target = v_coarse if pass_ < passes - 1 else v
+            _march_cpu(target, op, pay, _pass_steps_cpu(pass_, passes, m), expiry, rannacher,
+                       strike, rate, div, s_lo, ds, n, is_call, is_american)
+        if passes == 2:
+            w = _richardson_weight_cpu(m)
+            for j in range(n + 1):
+                v[j] = v[j] + w * (v[j] - v_coarse[j])
+        f = (spot - s_lo) / ds
+        j = min(max(int(math.floor(f + 0.5)), 2), n - 2)
+        p, d, g = _interpolate_cpu(v[j - 2], v[j - 1], v[j], v[j + 1], v[j + 2], f - j, ds)
+        if is_american:  # interpolating across the exercise boundary may dip below the payoff
+            p = max(p, _payoff_cpu(spot, strike, is_call))
+        out[o, PRICE] = p
+        out[o, DELTA] = d
+        out[o, GAMMA] = g
 
 
 @njit(cache=True, nogil=True)
@@ -676,8 +644,7 @@ def fd_price_batch_cpu_serial(params: np.ndarray, out: np.ndarray, *grid: Any) -
     """The same on one core without the GIL: the engine's background repricing. Numba's
     default threading layer must not be entered from two threads at once, and the event
     loop's thread may use it."""
-    for o in range(params.shape[0]):
-        _price_row(params, out, o, grid)
+    _fd_price_range(0, params.shape[0], params, out, *grid)
 
 
 # =========================================================================================
