@@ -558,6 +558,21 @@ def _march_cpu(
                     v[j] = max(v[j], pay[j])
 
 
+@njit(cache=True, nogil=True)
+def _analytic_range(lo: int, hi: int, params: np.ndarray, out: np.ndarray) -> None:
+    """The rows of lo..hi-1 with no time or no vol left (which `_fd_price_range` skips):
+    the analytic value, at least the payoff when American."""
+    for o in range(lo, hi):
+        spot, strike, expiry, vol, rate, div, is_call, is_american = row_fields(params, o)
+        if expiry <= 0.0 or vol <= 0.0:
+            p, d, g, _ = bs_price_greeks_cpu(spot, strike, expiry, vol, rate, div, is_call)
+            if is_american:
+                p = max(p, _payoff_cpu(spot, strike, is_call))
+            out[o, PRICE] = p
+            out[o, DELTA] = d
+            out[o, GAMMA] = g
+
+
 def fd_price_batch_cpu(params: np.ndarray, out: np.ndarray, *grid: Any) -> None:
     """CPU twin of `fd_price_kernel`: every parameter row priced, on all cores
     (`gpu.threads.parallel_range`: chunks on threads, or numba's prange on many cores; a
@@ -567,6 +582,7 @@ def fd_price_batch_cpu(params: np.ndarray, out: np.ndarray, *grid: Any) -> None:
     rannacher, domain, smax_mult, width, compact, smooth, richardson."""
     parallel_range(_fd_price_range, _fd_price_parallel, params.shape[0], params, out, *grid,
                    min_chunk=1)
+    _analytic_range(0, params.shape[0], params, out)
 
 
 @njit(cache=True, parallel=True)
@@ -582,19 +598,16 @@ def _fd_price_range(lo: int, hi: int, params: np.ndarray, out: np.ndarray, *grid
     (float64, Thomas algorithm); `grid` is `FdGrid.kernel_args()`. With `richardson` an
     early-exercise option is marched twice (`time_passes`) and its node values extrapolated
     before the interpolation at the spot. One function with the row loop: a row pricer
-    compiled apart (and linked, and optimised again) cost a cold `price` 0.4 s."""
+    compiled apart (and linked, and optimised again) cost a cold `price` 0.4 s. A row
+    with no time or no vol left is `_analytic_range`'s: so the compile worker of a cold
+    `price` does not compile Black–Scholes, which the command's process compiles anyway
+    for the implied vols' start (0.3 s)."""
     (n, dt_target, fixed_steps, min_steps, rannacher, domain, smax_mult, width, compact,
      smooth, richardson) = grid
     for o in range(lo, hi):
         spot, strike, expiry, vol, rate, div, is_call, is_american = row_fields(params, o)
         if expiry <= 0.0 or vol <= 0.0:
-            p, d, g, _ = bs_price_greeks_cpu(spot, strike, expiry, vol, rate, div, is_call)
-            if is_american:
-                p = max(p, _payoff_cpu(spot, strike, is_call))
-            out[o, PRICE] = p
-            out[o, DELTA] = d
-            out[o, GAMMA] = g
-            continue
+            continue  # `_analytic_range`'s row
         is_american = _early_exercise_cpu(is_call, is_american, rate, div)
         s_lo, ds = _grid_bounds_cpu(spot, strike, expiry, vol, domain, smax_mult, width, n)
         m = _time_steps_cpu(expiry, dt_target, fixed_steps, min_steps)
@@ -645,6 +658,7 @@ def fd_price_batch_cpu_serial(params: np.ndarray, out: np.ndarray, *grid: Any) -
     default threading layer must not be entered from two threads at once, and the event
     loop's thread may use it."""
     _fd_price_range(0, params.shape[0], params, out, *grid)
+    _analytic_range(0, params.shape[0], params, out)
 
 
 # =========================================================================================

@@ -39,6 +39,7 @@ def test_inlined_pricer_equals_its_callees_compiled_apart(shared_data: Path) -> 
         # the same loop run by Python: each core function it calls is compiled on its own
         apart = np.full_like(inlined, np.nan)
         core._fd_price_range.py_func(0, rows.shape[0], rows, apart, *args)
+        core._analytic_range.py_func(0, rows.shape[0], rows, apart)
         assert np.array_equal(inlined, apart, equal_nan=True), grid
         serial = np.full_like(inlined, np.nan)
         core.fd_price_batch_cpu_serial(rows, serial, *args)
