@@ -421,7 +421,7 @@ _twin = compile_twin(
         "DOMAIN_LOG_WIDTH": DOMAIN_LOG_WIDTH,
     },
     # a cold `price` compiles the pricer 1 s faster (gpu.twin); bs_price_greeks has five
-    # call sites (implied vols, the analytic values, the pricer): compiled once
+    # call sites (the implied vols' three, `_bs_range`, `_analytic_range`): compiled once
     cpu_inline=[f.__name__ for f in _CORE if f is not bs_price_greeks],
 )
 _cpu_ns = vars(_twin.cpu)
