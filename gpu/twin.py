@@ -105,6 +105,7 @@ def compile_twin(
     cpu_constants: Mapping[str, Any] | None = None,
     cuda_constants: Mapping[str, Any] | None = None,
     fastmath: bool = False,
+    cpu_inline: Iterable[str] = (),
 ) -> Twin:
     """Compile a core of plain functions for the CPU and for CUDA (see the module docstring).
 
@@ -116,6 +117,12 @@ def compile_twin(
     rare callee that must differ (an already compiled function of another core, or a
     libdevice intrinsic such as `dmul_rn`); such a name replaces a core function of the
     same name on that backend (the core's plain version stays the reference in Python).
+
+    `cpu_inline`: the names of the CPU functions numba inlines into their callers
+    (`inline="always"`) instead of compiling each one by one and linking it. Same machine
+    arithmetic (no fastmath, so no reordering), and less compile time for small functions
+    with one or two call sites (the options pricer's: 1 s of a cold `price`); a function
+    called from many places or with `*args` (which numba cannot inline) is better left out.
     """
     functions = tuple(functions)
     consts = dict(constants or {})
@@ -124,12 +131,14 @@ def compile_twin(
         raise ValueError(f"core functions must have distinct names: {names}")
     cpu_only, cuda_only = dict(cpu_constants or {}), dict(cuda_constants or {})
     # nogil: a CPU driver may run the core on a worker thread beside the event loop
+    inlined = set(cpu_inline)
     cpu_ns = _namespace(
         module_name,
         functions,
         {**consts, **cpu_only},
         cpu_only,
-        lambda f: njit(cache=True, nogil=True, fastmath=fastmath)(f),
+        lambda f: njit(cache=True, nogil=True, fastmath=fastmath,
+                       inline="always" if f.__name__ in inlined else "never")(f),
     )
     gpu_ns = _namespace(
         module_name,

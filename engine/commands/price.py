@@ -21,6 +21,7 @@ import datetime as dt
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where to price: cuda if there is a GPU under auto")
     parser.add_argument("--plot", type=Path,
                         help="smile PNG with --iv (default: next to --json if given, else none)")
+
+
+def first_run_work(args: argparse.Namespace) -> Callable[[], None] | None:
+    """With empty caches, where this process compiles a part of the pricer (few cores,
+    run_engine's `_first_run_compiles`): matplotlib's import and a first drawing (font,
+    Agg canvas, PNG writer), done while a compile worker compiles the pricer, which the
+    implied vols wait for; the smile plot then finds them done. None where no smile plot
+    is drawn."""
+    js = getattr(args, "json", None)
+    if not args.iv or (args.plot is None and (not js or str(js) == "-")):
+        return None
+    return _warm_plotting
+
+
+def _warm_plotting() -> None:
+    import io
+
+    from engine.reporting.plots import pyplot
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(1, 1))
+    ax.plot([0.0, 1.0], [0.0, 1.0], marker="o", label="x")
+    ax.legend(fontsize=7)
+    ax.set_title("x")
+    fig.savefig(io.BytesIO(), format="png", dpi=20)
+    plt.close(fig)
 
 
 def _progress(msg: str) -> None:

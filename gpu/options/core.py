@@ -420,6 +420,9 @@ _twin = compile_twin(
         "DOMAIN_STRIKE_MULTIPLE": DOMAIN_STRIKE_MULTIPLE,
         "DOMAIN_LOG_WIDTH": DOMAIN_LOG_WIDTH,
     },
+    # a cold `price` compiles the pricer 1 s faster (gpu.twin); bs_price_greeks has five
+    # call sites (the implied vols' three, `_bs_range`, `_analytic_range`): compiled once
+    cpu_inline=[f.__name__ for f in _CORE if f is not bs_price_greeks],
 )
 _cpu_ns = vars(_twin.cpu)
 _gpu_ns = vars(_twin.cuda)
@@ -464,7 +467,7 @@ _rannacher_phase_gpu = _gpu_ns["rannacher_phase"]
 # =========================================================================================
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")  # compiled once, in its caller
 def row_fields(
     params: np.ndarray, o: int
 ) -> tuple[float, float, float, float, float, float, bool, bool]:
@@ -504,80 +507,7 @@ def _bs_range(lo: int, hi: int, params: np.ndarray, out4: np.ndarray) -> None:
         out4[o, 3] = v
 
 
-@njit(cache=True)
-def fd_price_one_cpu(
-    spot: float,
-    strike: float,
-    expiry: float,
-    vol: float,
-    rate: float,
-    div: float,
-    is_call: bool,
-    is_american: bool,
-    price_steps: int,
-    dt_target: float,
-    fixed_steps: int,
-    min_steps: int,
-    rannacher: int,
-    domain: int,
-    smax_mult: float,
-    width: float,
-    compact: bool,
-    smooth: bool,
-    richardson: bool,
-) -> tuple[float, float, float]:
-    """Price, delta, gamma of one option by Crank–Nicolson (float64, Thomas algorithm);
-    with `richardson` an early-exercise option is marched twice (`time_passes`) and its
-    node values extrapolated before the interpolation at the spot."""
-    if expiry <= 0.0 or vol <= 0.0:
-        p, d, g, _ = bs_price_greeks_cpu(spot, strike, expiry, vol, rate, div, is_call)
-        if is_american:
-            p = max(p, _payoff_cpu(spot, strike, is_call))
-        return p, d, g
-    is_american = _early_exercise_cpu(is_call, is_american, rate, div)
-    n = price_steps
-    s_lo, ds = _grid_bounds_cpu(spot, strike, expiry, vol, domain, smax_mult, width, n)
-    m = _time_steps_cpu(expiry, dt_target, fixed_steps, min_steps)
-    j_strike = int(math.floor((strike - s_lo) / ds + 0.5))
-
-    op = np.zeros((6, n + 1))  # α, β, γ, m₋, m₀, m₊ per node
-    pay = np.empty(n + 1)
-    v0 = np.empty(n + 1)
-    for j in range(n + 1):
-        s = s_lo + j * ds
-        if 0 < j < n:
-            a_, b_, c_, mb, mn, ma = _node_coefficients_cpu(s, ds, vol, rate, div, compact)
-            op[0, j] = a_
-            op[1, j] = b_
-            op[2, j] = c_
-            op[3, j] = mb
-            op[4, j] = mn
-            op[5, j] = ma
-        pay[j] = _payoff_cpu(s, strike, is_call)
-        v0[j] = pay[j]
-        if smooth and 0 < j < n:
-            v0[j] += ds * _payoff_smoothing_cpu(j - j_strike)
-
-    passes = _time_passes_cpu(richardson, is_american, m)
-    v = v0.copy()
-    v_coarse = v0.copy()
-    for pass_ in range(passes):
-        target = v_coarse if pass_ < passes - 1 else v
-        _march_cpu(target, op, pay, _pass_steps_cpu(pass_, passes, m), expiry, rannacher,
-                   strike, rate, div, s_lo, ds, n, is_call, is_american)
-    if passes == 2:
-        w = _richardson_weight_cpu(m)
-        for j in range(n + 1):
-            v[j] = v[j] + w * (v[j] - v_coarse[j])
-    f = (spot - s_lo) / ds
-    j = min(max(int(math.floor(f + 0.5)), 2), n - 2)
-    p, d, g = _interpolate_cpu(v[j - 2], v[j - 1], v[j], v[j + 1], v[j + 2], f - j, ds)
-    if is_american:  # interpolating across the exercise boundary may dip below the payoff
-        p = max(p, _payoff_cpu(spot, strike, is_call))
-    return p, d, g
-
-
-@njit(cache=True)
+@njit(cache=True, inline="always")  # compiled once, in its caller
 def _march_cpu(
     v: np.ndarray, op: np.ndarray, pay: np.ndarray, m: int, expiry: float, rannacher: int,
     strike: float, rate: float, div: float, s_lo: float, ds: float, n: int, is_call: bool,
@@ -628,13 +558,19 @@ def _march_cpu(
                     v[j] = max(v[j], pay[j])
 
 
-@njit(cache=True)
-def _price_row(params: np.ndarray, out: np.ndarray, o: int, *grid: Any) -> None:
-    """Row `o` of `params` priced into out[o]; `grid` is `FdGrid.kernel_args()`."""
-    p, d, g = fd_price_one_cpu(*row_fields(params, o), *grid)
-    out[o, PRICE] = p
-    out[o, DELTA] = d
-    out[o, GAMMA] = g
+@njit(cache=True, nogil=True)
+def _analytic_range(lo: int, hi: int, params: np.ndarray, out: np.ndarray) -> None:
+    """The rows of lo..hi-1 with no time or no vol left (which `_fd_price_range` skips):
+    the analytic value, at least the payoff when American."""
+    for o in range(lo, hi):
+        spot, strike, expiry, vol, rate, div, is_call, is_american = row_fields(params, o)
+        if expiry <= 0.0 or vol <= 0.0:
+            p, d, g, _ = bs_price_greeks_cpu(spot, strike, expiry, vol, rate, div, is_call)
+            if is_american:
+                p = max(p, _payoff_cpu(spot, strike, is_call))
+            out[o, PRICE] = p
+            out[o, DELTA] = d
+            out[o, GAMMA] = g
 
 
 def fd_price_batch_cpu(params: np.ndarray, out: np.ndarray, *grid: Any) -> None:
@@ -646,6 +582,7 @@ def fd_price_batch_cpu(params: np.ndarray, out: np.ndarray, *grid: Any) -> None:
     rannacher, domain, smax_mult, width, compact, smooth, richardson."""
     parallel_range(_fd_price_range, _fd_price_parallel, params.shape[0], params, out, *grid,
                    min_chunk=1)
+    _analytic_range(0, params.shape[0], params, out)
 
 
 @njit(cache=True, parallel=True)
@@ -657,8 +594,62 @@ def _fd_price_parallel(chunks: int, n: int, params: np.ndarray, out: np.ndarray,
 
 @njit(cache=True, nogil=True)
 def _fd_price_range(lo: int, hi: int, params: np.ndarray, out: np.ndarray, *grid: Any) -> None:
+    """Rows lo..hi-1 of `params` priced into out (price, delta, gamma) by Crank–Nicolson
+    (float64, Thomas algorithm); `grid` is `FdGrid.kernel_args()`. With `richardson` an
+    early-exercise option is marched twice (`time_passes`) and its node values extrapolated
+    before the interpolation at the spot. One function with the row loop: a row pricer
+    compiled apart (and linked, and optimised again) cost a cold `price` 0.4 s. A row
+    with no time or no vol left is `_analytic_range`'s: so the compile worker of a cold
+    `price` does not compile Black–Scholes, which the command's process compiles anyway
+    for the implied vols' start (0.3 s)."""
+    (n, dt_target, fixed_steps, min_steps, rannacher, domain, smax_mult, width, compact,
+     smooth, richardson) = grid
     for o in range(lo, hi):
-        _price_row(params, out, o, *grid)
+        spot, strike, expiry, vol, rate, div, is_call, is_american = row_fields(params, o)
+        if expiry <= 0.0 or vol <= 0.0:
+            continue  # `_analytic_range`'s row
+        is_american = _early_exercise_cpu(is_call, is_american, rate, div)
+        s_lo, ds = _grid_bounds_cpu(spot, strike, expiry, vol, domain, smax_mult, width, n)
+        m = _time_steps_cpu(expiry, dt_target, fixed_steps, min_steps)
+        j_strike = int(math.floor((strike - s_lo) / ds + 0.5))
+
+        op = np.zeros((6, n + 1))  # α, β, γ, m₋, m₀, m₊ per node
+        pay = np.empty(n + 1)
+        v0 = np.empty(n + 1)
+        for j in range(n + 1):
+            s = s_lo + j * ds
+            if 0 < j < n:
+                a_, b_, c_, mb, mn, ma = _node_coefficients_cpu(s, ds, vol, rate, div, compact)
+                op[0, j] = a_
+                op[1, j] = b_
+                op[2, j] = c_
+                op[3, j] = mb
+                op[4, j] = mn
+                op[5, j] = ma
+            pay[j] = _payoff_cpu(s, strike, is_call)
+            v0[j] = pay[j]
+            if smooth and 0 < j < n:
+                v0[j] += ds * _payoff_smoothing_cpu(j - j_strike)
+
+        passes = _time_passes_cpu(richardson, is_american, m)
+        v = v0.copy()
+        v_coarse = v0.copy()
+        for pass_ in range(passes):
+            target = v_coarse if pass_ < passes - 1 else v
+            _march_cpu(target, op, pay, _pass_steps_cpu(pass_, passes, m), expiry, rannacher,
+                       strike, rate, div, s_lo, ds, n, is_call, is_american)
+        if passes == 2:
+            w = _richardson_weight_cpu(m)
+            for j in range(n + 1):
+                v[j] = v[j] + w * (v[j] - v_coarse[j])
+        f = (spot - s_lo) / ds
+        j = min(max(int(math.floor(f + 0.5)), 2), n - 2)
+        p, d, g = _interpolate_cpu(v[j - 2], v[j - 1], v[j], v[j + 1], v[j + 2], f - j, ds)
+        if is_american:  # interpolating across the exercise boundary may dip below the payoff
+            p = max(p, _payoff_cpu(spot, strike, is_call))
+        out[o, PRICE] = p
+        out[o, DELTA] = d
+        out[o, GAMMA] = g
 
 
 @njit(cache=True, nogil=True)
@@ -666,8 +657,8 @@ def fd_price_batch_cpu_serial(params: np.ndarray, out: np.ndarray, *grid: Any) -
     """The same on one core without the GIL: the engine's background repricing. Numba's
     default threading layer must not be entered from two threads at once, and the event
     loop's thread may use it."""
-    for o in range(params.shape[0]):
-        _price_row(params, out, o, *grid)
+    _fd_price_range(0, params.shape[0], params, out, *grid)
+    _analytic_range(0, params.shape[0], params, out)
 
 
 # =========================================================================================

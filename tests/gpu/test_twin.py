@@ -126,3 +126,14 @@ def test_not_ready_answers_of_polled_events_are_kept_out_of_the_log(caplog) -> N
         log.error("Call to cuMemAlloc results in CUDA_ERROR_OUT_OF_MEMORY")
     messages = [r.getMessage() for r in caplog.records]
     assert messages == ["Call to cuMemAlloc results in CUDA_ERROR_OUT_OF_MEMORY"]
+
+
+def test_cpu_inline_inlines_only_the_named_functions_with_the_same_results() -> None:
+    inlined = compile_twin(__name__, (_hypot_scaled, _sum_of_hypots),
+                           {"SCALE": 0.5, "math": math}, cpu_inline=["_hypot_scaled"])
+    assert inlined.cpu._hypot_scaled.targetoptions["inline"] == "always"
+    assert inlined.cpu._sum_of_hypots.targetoptions["inline"] == "never"
+    assert CORE.cpu._hypot_scaled.targetoptions["inline"] == "never"
+    rng = np.random.default_rng(5)
+    for x, y in rng.normal(size=(50, 2)):
+        assert inlined.cpu._sum_of_hypots(x, y) == CORE.cpu._sum_of_hypots(x, y)

@@ -164,3 +164,21 @@ def test_bad_gpu_setting_is_one_line_and_exit_2(
     assert rc == 2, err
     lines = [ln for ln in err.strip().splitlines() if "error" in ln]
     assert lines == [f"error: GPU_FD_SOLVER must be one of lanes, pcr, got {value!r}"], err
+
+
+def test_price_first_run_work_warms_the_plotting_only_where_a_smile_is_drawn(
+        tmp_path: Path) -> None:
+    from engine.commands import price
+
+    parser = run_engine.build_parser("price", "run_engine.py")
+    base = ["price", "--generate", "4"]
+    assert price.first_run_work(parser.parse_args(base)) is None  # no --iv: no smile
+    assert price.first_run_work(parser.parse_args([*base, "--iv"])) is None  # nowhere to draw
+    assert price.first_run_work(parser.parse_args([*base, "--iv", "--json", "-"])) is None
+    job = price.first_run_work(parser.parse_args([*base, "--iv", "--json",
+                                                   str(tmp_path / "p.json")]))
+    assert job is not None
+    job()
+    assert list(tmp_path.iterdir()) == []  # drawn in memory: no file written
+    assert price.first_run_work(parser.parse_args([*base, "--iv", "--plot",
+                                                   str(tmp_path / "s.png")])) is not None
