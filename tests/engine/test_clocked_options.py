@@ -221,7 +221,7 @@ def test_a_replay_on_the_clock_prices_the_same_on_cuda() -> None:
     """On CUDA (a real GPU, where a boundary may wait for the launch before it, or the
     simulator) the same spots and stamps as the CPU twin, values within float32."""
     # (fewer ticks: numba's simulator runs a launch's threads in Python)
-    n_ticks = 4000 if cuda_present() and not cuda_simulated() else 240
+    n_ticks = 4000 if cuda_present() and not cuda_simulated() else 150
     cpu, _ = replay_clocked("cpu", n_ticks=n_ticks)
     gpu, _ = replay_clocked("cuda", n_ticks=n_ticks)
     assert len(cpu) >= 10
