@@ -539,8 +539,10 @@ def _options_line(o: dict[str, Any]) -> str:
 
     never = (f"; never priced (no tick of the underlying): {', '.join(o['never_priced'])}"
              if o.get("never_priced") else "")
+    clock = (f", on the data's clock every {o['every_ms']:g} ms ({o['boundaries']:,} "
+             f"boundaries, values stamped at each)" if o.get("every_ms") else "")
     return (f"  options: {o['groups']:,} group(s), {o['options']:,} contracts on "
-            f"{o['device']}: {o['repricings']:,} repricings of {o['ticks']:,} underlying "
+            f"{o['device']}{clock}: {o['repricings']:,} repricings of {o['ticks']:,} underlying "
             f"spots ({o['coalesced_ticks']:,} coalesced into a newer spot), latency p50 "
             f"{us(o.get('latency_us_p50'))}, p99 {us(o.get('latency_us_p99'))}, "
             f"{o.get('values_published', 0):,} value messages{never}")

@@ -165,6 +165,8 @@ class ClockedOptions:
         for g in groups:
             if g.pending is not None:
                 g.coalesced += 1
+                if ts < g.pending[1]:
+                    continue  # a late, older tick: the interval's newest spot stays
             g.pending = (spot, ts)
 
     def _reprice_at(self, boundary: int) -> None:

@@ -246,3 +246,32 @@ def test_timings_kept_for_the_summary_stay_bounded(monkeypatch: pytest.MonkeyPat
     assert g.repricings == 40 and 3 <= len(g.latencies_ns) < 6
     assert len(book.waits_ns) == 3
     assert book.summary()["repricings"] == 40
+
+
+def test_a_late_older_tick_never_replaces_the_intervals_newest_spot() -> None:
+    book = open_option_book([group("AAA")], device="cpu", every_ms=EVERY_MS)
+    book.on_spot("AAA", 101.0, TS0 + 5 * MS)
+    book.on_spot("AAA", 99.0, TS0 + 2 * MS)  # older than the pending one: not newer
+    got = asyncio.run(book.drain())
+    assert [(m.ts, m.spot) for m in got] == [(TS0 + 10 * MS, 101.0)]
+
+
+@given(st.lists(st.tuples(st.sampled_from(["AAA", "BBB", "ZZZ"]),
+                          st.floats(allow_nan=True, allow_infinity=True),
+                          st.integers(-(2**63), 2**63 - 1)), max_size=25))
+@settings(max_examples=40, deadline=None)
+def test_any_spots_and_timestamps_leave_the_book_working(
+        stream: list[tuple[str, float, int]]) -> None:
+    """Whatever reaches on_spot (NaN, infinite, negative prices; timestamps anywhere in
+    int64, backwards included), the book never raises, prices only good spots, stamps on
+    the clock and hands out messages that encode."""
+    book = open_option_book([group("AAA"), group("BBB")], device="cpu", every_ms=EVERY_MS)
+    for sym, price, ts in stream:
+        book.on_spot(sym, price, ts)
+    msgs = book.poll() + asyncio.run(book.drain())
+    good = {(s, p) for s, p, _ in stream if 0.0 < p < math.inf}
+    for m in msgs:
+        assert isinstance(m, OptionGroupValues) and (m.symbol, m.spot) in good
+        assert m.ts % int(EVERY_MS * MS) == 0
+        msgspec.msgpack.encode(m)
+    assert book.in_flight == 0

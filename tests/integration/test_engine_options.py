@@ -98,3 +98,27 @@ def test_small_receive_batch_replays_the_same_orders(tmp_path: Path) -> None:
     assert [(o.symbol, o.side, o.ts) for o in a.engine.broker.orders] == \
         [(o.symbol, o.side, o.ts) for o in b.engine.broker.orders]
     assert a.engine.broker.equity() == b.engine.broker.equity()
+
+
+def test_clocked_options_from_the_config_file(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """`options_every_ms` in a config file: the replay command prices on the data's clock
+    and says so in its report; a bad interval is one line and exit code 2."""
+    import json
+
+    group = ('[[options]]\nunderlying = "SYN001"\nstrikes = [90.0, 110.0]\nexpiries = [60]\n'
+             'grid = "seed"\n')
+    cfg = tmp_path / "clocked.toml"
+    cfg.write_text(f"options_every_ms = 250\n{group}")
+    rc = run_engine.main(["replay", "--ticks", "4000", "--n-symbols", "2", "--config", str(cfg),
+                          "--device", "cpu", "--json", str(tmp_path / "r.json")])
+    assert rc == 0
+    rep = json.loads((tmp_path / "r.json").read_text())["options"]
+    assert rep["dispatch"] == "clocked" and rep["every_ms"] == 250.0
+    assert rep["repricings"] == rep["boundaries"] > 0
+    assert "on the data's clock every 250 ms" in capsys.readouterr().out
+    for bad in ("nan", "-5", "1e12", '"fast"'):
+        cfg.write_text(f"options_every_ms = {bad}\n{group}")
+        assert run_engine.main(["replay", "--config", str(cfg)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "options_every_ms" in err[0], err
