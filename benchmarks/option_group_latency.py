@@ -10,7 +10,8 @@ with expired rows (its floor: the kernel writes closed-form values at once), and
 medians of each host-side span (set_spot, launch, the wait while polling, results) and of
 one poll.
 
-    python benchmarks/option_group_latency.py [--roots BEFORE AFTER] [--rounds 3] [--json PATH]
+    python benchmarks/option_group_latency.py [--roots BEFORE AFTER] [--rounds 3] [--options 1000]
+        [--json PATH]
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ ROOT = Path(__file__).resolve().parent.parent
 SPANS = ("set_spot", "launch", "wait", "results", "total")
 
 
-def measure(repeats: int) -> dict[str, Any]:
-    """One tree, in this process (the tree first on sys.path)."""
+def measure(repeats: int, options: int = 1000) -> dict[str, Any]:
+    """One tree, in this process (the tree first on sys.path): a group of `options` of the
+    reference rows."""
     import numpy as np
 
     from benchmarks.options import reference_rows
@@ -38,11 +40,11 @@ def measure(repeats: int) -> dict[str, Any]:
 
     out: dict[str, Any] = {"core": core.__file__}
     for name in ("reference", "expired"):
-        rows = reference_rows(1000)
+        rows = reference_rows(options)
         if name == "expired":
             rows[:, core.EXPIRY] = 0.0
         group = OptionGroupPricer(rows, GRIDS["default"], "cuda")
-        spans: dict[str, list[float]] = {k: [] for k in (*SPANS, "polls")}
+        spans: dict[str, list[float]] = {k: [] for k in (*SPANS, "polls", "per_poll")}
         for i in range(repeats + 20):
             t0 = time.perf_counter_ns()
             group.set_spot(100.0 + 0.01 * (i % 7))
@@ -61,11 +63,16 @@ def measure(repeats: int) -> dict[str, Any]:
                                  strict=True):
                     spans[k].append(ns / 1e3)
                 spans["polls"].append(polls)
+                spans["per_poll"].append((t3 - t2) / 1e3 / max(polls, 1))
         total = np.array(spans["total"])
         out[name] = {"p50_us": float(np.percentile(total, 50)),
                      "p99_us": float(np.percentile(total, 99)),
                      **{f"{k}_median_us": statistics.median(spans[k]) for k in SPANS[:-1]},
-                     "polls_median": statistics.median(spans["polls"])}
+                     "polls_median": statistics.median(spans["polls"]),
+                     "threads": int(getattr(group, "_threads", 0)),
+                     "launcher": str(getattr(group, "launcher", None)),
+                     # the wait divided by its polls: what one `done()` costs in flight
+                     "per_poll_median_us": statistics.median(spans["per_poll"])}
         t0 = time.perf_counter_ns()
         for _ in range(1000):  # the driver query `done` makes while a launch is in flight
             group._query()
@@ -78,23 +85,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--roots", type=Path, nargs="+", default=[ROOT])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=500)
+    ap.add_argument("--options", type=int, default=1000, help="the group's size")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    if args.rounds < 1 or args.repeats < 1:
-        ap.error("--rounds and --repeats must be at least 1")
+    if args.rounds < 1 or args.repeats < 1 or args.options < 1:
+        ap.error("--rounds, --repeats and --options must be at least 1")
     if args.worker is not None:  # one run of the tree `--worker`, the result on stdout
         import json
 
         sys.path.insert(0, str(args.worker))
-        print(json.dumps(measure(args.repeats)))
+        print(json.dumps(measure(args.repeats, args.options)))
         return 0
     sys.path.insert(0, str(ROOT))  # this tree's helpers (a worker runs another tree)
     from benchmarks.common import alternate_trees, gpu_name, write_json
 
     runs: dict[str, list[dict[str, Any]]] = {str(r): [] for r in args.roots}
     for k, root, res in alternate_trees(__file__, args.roots, args.rounds,
-                                        ["--repeats", str(args.repeats)]):
+                                        ["--repeats", str(args.repeats),
+                                         "--options", str(args.options)]):
         runs[str(root)].append(res)
         ref, floor = res["reference"], res["expired"]
         print(f"round {k + 1} {root}: group p50 {ref['p50_us']:.1f} us, p99 "

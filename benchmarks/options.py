@@ -73,12 +73,17 @@ def time_gpu(params: np.ndarray, grid: FdGrid, repeats: int) -> dict[str, float]
 
     n = params.shape[0]
     # GPU_FD_SOLVER's (default lanes), as the engine launches it for n options
-    kernel, threads = core.fd_kernel(grid.price_steps,
-                                     split_passes=core.split_passes(grid.richardson, n))
+    kernel, threads = core.fd_kernel(grid.price_steps)
     args = grid.kernel_args()
     stream = cuda.stream()
     d_params = cuda.to_device(params, stream=stream)
     d_out = cuda.device_array((n, core.N_OUT), dtype=np.float64, stream=stream)
+
+    def compile_once() -> None:
+        kernel[n, threads, stream](d_params, d_out, *args)
+        stream.synchronize()
+
+    threads = core.lanes_threads(kernel, threads, grid.richardson, n, compile_once)
     start, stop = cuda.event(), cuda.event()
     for _ in range(3):  # warm-up
         kernel[n, threads, stream](d_params, d_out, *args)

@@ -100,9 +100,10 @@ class BatchPricer:
         #: OPTION_BATCH_IN_PLACE=0: always regather the rows (benchmarks compare both)
         self.in_place = os.environ.get("OPTION_BATCH_IN_PLACE", "1") != "0"
         if self.device == "cuda":
-            self._kernel, self._threads = core.fd_kernel(
-                self.grid.price_steps, self.solver,
-                core.split_passes(self.grid.richardson, self.total))
+            self._kernel, self._threads = core.fd_kernel(self.grid.price_steps, self.solver)
+            self._threads = core.lanes_threads(self._kernel, self._threads,
+                                               self.grid.richardson, self.total,
+                                               self._compile_once)
             self._bind()
 
     @property
@@ -116,16 +117,27 @@ class BatchPricer:
                 return i
         return None
 
+    def _warm_rows(self, s: _Slot) -> tuple[Any, ...]:
+        """The launch arguments of slot `s` with rows no group owns (a ladder of calls)."""
+        s.params_host[:, :core.N_PARAMS] = np.array(
+            [100.0, 100.0, 0.25, 0.2, 0.01, 0.0, 1.0, 0.0])
+        s.params_host[:, core.STRIKE] = np.linspace(80.0, 120.0, self.total)
+        s.key = None
+        return (s.params, s.out, *self._args)
+
+    def _compile_once(self) -> None:
+        """One ordinary launch on the first slot, which compiles (or loads) the kernel."""
+        s = self._slots[0]
+        self._kernel[self.total, self._threads, s.stream](*self._warm_rows(s))
+        s.stream.synchronize()
+
     def _bind(self) -> None:
         """Pre-bind every slot's launch, kept only where each prices like numba's own
         launch: all slots pre-bound or none, so `prebound` says how every launch goes."""
-        row = core.N_PARAMS
         bound = []
         for s in self._slots:
             # one ordinary launch compiles (or loads) the kernel and gives the reference
-            s.params_host[:, :row] = np.array([100.0, 100.0, 0.25, 0.2, 0.01, 0.0, 1.0, 0.0])
-            s.params_host[:, core.STRIKE] = np.linspace(80.0, 120.0, self.total)
-            args = (s.params, s.out, *self._args)
+            args = self._warm_rows(s)
             self._kernel[self.total, self._threads, s.stream](*args)
             s.stream.synchronize()
             reference = s.out_host.copy()
@@ -138,7 +150,6 @@ class BatchPricer:
             if not np.array_equal(s.out_host, reference, equal_nan=True):
                 return  # the ordinary launch stays for every slot
             bound.append(go)
-            s.key = None  # the warm-up rows are no group's
         for s, go in zip(self._slots, bound, strict=True):
             s.go = go
         self.prebound = True

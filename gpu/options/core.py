@@ -19,8 +19,8 @@ Two backends over the same per-node functions (compiled by gpu/twin.py):
   - "lanes" (the default, `fd_lanes_kernel`): one warp per option, lane l owning P
     consecutive rows; Thomas's sweeps run over a lane's rows and are carried across the
     lanes by scans (warp shuffles; shared memory in the simulator). O(N) work per step.
-    A launch of up to SPLIT_PASSES_MAX_OPTIONS options (0 by default: off) on a Richardson
-    grid gives each option two warps, one per march (`split_passes`).
+    A launch on a Richardson grid gives each option two warps, one per march, when the
+    device holds all of them at once (`split_passes`).
   - "pcr" (`fd_price_kernel`): one block per option, one thread per grid node; parallel
     cyclic reduction (PCR) in shared memory. The matrix is the same for every step of a
     phase, so the PCR elimination factors of each level are computed once per phase and
@@ -1426,17 +1426,51 @@ def fd_kernel(
     return fd_lanes_kernel(price_steps), LANES * (2 if split_passes else 1)
 
 
-#: launches of at most this many options run an option's two Richardson marches on two
-#: warps (one march's chain of steps instead of one and a half); larger launches keep one
-#: warp per option, whose registers are then never idle while the coarse march is done.
-#: 0, off: on the H100 (2026-11-25, default grid, 254 registers a thread, so 8 blocks an
-#: SM) two warps an option halve the options resident at once, and a 1,000-option group
-#: took 118 µs split against 109 µs not (one launch's wait on the host, p50); under a
-#: 112-register cap, 107 µs split against 128 µs not. Kept for such builds and tested.
-SPLIT_PASSES_MAX_OPTIONS = 0
+#: None (the default): a lanes launch on a Richardson grid gives each option two warps (its
+#: two marches side by side: one march's chain of steps instead of one and a half) when
+#: the device holds every option's two warps at once (`resident_split_options`); a larger
+#: launch keeps one warp per option, whose registers are then never idle while the coarse
+#: march runs. On the H200 (2026-11-28, default grid, about 254 registers a thread: four
+#: two-warp blocks an SM, 528 options) the kernel took 28-31 µs split against 39-40 µs not
+#: for 1 to 500 options, and 53 against 42.5 µs at 1,000 (two waves). An integer overrides
+#: the bound (0: never split; tests and benchmarks).
+SPLIT_PASSES_MAX_OPTIONS: int | None = None
 
 
-def split_passes(richardson: bool, options: int) -> bool:
+def resident_split_options(kernel: Any) -> int:
+    """How many options launched with two warps each the device runs at once with the
+    compiled lanes `kernel` (the driver's occupancy for a 2-warp block times the SMs);
+    0 where it cannot be asked (the kernel not compiled yet, the simulator)."""
+    overloads = getattr(kernel, "overloads", None) or {}
+    if len(overloads) != 1:
+        return 0
+    compiled = next(iter(overloads.values()))
+    try:
+        return int(compiled.max_cooperative_grid_blocks(2 * LANES))
+    except Exception:  # noqa: BLE001 - no occupancy to ask (simulator): never split
+        return 0
+
+
+def split_passes(richardson: bool, options: int, kernel: Any = None) -> bool:
     """Whether a lanes launch of `options` rows on a grid with `richardson` uses two warps
-    per option (at most SPLIT_PASSES_MAX_OPTIONS rows)."""
-    return richardson and options <= SPLIT_PASSES_MAX_OPTIONS
+    per option: at most SPLIT_PASSES_MAX_OPTIONS rows where that is set, else as many as
+    the device holds at once with the compiled `kernel` (`resident_split_options`)."""
+    if not richardson:
+        return False
+    limit = SPLIT_PASSES_MAX_OPTIONS
+    if limit is None:
+        limit = resident_split_options(kernel)
+    return options <= limit
+
+
+def lanes_threads(kernel: Any, threads: int, richardson: bool, options: int,
+                  compile_once: Any) -> int:
+    """The block size for a launch of `options` rows of `kernel` (`fd_kernel`'s one-warp
+    `threads`): two warps where `split_passes` allows. The occupancy is the compiled
+    code's, so an uncompiled lanes kernel is compiled (or loaded from the disk cache)
+    first by `compile_once()`, one ordinary launch of the caller's."""
+    if threads != LANES or not richardson or os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        return threads  # the pcr kernel, a grid without Richardson, the simulator
+    if not getattr(kernel, "overloads", None):
+        compile_once()
+    return 2 * LANES if split_passes(richardson, options, kernel) else threads

@@ -52,7 +52,9 @@ import numpy.typing as npt
 
 from gpu.device import fd_max_registers, fd_solver, quiet_event_polling, resolve_device
 from gpu.launch import (
+    CompletionFlag,
     bind,
+    completion_flag,
     event_query,
     event_recorder,
     event_waiter,
@@ -262,7 +264,9 @@ def price_params(
         out = np.empty((n, core.N_OUT))
         core.fd_price_batch_cpu(params, out, *g.kernel_args())
         return _values(out)
-    split = core.split_passes(g.richardson, n)
+    # (two warps an option by the compiled kernel's occupancy: a first call, which
+    # compiles it, keeps one warp; the values are the same bit for bit either way)
+    split = core.split_passes(g.richardson, n, core.fd_kernel(g.price_steps)[0])
     batch = _mapped_batch(g, n, split)
     if batch is not None:
         try:
@@ -405,6 +409,15 @@ def warm_up(grid: str | FdGrid = "default", device: str = "auto") -> str:
     return backend
 
 
+def _then_signal(go: Any, signal: Any) -> Any:
+    """A launcher of `go(grid)` followed by the completion flag's one-thread `signal`."""
+    def both(grid: int) -> None:
+        go(grid)
+        signal(1)
+
+    return both
+
+
 def _recorded_by_the_graph() -> None:
     """A graph launch records the pricer's event itself (`OptionGroupPricer._capture_graph`)."""
 
@@ -435,6 +448,8 @@ class OptionGroupPricer:
         self._in_flight = False
         self._future: Any = None
         self._executor: Any = None
+        #: completion read from host memory (`gpu.launch.CompletionFlag`) where the graph has it
+        self._flag: CompletionFlag | None = None
         if self.device == "cpu":
             self._params_dev: Any = np.array(params, dtype=np.float64, copy=True)
             self.params = self._params_dev
@@ -462,8 +477,10 @@ class OptionGroupPricer:
         # logs an error on every not-ready poll: microseconds each)
         self._record = event_recorder(self._event, self._stream)
         self._query = event_query(self._event)
-        self._kernel, self._threads = core.fd_kernel(
-            self.grid.price_steps, self.solver, core.split_passes(self.grid.richardson, self.n))
+        self._kernel, self._threads = core.fd_kernel(self.grid.price_steps, self.solver)
+        # two warps an option where the device holds them all at once (`core.split_passes`)
+        self._threads = core.lanes_threads(self._kernel, self._threads, self.grid.richardson,
+                                           self.n, self._compile_once)
         self._bound: Any = None
         #: True when launches skip numba's per-call argument typing (see _bind_launch)
         self.prebound = False
@@ -474,6 +491,13 @@ class OptionGroupPricer:
 
     def _launch_args(self) -> tuple[Any, ...]:
         return (self._params_dev, self._out_dev, *self._args)
+
+    def _compile_once(self) -> None:
+        """One ordinary launch, which compiles (or loads) the kernel; the results it
+        leaves are no repricing's."""
+        self._kernel[self.n, self._threads, self._stream](*self._launch_args())
+        self._stream.synchronize()
+        self._out[:] = np.nan
 
     def _bind_launch(self) -> None:
         """Pre-bind the launch (`gpu.launch.bind`): numba types every argument and
@@ -508,19 +532,27 @@ class OptionGroupPricer:
             self._capture_graph(go, reference)
 
     def _capture_graph(self, go: Any, reference: np.ndarray) -> None:
-        """The bound launch and the event's record as one CUDA graph (`graph_launcher`):
-        one driver call a repricing instead of two; kept only where a replay gives the
-        reference bit for bit and the event reports it done."""
-        replay = graph_launcher(go, self.n, self._event, self._stream)
+        """The bound launch, a completion flag's signal and the event's record as one
+        CUDA graph (`graph_launcher`, `completion_flag`): one driver call a repricing
+        instead of two, and `done()` a read of host memory instead of an event query;
+        kept only where a replay gives the reference bit for bit, sets the flag and the
+        event reports it done (without the flag where it cannot be made)."""
+        flag = completion_flag(self._stream)
+        work = go if flag is None else _then_signal(go, flag.go)
+        replay = graph_launcher(work, self.n, self._event, self._stream)
         if replay is None:
             return
         self._out[:] = np.nan
+        if flag is not None:
+            flag.arm()
         replay()
         self._event.synchronize()
-        if self._query() and np.array_equal(self._out, reference, equal_nan=True):
+        if (self._query() and np.array_equal(self._out, reference, equal_nan=True)
+                and (flag is None or flag.seen())):
             self._bound = replay
             self._record = _recorded_by_the_graph
-            self.launcher = f"{self.launcher}+graph"
+            self._flag = flag
+            self.launcher = f"{self.launcher}+graph" + ("+flag" if flag is not None else "")
 
     @property
     def in_flight(self) -> bool:
@@ -557,6 +589,8 @@ class OptionGroupPricer:
                 core.fd_price_batch_cpu(self._params_dev, self._out_dev, *self._args)
             self._in_flight = True
             return
+        if self._flag is not None:
+            self._flag.arm()
         if self._bound is not None:
             self._bound()
         else:
@@ -570,6 +604,8 @@ class OptionGroupPricer:
             return True
         if self._event is None:
             return self._future is None or bool(self._future.done())
+        if self._flag is not None:
+            return self._flag.seen()
         # (the CUDA simulator's Event has no query(); it runs launches synchronously)
         return self._query()
 

@@ -81,14 +81,78 @@ def test_real_gpu_group_pricer_values_equal_the_one_shot_path() -> None:
     kernel: two marches, American rows)."""
     params = random_params(2000, seed=31)
     pricer = OptionGroupPricer(params, "default", "cuda")
-    # the launch and its event's record replayed as one CUDA graph
-    assert pricer.launcher == "ctypes+graph", pricer.launcher
+    # the launch, the completion flag's signal and the event's record replayed as one
+    # CUDA graph; done() reads the flag
+    assert pricer.launcher == "ctypes+graph+flag", pricer.launcher
     for k, spot in enumerate((95.0, 104.0, 99.5)):
         got, rows = reprice_at(pricer, spot, wait=k == 1)
         want = price_params(rows, "default", "cuda")
         for a, b in zip(got, want, strict=True):
             np.testing.assert_array_equal(a, b)
         assert not pricer.in_flight
+
+
+@pytest.mark.gpu
+def test_real_gpu_group_splits_its_marches_only_while_every_option_is_resident() -> None:
+    """A group gets two warps an option exactly when the device holds all of its options'
+    two-warp blocks at once (the compiled kernel's occupancy times the SMs), one warp
+    past that; split or not, the values are bit for bit those of a one-warp launch
+    (SPLIT_PASSES_MAX_OPTIONS = 0), and the one-shot path chooses the same way."""
+    grid = make_grid("default")
+    OptionGroupPricer(random_params(4, seed=8), grid, "cuda")  # compiles the kernel
+    resident = core.resident_split_options(core.fd_kernel(grid.price_steps)[0])
+    assert resident >= 100  # any data-centre GPU holds a hundred options' blocks
+    for n, threads in ((resident, 2 * core.LANES), (resident + 1, core.LANES)):
+        params = random_params(n, seed=n)
+        pricer = OptionGroupPricer(params, grid, "cuda")
+        assert pricer._threads == threads
+        got, rows = reprice_at(pricer, 101.0, wait=False)
+        try:
+            core.SPLIT_PASSES_MAX_OPTIONS = 0
+            one_warp = OptionGroupPricer(params, grid, "cuda")
+            assert one_warp._threads == core.LANES
+            want, _ = reprice_at(one_warp, 101.0, wait=True)
+        finally:
+            core.SPLIT_PASSES_MAX_OPTIONS = None
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
+        assert core.split_passes(True, n, core.fd_kernel(grid.price_steps)[0]) == (
+            threads == 2 * core.LANES)
+
+
+def test_split_passes_bound_and_its_override() -> None:
+    """Without a compiled kernel to ask (or in the simulator) a launch keeps one warp an
+    option; SPLIT_PASSES_MAX_OPTIONS overrides the bound; a grid without Richardson
+    extrapolation never splits (it has one march)."""
+    assert core.SPLIT_PASSES_MAX_OPTIONS is None
+    assert not core.split_passes(True, 1)
+    assert not core.split_passes(True, 1, object())
+    try:
+        core.SPLIT_PASSES_MAX_OPTIONS = 10
+        assert core.split_passes(True, 10) and not core.split_passes(True, 11)
+        assert not core.split_passes(False, 1)
+    finally:
+        core.SPLIT_PASSES_MAX_OPTIONS = None
+
+
+@pytest.mark.gpu
+def test_real_gpu_completion_flag_is_never_seen_before_the_values(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """done() read from the completion flag (host memory) gives, launch after launch with
+    new spots and polled as tightly as Python can, the values the event-polled pricer
+    (GPU_COMPLETION_FLAG=0) gives for the same spot, bit for bit: the flag is never seen
+    before the repricing's own writes."""
+    params = random_params(1000, seed=44)
+    flagged = OptionGroupPricer(params, "default", "cuda")
+    monkeypatch.setenv("GPU_COMPLETION_FLAG", "0")
+    evented = OptionGroupPricer(params, "default", "cuda")
+    assert flagged.launcher == "ctypes+graph+flag" and evented.launcher == "ctypes+graph"
+    spots = np.random.default_rng(9).uniform(80.0, 120.0, 200)
+    for spot in spots:
+        got, _ = reprice_at(flagged, float(spot), wait=False)
+        want, _ = reprice_at(evented, float(spot), wait=False)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)
 
 
 def test_bad_fd_solver_setting_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -235,7 +299,7 @@ def test_real_gpu_graphs_go_with_their_pricers_and_a_failed_capture_is_harmless(
     releases = []
     for _ in range(50):
         pricer = OptionGroupPricer(params, "seed", "cuda")
-        assert pricer.launcher == "ctypes+graph", pricer.launcher
+        assert pricer.launcher == "ctypes+graph+flag", pricer.launcher
         releases.append(pricer._bound.release)
         del pricer
     gc.collect()
