@@ -33,7 +33,6 @@ import importlib.abc
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -42,7 +41,10 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from importlib.machinery import ModuleSpec
 from pathlib import Path
-from typing import Any, NamedTuple, TextIO
+from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
+
+if TYPE_CHECKING:  # imported where a worker starts: a run that starts none never loads it
+    import subprocess
 
 MANIFEST = Path(__file__).with_name("compile_manifest.json")
 NOTICE = "compiling kernels (first run; cached afterwards)…"
@@ -532,6 +534,10 @@ def start_early(command: str, path: Path = MANIFEST) -> EarlyWorkers | None:
 
 
 def _spawn(n: int, modules: Sequence[str] = ()) -> list[subprocess.Popen[bytes]]:
+    if n < 1:  # (a warm run, or a command with nothing in the manifest: no import either)
+        return []
+    import subprocess
+
     return [subprocess.Popen([sys.executable, "-m", "gpu.compile_cache", *modules],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              env={**os.environ, "PYTHONPATH": _pythonpath()})
