@@ -60,8 +60,9 @@ def _cpu_driver() -> Any:
     this process has loaded the kernels (gpu/subset/kernels.py: then its machine code, in
     memory or in numba's disk cache, is the faster way at any size), else the plain core,
     which has none: a small search then runs interpreted. Loading machine code from the
-    disk cache would first import numba, 0.4 s warm and 1.4 s cold on the 2-core dev VM,
-    against at most some 0.1 s for an interpreted search within SUBSET_BUDGET."""
+    disk cache would first import the kernels' numba and numba.cuda, some 0.4 s warm and
+    1.4 s cold on the 2-core dev VM, against at most some 0.1 s for an interpreted search
+    within SUBSET_BUDGET."""
     kernels = sys.modules.get("gpu.subset.kernels")
     return subset_core.best_in_ranges if kernels is None else kernels.ranges_range
 
