@@ -67,6 +67,17 @@ def version() -> str:
         return "unknown"
 
 
+class _VersionAction(argparse._VersionAction):
+    """argparse's --version, its text looked up only when --version is given: the
+    installed package's metadata (importlib.metadata, some 0.1 s of a cold start's
+    bytecode compiling, issue 27) is then read by no other run."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        self.version = f"%(prog)s {version()}"
+        super().__call__(parser, namespace, values, option_string)
+
+
 def _common_flags(p: argparse.ArgumentParser, top: bool) -> None:
     """-v/-q on the top level and on every command, so either place on the line works.
     A command's copy defaults to SUPPRESS: it sets the value only when given, and never
@@ -83,7 +94,7 @@ def build_parser(only: str | None = None, prog: str = "run_engine.py"
                  ) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=prog, description=DESCRIPTION,
                                      formatter_class=HelpFormatter)
-    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    parser.add_argument("--version", action=_VersionAction)
     _common_flags(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     parser.command_parsers = {}  # type: ignore[attr-defined]
@@ -159,7 +170,7 @@ def _main(argv: list[str], wanted: str | None, early: Any) -> int:
         if args.json and not to_stdout:  # refused before the work, not after it
             check_writable_file(args.json, "--json")
             check_own_kind(args.json, "json", "--json")
-        from engine.settings.resolve import check_numbers
+        from engine.settings.flags import check_numbers
 
         # NaN, inf, huge or negative numbers: one line, exit 2, before any work
         check_numbers(parser.command_parsers[args.command],  # type: ignore[attr-defined]
@@ -202,9 +213,10 @@ def _main(argv: list[str], wanted: str | None, early: Any) -> int:
     finally:
         if prewarm is not None:  # a worker left running would race the next run's cache
             prewarm.wait() if finished else prewarm.stop()
-        from engine.settings.gpu import unexport_env
+        if exported:  # (the settings module imports msgspec: not for a run without [gpu])
+            from engine.settings.gpu import unexport_env
 
-        unexport_env(exported)
+            unexport_env(exported)
     return 0
 
 
@@ -220,7 +232,7 @@ def _first_run_compiles(module: Any, args: argparse.Namespace, early: Any = None
 
     from gpu import compile_cache
 
-    if not args.quiet and "numba" in sys.modules:  # a command without kernels imports none
+    if not args.quiet:  # (a command that never imports numba never compiles: no line)
         compile_cache.announce_compiles()
     if os.environ.get("GTE_PREWARM", "1") == "0":
         return None

@@ -173,6 +173,14 @@ class TradeBatch(msgspec.Struct, tag="C", **_STRUCT):
     sizes: bytes
 
 
+#: most trades in one `TradeBatch` frame: a larger frame is counted (`oversize_batch`) and
+#: skipped (feeds/trade_batch.py; here, with the message, so the engine's config checks
+#: `replay_frame_ticks` without importing that module's compiled loops, numba)
+MAX_BATCH_ROWS = 1 << 16
+#: trades per frame a replay's feed sends by default (about 150 kB per frame)
+DEFAULT_FRAME_TICKS = 4096
+
+
 class RiskRejection(msgspec.Struct, tag="R", **_STRUCT):
     """An order the risk limits refused before the broker; `limit` names the limit."""
 

@@ -22,12 +22,8 @@ import numpy as np
 import numpy.typing as npt
 from numba import njit
 
-from feeds.messages import TradeBatch, encode
+from feeds.messages import MAX_BATCH_ROWS, TradeBatch, encode
 
-#: most trades in one frame: a larger frame is counted (`oversize_batch`) and skipped
-MAX_BATCH_ROWS = 1 << 16
-#: trades per frame a replay's feed sends by default (about 150 kB per frame)
-DEFAULT_FRAME_TICKS = 4096
 #: the topic of every batch frame (it carries many symbols)
 BATCH_TOPIC = b"C."
 

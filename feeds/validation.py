@@ -22,7 +22,7 @@ import math
 import re
 from collections.abc import Callable, Collection, Iterable, Sized
 from operator import length_hint
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -37,14 +37,9 @@ from feeds.messages import (
     make_decoder,
 )
 from feeds.records import SkipCounter
-from feeds.trade_batch import (
-    Columns,
-    StreamState,
-    accept_rows,
-    batch_columns,
-    batch_slice,
-    fits_int64,
-)
+
+if TYPE_CHECKING:
+    from feeds.trade_batch import Columns, StreamState
 
 log = logging.getLogger(__name__)
 
@@ -471,6 +466,17 @@ class Validator:
         whose stream is new, tapped or out of sequence) goes through `validate_many` as
         the one-tick trade it stands for. A malformed frame is counted once and skipped.
         `received` counts the rows. Returns the clock."""
+        # the compiled branch's module imports numba: loaded with the first batch, not by
+        # every reader of ValidationLimits (the engine's config, which every command reads;
+        # issue 27: a cold `select` imported numba through it)
+        from feeds.trade_batch import (
+            StreamState,
+            accept_rows,
+            batch_columns,
+            batch_slice,
+            fits_int64,
+        )
+
         cols = batch_columns(batch)
         if isinstance(cols, str):
             self.skipped.add(cols, 1, f"TradeBatch of {len(batch.times)} time bytes, "
@@ -507,6 +513,8 @@ class Validator:
         """Each batch symbol's stream and symbol state into `state`'s arrays; a stream
         not yet known, not carrying that symbol, tapped, or whose last sequence number
         does not fit the compiled branch takes the Python path (`fast` 0)."""
+        from feeds.trade_batch import fits_int64  # (see `_batch`)
+
         for j, topic in enumerate(topics):
             tr = self._topics.get(topic)
             if (tr is None or tr[1] != symbols[j] or tr[2] is None or tr[3] is not None

@@ -29,16 +29,22 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib
+import importlib.abc
+import importlib.util
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
+import types
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from importlib.machinery import ModuleSpec
 from pathlib import Path
-from typing import Any, NamedTuple, TextIO
+from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
+
+if TYPE_CHECKING:  # imported where a worker starts: a run that starts none never loads it
+    import subprocess
 
 MANIFEST = Path(__file__).with_name("compile_manifest.json")
 NOTICE = "compiling kernels (first run; cached afterwards)…"
@@ -107,10 +113,50 @@ def announce_compiles(message: str = NOTICE, stream: TextIO | None = None) -> No
     """Write `message` once on `stream` (stderr) when this process first compiles a kernel
     (a cache miss; loading from numba's disk cache is silent). GTE_COMPILE_NOTICE=0 keeps
     it quiet (the test suite's setting: its one-line-error checks read stderr whole, and
-    which test compiles first depends on the order they run in)."""
+    which test compiles first depends on the order they run in). In a process that has
+    not imported numba, the listener is installed when numba is imported: this call does
+    not import it (a command that imports its kernels only when it runs them compiled,
+    `select`'s search, then starts without numba: issue 27's cold start)."""
+    if "numba" not in sys.modules:
+        _AfterImport.install("numba", lambda: announce_compiles(message, stream))
+        return
     listener = _installed()
     listener.message = None if os.environ.get("GTE_COMPILE_NOTICE", "1") == "0" else message
     listener.stream = stream or sys.stderr
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Calls `then()` right after the first import of module `name` has run (an import
+    hook on `sys.meta_path` that finds nothing itself: the other finders find the module,
+    and its loader's `exec_module` is wrapped for this one load)."""
+
+    def __init__(self, name: str, then: Callable[[], object]) -> None:
+        self.name, self.then = name, then
+
+    @classmethod
+    def install(cls, name: str, then: Callable[[], object]) -> None:
+        for finder in sys.meta_path:  # one hook per module: the newest `then` wins
+            if isinstance(finder, cls) and finder.name == name:
+                finder.then = then
+                return
+        sys.meta_path.insert(0, cls(name, then))
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: types.ModuleType | None = None) -> ModuleSpec | None:
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        loader = None if spec is None else spec.loader
+        if loader is not None and hasattr(loader, "exec_module"):
+            run = loader.exec_module
+
+            def exec_module(module: types.ModuleType) -> None:
+                run(module)
+                self.then()
+
+            loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
 
 
 def silence_announcement() -> None:
@@ -488,6 +534,10 @@ def start_early(command: str, path: Path = MANIFEST) -> EarlyWorkers | None:
 
 
 def _spawn(n: int, modules: Sequence[str] = ()) -> list[subprocess.Popen[bytes]]:
+    if n < 1:  # (a warm run, or a command with nothing in the manifest: no import either)
+        return []
+    import subprocess
+
     return [subprocess.Popen([sys.executable, "-m", "gpu.compile_cache", *modules],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              env={**os.environ, "PYTHONPATH": _pythonpath()})

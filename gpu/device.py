@@ -7,8 +7,10 @@ fallback.
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
+import sys
 from typing import Literal
 
 Resolved = Literal["cpu", "cuda"]
@@ -62,6 +64,18 @@ def cuda_simulated() -> bool:
 
 
 def cuda_present() -> bool:
+    """Whether numba finds a CUDA GPU (or its simulator): `numba.cuda.is_available()`, and
+    False where numba-cuda cannot be imported.
+
+    Where no CUDA driver library loads, the answer is False without importing numba.cuda
+    (0.7 s of a cold process on the 2-core dev VM, and numba with it: issue 27, a cold
+    `select` spent 1.4 s on them; benchmarks/results/devbox-2026-11-28f-cold-start-select/
+    README.md): numba's own check loads the same library first and, failing, says False
+    (`_no_cuda_driver`). Wherever numba might answer otherwise (a driver library loads,
+    the simulator or a CUDA switch is set, a .numba_config.yaml could set them, another
+    platform), numba answers."""
+    if _no_cuda_driver():
+        return False
     try:
         from numba import cuda
     except Exception:  # numba-cuda missing or broken: behave as a machine without a GPU
@@ -70,6 +84,36 @@ def cuda_present() -> bool:
         return bool(cuda.is_available())
     except Exception:
         return False
+
+
+#: the CUDA driver library's names and folders, as numba-cuda 0.30 looks for it on Linux
+#: (numba/cuda/cudadrv/driver.py, `locate_driver_and_loader`): the names on the loader's
+#: own search path first, then in these folders
+_DRIVER_NAMES = ("libcuda.so", "libcuda.so.1")
+_DRIVER_FOLDERS = ("/usr/lib", "/usr/lib64")
+#: numba settings that change its answer (simulator on, CUDA off): when any is set, or
+#: its config file may set them, numba decides
+_NUMBA_SWITCHES = ("NUMBA_ENABLE_CUDASIM", "NUMBA_DISABLE_CUDA")
+
+
+def _no_cuda_driver() -> bool:
+    """True only where numba's check must fail at its first step: on Linux, with none of
+    numba's CUDA switches set (nor a .numba_config.yaml in the working folder, which numba
+    reads them from), no candidate of the driver library loads. Loading one is what numba
+    does next anyway, so a library found here costs nothing extra."""
+    if not sys.platform.startswith("linux") or os.path.isfile(".numba_config.yaml"):
+        return False
+    if any(os.environ.get(name, "0") not in ("", "0") for name in _NUMBA_SWITCHES):
+        return False
+    candidates = [*_DRIVER_NAMES, *(os.path.join(folder, name)
+                                    for folder in _DRIVER_FOLDERS for name in _DRIVER_NAMES)]
+    for path in candidates:
+        try:
+            ctypes.CDLL(path)
+        except OSError:
+            continue
+        return False
+    return True
 
 
 def resolve_device(device: str, what: str = "kernel") -> Resolved:

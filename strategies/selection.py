@@ -103,7 +103,10 @@ def read_returns(path: str | Path) -> ReturnsTable:
 def distinct_columns(returns: npt.NDArray[np.float64]) -> int:
     """How many columns differ from every other on at least one day (exact equality: a
     clone's returns are the same floats, day by day)."""
-    return int(np.unique(returns.T + 0.0, axis=0).shape[0])  # + 0.0: -0.0 is 0.0
+    # + 0.0: -0.0 is 0.0; the returns are finite, so equal bytes are equal floats (and
+    # np.unique(axis=0), which counts the same, imports numpy.ma: 0.05 s of a cold start)
+    columns = np.ascontiguousarray(returns.T + 0.0)
+    return len({column.tobytes() for column in columns})
 
 
 #: a chosen set whose largest |correlation| exceeds this holds near-clones: its members

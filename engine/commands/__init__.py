@@ -11,7 +11,7 @@ Settings: a flag that stands for a config key is declared with
 `engine.settings.resolve.config_option` (argparse default None: a flag not given never overrides the
 `--config` file) and read through `engine.settings.resolve.settings(args)`, the one merge of
 default < file < flag. Numbers of every int/float option are checked once by
-run_engine.py (`engine.settings.resolve.check_numbers`); -v/-q are every command's (`args.quiet`:
+run_engine.py (`engine.settings.flags.check_numbers`); -v/-q are every command's (`args.quiet`:
 no progress lines). An output path is checked before the work with
 `engine.reporting.outputs.check_writable_file` and `check_own_kind` (never over another kind
 of file).

@@ -26,7 +26,7 @@ import zmq
 
 from engine.commands.replay import source_factory
 from engine.errors import UserError
-from engine.settings.resolve import deprecated_alias
+from engine.settings.flags import deprecated_alias
 from feeds.publish import publish_source
 from feeds.transport import Publisher
 

@@ -29,7 +29,8 @@ import zmq.asyncio
 from engine.errors import UserError
 from engine.gcpause import startup_objects_frozen
 from engine.live.journal import Journal, JournalError, JournalState, JournalWriteError
-from engine.settings.resolve import config_option, deprecated_alias, settings
+from engine.settings.flags import deprecated_alias
+from engine.settings.resolve import config_option, settings
 from engine.settings.resolve import resolve_device as check_device
 from gpu.device import resolve_device
 

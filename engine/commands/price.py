@@ -30,7 +30,7 @@ import numpy as np
 from engine.errors import UserError
 from engine.options.chain_pricing import ChainValuation, atm_vols, generated_chain, value_chain
 from engine.reporting.plots import plot_smile
-from engine.settings.resolve import deprecated_alias
+from engine.settings.flags import deprecated_alias
 from feeds.option_chain import OptionChain, read_chain
 from gpu.device import DeviceUnavailable
 from gpu.options.engines import GRIDS, FdPricingEngine, make_grid

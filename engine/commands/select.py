@@ -20,7 +20,7 @@ import numpy as np
 
 from engine.errors import UserError
 from engine.reporting.plots import plot_selection
-from engine.settings.resolve import deprecated_alias
+from engine.settings.flags import deprecated_alias
 from gpu.device import DeviceUnavailable, resolve_device
 from gpu.subset.search import SearchTooLong
 from strategies.selection import (

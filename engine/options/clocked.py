@@ -32,6 +32,8 @@ from collections import deque
 from typing import Any, NamedTuple
 from zoneinfo import ZoneInfo
 
+from engine.options.config import MAX_EVERY_MS as MAX_EVERY_MS  # re-exported
+from engine.options.config import check_every_ms
 from engine.options.group import (
     AllWarm,
     OptionGroupConfig,
@@ -48,20 +50,6 @@ from engine.options.protocol import (
     summarize_groups,
     values_in,
 )
-
-#: the longest clock interval, one day of data time (a longer one is a typo)
-MAX_EVERY_MS = 86_400_000.0
-
-
-def check_every_ms(every_ms: float, what: str = "options_every_ms") -> float:
-    """`every_ms` if it is a clock interval (0 < it ≤ a day, in milliseconds), else a
-    one-line ValueError."""
-    if not (isinstance(every_ms, int | float) and not isinstance(every_ms, bool)
-            and 0.0 < every_ms <= MAX_EVERY_MS):
-        raise ValueError(f"{what} must be a number of milliseconds above 0 and at most "
-                         f"{MAX_EVERY_MS:,.0f} (a day), got {every_ms!r}")
-    return float(every_ms)
-
 
 #: launches of one grid in flight at once: the boundary after the next one waits for the
 #: oldest, so the published values are never more than this many intervals behind the

@@ -1,6 +1,7 @@
-"""One option group: its configuration and its state while priced, built by one recipe
-for both implementations (`engine.options.in_process` in the engine's process,
-`engine.options.worker_server` in a worker process)."""
+"""One option group's state while priced, built by one recipe for both implementations
+(`engine.options.in_process` in the engine's process, `engine.options.worker_server` in a
+worker process). Its configuration, `OptionGroupConfig`, is in engine/options/config.py
+(no pricing code there) and is imported here too."""
 
 from __future__ import annotations
 
@@ -9,68 +10,13 @@ import itertools
 import logging
 from dataclasses import dataclass, field
 
-import msgspec
-import numpy as np
-
+from engine.options.config import OptionGroupConfig
 from feeds.option_chain import DAYS_PER_YEAR, option_symbol
-from gpu.options.engines import GRIDS, FdPricingEngine, OptionGroupPricer, make_grid
-from gpu.options.instruments import MarketInputs, OptionContracts, check_dividend_yield
+from gpu.options.engines import FdPricingEngine, OptionGroupPricer, make_grid
+from gpu.options.instruments import MarketInputs, OptionContracts
 
 # the options' logger (the never-priced warning is on it too)
 log = logging.getLogger("engine.options")
-
-
-class OptionGroupConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """One option group: every (strike, expiry, right) combination on `underlying`.
-
-    expiries: days to expiry (int, fixed whatever the date) or expiry dates (the time to
-      expiry then shrinks with the ticks' date at the exchange: calendar days / 365).
-    style: "american" or "european"; vol, rate and dividend_yield per year (continuously
-      compounded; dividend_yield in [-1, 1], default 0);
-    grid: "seed" (fastest), "default" or "fine"; price_steps/time_steps > 0 override it.
-    """
-
-    underlying: str
-    strikes: tuple[float, ...]
-    expiries: tuple[int | dt.date, ...]
-    rights: tuple[str, ...] = ("C", "P")
-    style: str = "american"
-    vol: float = 0.25
-    rate: float = 0.0
-    dividend_yield: float = 0.0
-    grid: str = "seed"
-    price_steps: int = 0
-    time_steps: int = 0
-    #: "group": one OptionGroupValues message per repricing (arrays; the default);
-    #: "option": one OptionValue message per contract and repricing (as before)
-    messages: str = "group"
-
-    def __post_init__(self) -> None:
-        if not self.underlying:
-            raise ValueError("option group: underlying must not be empty")
-        if not self.strikes or any(not (k > 0 and np.isfinite(k)) for k in self.strikes):
-            raise ValueError(f"option group {self.underlying}: strikes must be positive")
-        if not self.expiries:
-            raise ValueError(f"option group {self.underlying}: no expiries")
-        for e in self.expiries:
-            if isinstance(e, int) and e < 0:
-                raise ValueError(f"option group {self.underlying}: negative days to expiry {e}")
-        if not self.rights or any(r not in ("C", "P") for r in self.rights):
-            raise ValueError(f"option group {self.underlying}: rights must be 'C' or 'P'")
-        if self.style not in ("american", "european"):
-            raise ValueError(f"option group {self.underlying}: style must be american/european")
-        if not (self.vol > 0 and np.isfinite(self.vol)):
-            raise ValueError(f"option group {self.underlying}: vol must be > 0")
-        if not np.isfinite(self.rate):
-            raise ValueError(f"option group {self.underlying}: rate must be finite")
-        check_dividend_yield(self.dividend_yield, f"option group {self.underlying}: "
-                                                  f"dividend_yield")
-        if self.grid not in GRIDS:
-            raise ValueError(f"option group {self.underlying}: grid must be one of {list(GRIDS)}")
-        if self.price_steps < 0 or self.time_steps < 0:
-            raise ValueError(f"option group {self.underlying}: step counts must be ≥ 0")
-        if self.messages not in ("group", "option"):
-            raise ValueError(f"option group {self.underlying}: messages must be group/option")
 
 
 @dataclass

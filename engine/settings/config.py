@@ -14,13 +14,13 @@ from typing import Literal
 import msgspec
 
 from engine.errors import UserError
-from engine.options.book import OptionGroupConfig
+from engine.options.config import OptionGroupConfig
 from engine.settings.bounds import require_non_negative, require_positive
 from engine.settings.gpu import GpuSettings
 from engine.settings.live import LiveOptions
 from engine.settings.reevolve import ReevolveSettings
 from engine.settings.risk import RiskLimits
-from feeds.trade_batch import DEFAULT_FRAME_TICKS, MAX_BATCH_ROWS
+from feeds.messages import DEFAULT_FRAME_TICKS, MAX_BATCH_ROWS
 from feeds.validation import ValidationLimits
 
 
@@ -180,7 +180,7 @@ class EngineConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         for group in self.options:
             _check_grid(group)
         if self.options_every_ms != 0:
-            from engine.options.clocked import check_every_ms
+            from engine.options.config import check_every_ms
 
             check_every_ms(self.options_every_ms)
         if not 0 <= self.replay_frame_ticks <= MAX_BATCH_ROWS:
@@ -203,7 +203,7 @@ MAX_TIME_STEPS = 100_000
 def _check_grid(group: OptionGroupConfig) -> None:
     """An option group's step counts within what the pricing kernels take (0: the grid's
     own), so a bad count is a config error, not a failure at the first repricing."""
-    from gpu.options.core import MAX_NODES
+    from gpu.options.grids import MAX_NODES
 
     name = f"option group {group.underlying}"
     if group.price_steps and not 4 <= group.price_steps <= MAX_NODES - 1:

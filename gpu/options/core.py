@@ -42,6 +42,13 @@ import numpy as np
 from numba import cuda, njit, prange
 
 from gpu.device import fd_max_registers, fd_solver
+from gpu.options.grids import (
+    DOMAIN_LOG_WIDTH,
+    DOMAIN_STRIKE_MULTIPLE,
+    MAX_LEVELS,
+    MAX_NODES,
+    threads_per_option,
+)
 from gpu.threads import chunk_lo, parallel_range
 from gpu.twin import compile_twin
 
@@ -51,15 +58,8 @@ N_PARAMS = 8  # eight float64 columns: rows stay 64-byte aligned
 PRICE, DELTA, GAMMA = range(3)
 N_OUT = 3
 
-# -- grid domains ---------------------------------------------------------------------------
-#: S_lo = 0, S_hi = max(smax_mult·K, 2·S0), strike on a node (the seed's S_max = 3K).
-DOMAIN_STRIKE_MULTIPLE = 0
-#: S in [min(K,S0)·e^(−h), max(K,S0)·e^(h)], h = min(width·σ√T, ln smax_mult), strike on a node.
-DOMAIN_LOG_WIDTH = 1
-
-#: most PCR levels a block can need: 2^10 = 1024 nodes = the largest CUDA block.
-MAX_LEVELS = 10
-MAX_NODES = 1 << MAX_LEVELS
+# -- grid domains and node limits: gpu/options/grids.py (no numba there, so the settings can
+# name and check a grid without importing the kernels)
 
 SQRT1_2 = 0.7071067811865476
 INV_SQRT_2PI = 0.3989422804014327
@@ -940,14 +940,6 @@ def fd_price_kernel() -> Any:
         kern = cuda.jit(cache=not simulated)(_fd_price_kernel)
         _kernel_cache["fd"] = kern
     return kern
-
-
-def threads_per_option(price_steps: int) -> int:
-    """Block size for `price_steps`: the N+1 nodes rounded up to a whole warp."""
-    nodes = price_steps + 1
-    if price_steps < 4 or nodes > MAX_NODES:
-        raise ValueError(f"price_steps must be in [4, {MAX_NODES - 1}], got {price_steps}")
-    return (nodes + 31) // 32 * 32
 
 
 # =========================================================================================

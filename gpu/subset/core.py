@@ -15,12 +15,23 @@ get bit-identical values on the CPU and the GPU (no multiplications: no fused
 multiply-add can differ). After a step from position i only partial[i:] is recomputed.
 
 Each range keeps its smallest (objective, rank), comparing strictly so the lowest rank
-wins ties; the caller reduces ranges the same way. Compiled twice by `gpu.subset.search`.
+wins ties; the caller reduces ranges the same way. `best_in_ranges` is the CPU's work item
+over many ranges (a CUDA block reduces its threads' ranges itself). Compiled twice by
+`gpu.subset.kernels`; `gpu.subset.search` runs a small search on these plain functions
+(gpu/small.py), without importing numba.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import numpy as np
+
+K_MAX = 32
+"""Largest subset (local arrays of a CUDA thread have a fixed size)."""
+BLOCK = 256
+"""Threads of a CUDA block of the search (and the length of its reduction's arrays)."""
+INT64_MAX = np.iinfo(np.int64).max
 
 
 def unrank(rank: int, n: int, k: int, binom: Any, comb: Any) -> None:
@@ -77,4 +88,20 @@ def scan_ranks(q: Any, binom: Any, n: int, k: int, rank0: int, count: int, comb:
     return best, best_rank
 
 
-CORE_FUNCTIONS = (unrank, next_combination, prefix_objective, scan_ranks)
+def best_in_ranges(lo: int, hi: int, q: Any, binom: Any, n: int, k: int, first: int,
+                   total: int, chunk: int, out_value: Any, out_rank: Any) -> None:
+    """Items lo … hi−1: item i's smallest (objective, rank) over its `chunk` ranks from
+    first + i·chunk (the last range ends at `total`) into out_value[i], out_rank[i]."""
+    for item in range(lo, hi):
+        rank0 = first + item * chunk
+        count = min(chunk, total - rank0)
+        comb = np.empty(K_MAX, np.int64)
+        partial = np.empty(K_MAX, np.float64)
+        v, r = scan_ranks(q, binom, n, k, rank0, count, comb, partial)
+        out_value[item] = v
+        out_rank[item] = r
+
+
+CORE_FUNCTIONS = (unrank, next_combination, prefix_objective, scan_ranks, best_in_ranges)
+#: the globals the core reads (compile_twin's constants)
+CORE_CONSTANTS = {"np": np, "K_MAX": K_MAX}

@@ -9,8 +9,10 @@ when it fits (n ≤ 106; larger n read it from global memory through the cache);
 scans `chunk` consecutive ranks, then the block reduces its (objective, rank) pairs in
 shared memory, smallest objective and then lowest rank first. A search of more than
 `LAUNCH_RANKS` combinations is several launches. CPU twin: the same core over the same
-ranges with `prange`. The final (objective, rank) minimum is taken on the host, so the two
-backends return the same subset and the same objective bit for bit.
+ranges with `prange`, or a small search (gpu/small.py) interpreted over the plain core. The
+final (objective, rank) minimum is taken on the host, so the backends return the same subset
+and the same objective bit for bit. The compiled parts are in gpu/subset/kernels.py,
+imported only by a search that runs compiled: this module imports no numba.
 
 `max_seconds`: the first launch (after a warm-up that compiles the kernel) measures the
 rate; a search whose estimated time exceeds the limit stops with `SearchTooLong`, which
@@ -20,38 +22,29 @@ carries the estimate.
 from __future__ import annotations
 
 import math
+import sys
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from numba import cuda, float64, int64, njit, prange
-from numba.core.errors import NumbaPerformanceWarning
 
 from gpu.device import resolve_device
-from gpu.small import SMALL_CELLS, interpreted, uncompiled
+from gpu.small import SMALL_CELLS, uncompiled
 from gpu.subset import core as subset_core
-from gpu.threads import chunk_lo, parallel_range
-from gpu.twin import compile_twin, cuda_kernel_cache, flush_stale_caches
+from gpu.subset.core import BLOCK, INT64_MAX, K_MAX
 
-K_MAX = 32
-"""Largest subset (local arrays of a CUDA thread have a fixed size)."""
-BLOCK = 256
 SHARED_BYTES_MAX = 48 * 1024
-REDUCTION_BYTES = 2 * BLOCK * 8  # s_value (float64) and s_rank (int64) in _block_search
+REDUCTION_BYTES = 2 * BLOCK * 8  # s_value (float64) and s_rank (int64) in the block's reduction
 LAUNCH_RANKS = 1 << 34
 """Most combinations per launch: a few seconds on one GPU at the rates in
 benchmarks/results/h200-2026-11-22-timeseries-subset/README.md."""
 CALIBRATION_RANKS = 1 << 24
-INT64_MAX = np.iinfo(np.int64).max
-
-flush_stale_caches(__file__, [subset_core.__file__])
-_twin = compile_twin(__name__, subset_core.CORE_FUNCTIONS)
-_scan_cpu = _twin.cpu.scan_ranks
-_scan_gpu = _twin.cuda.scan_ranks
+#: combinations x k a process searches uncompiled: a few us a combination interpreted, so
+#: some 0.1 s at most, against 1.2 s to compile the CPU search (2-core dev VM, 2026-11-28)
+SUBSET_BUDGET = SMALL_CELLS
 
 
 class SearchTooLong(ValueError):
@@ -62,103 +55,16 @@ class SearchTooLong(ValueError):
         self.estimate_seconds = estimate_seconds
 
 
-# ---------------------------------------------------------------- CPU twin
-
-
-def _ranges_cpu(q: Any, binom: Any, n: int, k: int, first: int, total: int, chunk: int,
-                out_value: Any, out_rank: Any, compiled: bool = True) -> None:
-    """Each item's best subset of its `chunk` ranks, in parallel (`gpu.threads`), or with
-    `compiled` False by the interpreter over the plain core (a small search, gpu.small)."""
-    if not compiled:
-        _ranges_python(0, out_value.shape[0], q, binom, n, k, first, total, chunk, out_value,
-                       out_rank)
-        return
-    parallel_range(_ranges_range, _ranges_parallel, out_value.shape[0], q, binom, n, k,
-                   first, total, chunk, out_value, out_rank, min_chunk=1)
-
-
-@njit(parallel=True, cache=True)
-def _ranges_parallel(chunks: int, n_items: int, q: Any, binom: Any, n: int, k: int,
-                     first: int, total: int, chunk: int, out_value: Any,
-                     out_rank: Any) -> None:
-    for c in prange(chunks):
-        _ranges_range(chunk_lo(c, chunks, n_items), chunk_lo(c + 1, chunks, n_items), q,
-                      binom, n, k, first, total, chunk, out_value, out_rank)
-
-
-@njit(cache=True, nogil=True)
-def _ranges_range(lo: int, hi: int, q: Any, binom: Any, n: int, k: int, first: int,
-                  total: int, chunk: int, out_value: Any, out_rank: Any) -> None:
-    for item in range(lo, hi):
-        rank0 = first + item * chunk
-        count = min(chunk, total - rank0)
-        comb = np.empty(K_MAX, np.int64)
-        partial = np.empty(K_MAX, np.float64)
-        v, r = _scan_cpu(q, binom, n, k, rank0, count, comb, partial)
-        out_value[item] = v
-        out_rank[item] = r
-
-
-#: `_ranges_range` run by the interpreter over the plain core (gpu.small)
-_ranges_python = interpreted(_ranges_range, _scan_cpu=subset_core.scan_ranks)
-#: combinations x k a process searches uncompiled: a few us a combination interpreted, so
-#: some 0.1 s at most, against 1.2 s to compile `_ranges_range` (2-core dev VM, 2026-11-28)
-SUBSET_BUDGET = SMALL_CELLS
-
-
-# ---------------------------------------------------------------- CUDA
-
-
-@cuda.jit(device=True)
-def _block_search(qs: Any, binom: Any, n: int, k: int, first: int, total: int, chunk: int,
-                  out_value: Any, out_rank: Any) -> None:
-    tid: int = cuda.threadIdx.x  # type: ignore[assignment]
-    block: int = cuda.blockIdx.x  # type: ignore[assignment]
-    width: int = cuda.blockDim.x  # type: ignore[assignment]
-    s_value = cuda.shared.array(BLOCK, float64)
-    s_rank = cuda.shared.array(BLOCK, int64)
-    comb = cuda.local.array(K_MAX, int64)
-    partial = cuda.local.array(K_MAX, float64)
-    rank0 = first + (block * width + tid) * chunk
-    best = math.inf
-    best_rank = INT64_MAX
-    if rank0 < total:
-        best, best_rank = _scan_gpu(qs, binom, n, k, rank0, min(chunk, total - rank0), comb,
-                                    partial)
-    s_value[tid] = best
-    s_rank[tid] = best_rank
-    cuda.syncthreads()  # type: ignore[call-arg]
-    stride = width // 2
-    while stride > 0:
-        if tid < stride:
-            v, r = s_value[tid + stride], s_rank[tid + stride]
-            if v < s_value[tid] or (v == s_value[tid] and r < s_rank[tid]):
-                s_value[tid] = v
-                s_rank[tid] = r
-        cuda.syncthreads()
-        stride //= 2
-    if tid == 0:
-        out_value[block] = s_value[0]
-        out_rank[block] = s_rank[0]
-
-
-_cache = cuda_kernel_cache()
-
-
-@cuda.jit(cache=_cache)
-def _search_shared(q: Any, binom: Any, n: int, k: int, first: int, total: int, chunk: int,
-                   out_value: Any, out_rank: Any) -> None:
-    qs = cuda.shared.array(0, float64)
-    for i in range(cuda.threadIdx.x, q.shape[0], cuda.blockDim.x):  # type: ignore[call-overload]
-        qs[i] = q[i]
-    cuda.syncthreads()  # type: ignore[call-arg]
-    _block_search(qs, binom, n, k, first, total, chunk, out_value, out_rank)
-
-
-@cuda.jit(cache=_cache)
-def _search_global(q: Any, binom: Any, n: int, k: int, first: int, total: int, chunk: int,
-                   out_value: Any, out_rank: Any) -> None:
-    _block_search(q, binom, n, k, first, total, chunk, out_value, out_rank)
+def _cpu_driver() -> Any:
+    """The CPU search's work item as `uncompiled` should judge it: the compiled one once
+    this process has loaded the kernels (gpu/subset/kernels.py: then its machine code, in
+    memory or in numba's disk cache, is the faster way at any size), else the plain core,
+    which has none: a small search then runs interpreted. Loading machine code from the
+    disk cache would first import the kernels' numba and numba.cuda, some 0.4 s warm and
+    1.4 s cold on the 2-core dev VM, against at most some 0.1 s for an interpreted search
+    within SUBSET_BUDGET."""
+    kernels = sys.modules.get("gpu.subset.kernels")
+    return subset_core.best_in_ranges if kernels is None else kernels.ranges_range
 
 
 # ---------------------------------------------------------------- API
@@ -236,12 +142,14 @@ class _Searcher:
         if device == "cpu":
             self.q, self.binom = q, binom
             # one way for the whole search, so a compiling warm-up precedes the timed part
-            self.compiled = not uncompiled(_ranges_range, total * k, SUBSET_BUDGET)
+            self.compiled = not uncompiled(_cpu_driver(), total * k, SUBSET_BUDGET)
             return
-        self.q, self.binom = cuda.to_device(q), cuda.to_device(binom)
+        from gpu.subset import kernels
+
+        self.q, self.binom = kernels.to_device(q), kernels.to_device(binom)
         # the block reduction's two BLOCK-long arrays share the 48 KiB with the triangle
         shared = q.nbytes if q.nbytes <= SHARED_BYTES_MAX - REDUCTION_BYTES else 0
-        self.kernel = _search_shared if shared else _search_global
+        self.kernel = kernels.search_shared if shared else kernels.search_global
         self.shared = shared
 
     def search(self, first: int, count: int) -> tuple[float, int]:
@@ -250,18 +158,19 @@ class _Searcher:
         if self.device == "cpu":
             values = np.empty(ranges, np.float64)
             ranks = np.empty(ranges, np.int64)
-            _ranges_cpu(self.q, self.binom, self.n, self.k, first, end, self.chunk, values,
-                        ranks, self.compiled)
+            if self.compiled:
+                from gpu.subset import kernels
+
+                kernels.ranges_cpu(self.q, self.binom, self.n, self.k, first, end, self.chunk,
+                                   values, ranks)
+            else:  # the plain core, interpreted (gpu.small)
+                subset_core.best_in_ranges(0, ranges, self.q, self.binom, self.n, self.k,
+                                           first, end, self.chunk, values, ranks)
         else:
-            blocks = -(-ranges // BLOCK)
-            d_values = cuda.device_array(blocks, np.float64)
-            d_ranks = cuda.device_array(blocks, np.int64)
-            with warnings.catch_warnings():  # small searches are small grids, and that is fine
-                warnings.simplefilter("ignore", NumbaPerformanceWarning)
-                self.kernel[blocks, BLOCK, 0, self.shared](
-                    self.q, self.binom, self.n, self.k, first, end, self.chunk, d_values,
-                    d_ranks)
-            values, ranks = d_values.copy_to_host(), d_ranks.copy_to_host()
+            from gpu.subset import kernels
+
+            values, ranks = kernels.launch(self.kernel, self.shared, self.q, self.binom,
+                                           self.n, self.k, first, end, self.chunk, ranges)
         best = np.lexsort((ranks, values))[0]
         return float(values[best]), int(ranks[best])
 

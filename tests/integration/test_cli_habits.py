@@ -205,7 +205,7 @@ BASE = {
 
 
 def _numeric_cases() -> list[tuple[str, str, str]]:
-    from engine.settings.resolve import NEGATIVE_OK
+    from engine.settings.flags import NEGATIVE_OK
 
     cases = []
     for command in BASE:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import run_engine
-from engine.settings.resolve import _DeprecatedAlias
+from engine.settings.flags import _DeprecatedAlias
 
 #: option names used by several commands with one meaning everywhere
 SHARED: dict[str, str] = {
