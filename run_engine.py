@@ -179,7 +179,7 @@ def _main(argv: list[str], wanted: str | None, early: Any) -> int:
         prewarm = _first_run_compiles(module, args, early)  # before pin_engine: all CPUs
         from engine.affinity import check_env, pin_engine
 
-        check_env()  # CPU placement (ENGINE_CPUS, REPLAY_FEED_CPUS, OPTION_WORKER_CPUS)
+        check_env()  # CPU placement (ENGINE_CPUS, ..._CPUS) and ENGINE_RT_PRIORITY
         pin_engine()
         if to_stdout:  # stdout carries the JSON alone: the summary goes to stderr
             with contextlib.redirect_stdout(sys.stderr):

@@ -26,6 +26,7 @@ import msgspec
 import zmq
 import zmq.asyncio
 
+from engine.affinity import realtime_from_env
 from engine.errors import UserError
 from engine.gcpause import startup_objects_frozen
 from engine.live.journal import Journal, JournalError, JournalState, JournalWriteError
@@ -142,6 +143,9 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
             log.info("%s, ticks from %s, orders on %s, journal %s (%d fills, restored: %s)%s",
                      strategy.name, args.ticks, out.endpoint, args.journal, len(state.fills),
                      daemon.restored, ", CURVE on" if curve else "")
+            # the loop's thread under SCHED_FIFO if asked (engine/affinity.py says why);
+            # the sockets' I/O threads, started already, keep the normal policy
+            realtime_from_env()
             with startup_objects_frozen():  # no full collection walks the start-up objects
                 await daemon.run(stop, status_now, topics)
             daemon.shutdown_snapshot()

@@ -13,11 +13,14 @@ import pytest
 
 from engine.affinity import (
     ENGINE_ENV,
+    RT_ENV,
     _cpulist,
     core_siblings,
     cpus_from_env,
     parse_cpus,
     pin_from_env,
+    realtime_from_env,
+    rt_priority_from_env,
 )
 from engine.errors import UserError
 
@@ -87,3 +90,51 @@ def test_physical_cores_come_from_the_sibling_lists(tmp_path: Path) -> None:
     want = {frozenset(s & set(allowed)) for s in ({0, 2}, {1, 3}) if s & set(allowed)}
     want |= {frozenset({c}) for c in allowed if c > 3}
     assert {frozenset(c) for c in cores} == want
+
+
+@pytest.mark.parametrize("text", ["abc", "0", "100", "-1", "1.5", "5 5"])
+def test_a_realtime_priority_that_makes_no_sense_is_one_line(
+        text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(RT_ENV, text)
+    with pytest.raises(UserError, match=f"^{RT_ENV} must be a SCHED_FIFO priority from 1 "
+                                        "to 99, got") as err:
+        rt_priority_from_env()
+    assert "\n" not in str(err.value)
+    monkeypatch.setenv(RT_ENV, " 7 ")
+    assert rt_priority_from_env() == 7
+    monkeypatch.setenv(RT_ENV, "")
+    assert rt_priority_from_env() is None and realtime_from_env() is None
+
+
+_RT_PROBE = """
+import os, sys, threading
+from engine.affinity import realtime_from_env
+from engine.errors import UserError
+try:
+    realtime_from_env()
+except UserError as exc:
+    print("refused", exc)
+    sys.exit(0)
+seen = [os.sched_getscheduler(0)]
+t = threading.Thread(target=lambda: seen.append(os.sched_getscheduler(0)))
+t.start(); t.join()
+pid = os.fork()
+if pid == 0:
+    os._exit(os.sched_getscheduler(0))
+seen.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+print("policies", *seen, os.sched_getparam(0).sched_priority)
+"""
+
+
+def test_the_realtime_priority_is_the_calling_threads_alone() -> None:
+    """ENGINE_RT_PRIORITY puts the calling thread under SCHED_FIFO (with
+    SCHED_RESET_ON_FORK): a thread or a process it starts afterwards runs under the normal
+    policy. In a process of its own (the test's own thread keeps its policy)."""
+    env = {**os.environ, RT_ENV: "3", "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", _RT_PROBE], env=env, capture_output=True,
+                         text=True, timeout=60, cwd=ROOT, check=True).stdout.split()
+    if out[0] == "refused":  # neither root nor CAP_SYS_NICE here: a one-line refusal
+        assert "cannot run the daemon's thread under SCHED_FIFO" in " ".join(out)
+        pytest.skip("SCHED_FIFO not permitted to this user")
+    fifo_reset = os.SCHED_FIFO | os.SCHED_RESET_ON_FORK
+    assert out == ["policies", str(fifo_reset), str(os.SCHED_OTHER), str(os.SCHED_OTHER), "3"]
