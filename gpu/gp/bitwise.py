@@ -371,7 +371,8 @@ def behaviours(programs: np.ndarray, lengths: np.ndarray, masks: U64, n_days: in
     programs, lengths = _check_programs(programs, lengths)
     out = np.zeros(programs.shape[0], np.uint64)
     n = programs.shape[0]
-    if n and uncompiled(_behaviours_cpu, n, BEHAVIOURS_BUDGET):
+    words = n * masks.shape[1] * masks.shape[2]  # the walk's (program, word, stock) cells
+    if n and uncompiled(_behaviours_cpu, words, BEHAVIOURS_BUDGET):
         code, code_lengths = to_mask_programs(programs, lengths)
         masks = np.ascontiguousarray(masks, np.uint64)
         for i in range(n):
@@ -383,10 +384,12 @@ def behaviours(programs: np.ndarray, lengths: np.ndarray, masks: U64, n_days: in
     return out
 
 
-#: programs a process fingerprints uncompiled (gpu.small): about 0.5 ms each on a
-#: 768-day x 16-stock window, 0.3 s to compile `_behaviours_cpu` (2-core dev VM,
-#: 2026-11-28); a hall of fame asks for a few dozen in a short run
-BEHAVIOURS_BUDGET = 512
+#: (program, word, stock) cells a process fingerprints uncompiled (gpu.small): about 2.6 us
+#: a cell (0.5 ms a program on a 768-day x 16-stock window), 0.3 s to compile
+#: `_behaviours_cpu` (2-core dev VM, 2026-11-28): up to some 0.17 s. The small `evolve`'s
+#: hall of fame asks for 209 programs (40,000 cells); the headline's batches of 256
+#: programs on 128 stocks (393,000 cells a call) are compiled
+BEHAVIOURS_BUDGET = 65_536
 _MASK64 = (1 << 64) - 1
 
 

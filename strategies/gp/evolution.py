@@ -380,7 +380,9 @@ def _next_generation(state: EvolutionState) -> tuple[Population, F64, Parts, int
 def _expect_work(config: EvolutionConfig, done: int, until: int) -> None:
     """Announce the work of generations done .. until - 1 to the helpers that run small
     work uncompiled (gpu.small): a run too large for their budgets compiles them from the
-    start instead of interpreting its first generations and compiling anyway."""
+    start instead of interpreting its first generations and compiling anyway. The whole
+    remaining run counts (`config.generations`): an island advances an epoch at a time."""
+    until = max(until, config.generations)
     if until <= done:
         return
     bred = (until - max(done, 1)) * (config.population - config.elite)
