@@ -7,9 +7,12 @@ Where a helper's work is small, the same result comes from numpy (a vectorised f
 the same operations: comparisons, bit packing, numpy's own mean) or from the driver's
 Python source run by the interpreter over the plain core functions of `gpu.twin` (the
 single statement of the money rules; IEEE arithmetic in the same order as the compiled
-code, which numba does not contract or reorder without fastmath). Each such path is
-tested against its compiled twin bit for bit on real data; larger problems keep the
-compiled one.
+code, which numba does not contract or reorder without fastmath). `plain` runs a driver's
+whole call tree that way (the GP operators: breeding, the first population, postfix
+compilation, program checks). Each such path is tested against its compiled twin bit for
+bit on real data; larger problems keep the compiled one. Budgets are per process and per
+driver (`uncompiled`); a caller that knows its total work ahead (an evolution) announces
+it (`expect`), so that work too large for the budget is compiled from its first call.
 """
 
 from __future__ import annotations
