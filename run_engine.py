@@ -117,6 +117,10 @@ def _prog() -> str:
     return name if name == CONSOLE_COMMAND else "run_engine.py"
 
 
+#: commands whose module has a `first_run_work` (known before it is imported, for the
+#: early compile workers; tests/test_architecture.py keeps this in step with the modules)
+FIRST_RUN_WORK = frozenset({"evolve", "price"})
+
 #: the console command pyproject.toml installs ([project.scripts])
 CONSOLE_COMMAND = "gte"
 
@@ -141,7 +145,7 @@ def _early_compile_workers(command: str | None, argv: list[str]) -> Any:
         return None
     from gpu import compile_cache
 
-    return compile_cache.start_early(command)
+    return compile_cache.start_early(command, busy_first=command in FIRST_RUN_WORK)
 
 
 def _main(argv: list[str], wanted: str | None, early: Any) -> int:
@@ -240,13 +244,14 @@ def _first_run_compiles(module: Any, args: argparse.Namespace, early: Any = None
     profile = choose(args) if choose is not None else args.command
     if not profile:
         return None
+    work = getattr(module, "first_run_work", None)
+    job = work(args) if work is not None else None
     handle = compile_cache.prewarm(profile, message=None if args.quiet else
-                                   compile_cache.NOTICE, early=early)
+                                   compile_cache.NOTICE, early=early,
+                                   busy_first=job is not None)
     if handle is not None:
         handle.defer()
-        work = getattr(module, "first_run_work", None)
-        job = work(args) if work is not None and handle.compiles_here else None
-        if job is not None:
+        if job is not None and handle.compiles_here:
             _run_quietly(job)
         handle.compile_own()
     return handle

@@ -32,6 +32,7 @@ import importlib
 import importlib.abc
 import importlib.util
 import json
+import math
 import os
 import sys
 import threading
@@ -509,10 +510,13 @@ class EarlyWorkers:
         self.send([])
 
 
-def start_early(command: str, path: Path = MANIFEST) -> EarlyWorkers | None:
+def start_early(command: str, path: Path = MANIFEST, busy_first: bool = False
+                ) -> EarlyWorkers | None:
     """Start up to `plan(available_cpus())` workers now when `command` looks cold (see
     `likely_cold`), before the command's module is imported; None otherwise, when no worker
-    would get a share, or when GTE_PREWARM=0 or numba's JIT is off."""
+    would get a share, or when GTE_PREWARM=0 or numba's JIT is off. `busy_first`: the
+    command's process has work of its own before it compiles (`first_run_work`), so even
+    one function is worth a worker (see `prewarm`)."""
     if os.environ.get("GTE_PREWARM", "1") == "0" or os.environ.get("NUMBA_DISABLE_JIT") == "1":
         return None
     try:
@@ -524,7 +528,7 @@ def start_early(command: str, path: Path = MANIFEST) -> EarlyWorkers | None:
     profiles = command_profiles(command, path)
     # as many as the shares would keep busy with everything missing: a command whose
     # manifest is one function (select) compiles it here, and a worker would only import
-    head = [0.0] * own + [WORKER_START] * workers
+    head = [math.inf if busy_first else 0.0] * own + [WORKER_START] * workers
     workers = min(sum(1 for share in _shares(entries, own + workers, head)[own:] if share)
                   for entries in profiles)
     if workers < 1:
@@ -546,7 +550,7 @@ def _spawn(n: int, modules: Sequence[str] = ()) -> list[subprocess.Popen[bytes]]
 
 def prewarm(profile: str, workers: int | None = None, message: str | None = NOTICE,
             path: Path = MANIFEST, own_share: bool | None = None,
-            early: EarlyWorkers | None = None) -> Prewarm | None:
+            early: EarlyWorkers | None = None, busy_first: bool = False) -> Prewarm | None:
     """Start compiling `profile`'s uncached manifest entries in worker processes.
 
     `workers`/`own_share`: how many worker processes, and whether this process compiles a
@@ -555,7 +559,11 @@ def prewarm(profile: str, workers: int | None = None, message: str | None = NOTI
     as each compiler is free (`_Queue`); without, each worker gets a fixed share at once.
     `early`: workers already started (`start_early`), given their work here (or
     released). None (nothing started) when the manifest has no such entries, when no
-    worker would get an entry, or when numba's disk cache is off. `message` is written on
+    worker would get an entry, or when numba's disk cache is off. `busy_first`: this
+    process does work of its own first (`first_run_work`: parsing data, importing
+    matplotlib), so a worker compiles meanwhile even where the manifest holds one function
+    (without, this process would compile it itself, after that work: `evolve-cpu`'s one
+    evaluator on the 2-core VM). `message` is written on
     stderr when workers start (then the in-process announcement is dropped)."""
     if early is not None:
         workers, own, head = len(early.procs), early.own, early.head_start()
@@ -572,7 +580,7 @@ def prewarm(profile: str, workers: int | None = None, message: str | None = NOTI
             if disp is not None and not is_cached(disp):
                 missing.append(entry)
     if own and missing:
-        handle = _queued(_groups(missing), workers, early)
+        handle = _queued(_groups(missing), workers, early, busy_first)
     else:
         handle = _shared(missing, workers, head, early)
     if handle is not None and message:
@@ -584,13 +592,14 @@ def prewarm(profile: str, workers: int | None = None, message: str | None = NOTI
     return handle
 
 
-def _queued(groups: list[list[Entry]], workers: int, early: EarlyWorkers | None
-            ) -> Prewarm | None:
+def _queued(groups: list[list[Entry]], workers: int, early: EarlyWorkers | None,
+            busy_first: bool = False) -> Prewarm | None:
     """Workers fed from a queue this process takes from too; without early workers, at most
     one fewer than the groups (a worker's start is not worth the one group this process
-    would otherwise compile: `select`'s one function)."""
+    would otherwise compile straight away), or one a group when this process is
+    `busy_first`."""
     if early is None:
-        procs = _spawn(min(workers, len(groups) - 1))
+        procs = _spawn(min(workers, len(groups) - (0 if busy_first else 1)))
     else:
         early.sent = True
         procs = early.procs

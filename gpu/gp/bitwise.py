@@ -47,6 +47,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import cuda, prange
 
+from gpu import small
 from gpu.device import resolve_device
 from gpu.gp import core as gp_core
 from gpu.gp import window as gp_window
@@ -200,6 +201,11 @@ _twin = compile_twin(
     __name__, _CORE, dict(globals()),
     cpu_constants={"STEP_MONEY": gp_core.CPU.step_money, "LIQUIDATE": gp_core.CPU.liquidate},
     cuda_constants={"STEP_MONEY": _cuda_money.step_money, "LIQUIDATE": _cuda_money.liquidate},
+    # the evaluator's loop as one compile unit: each level numba compiles on its own and
+    # links is optimised again (`_final_cash_bits_cpu` 2.0 -> 1.75 s cold, 2-core dev VM,
+    # 2026-11-28); the mask helpers stay apart (`_masks_cpu` runs rarely: numpy builds small
+    # windows' masks)
+    cpu_inline=("eval_word", "ctz64", "trade_word", "simulate_bits"),
 )
 # The drivers inline gp_core's money rules and gp_window's thread mapping: flush their cache
 # entries when either changes.
@@ -249,11 +255,25 @@ def _translate_parallel(chunks: int, n: int, programs: Any, lengths: Any, out: A
                    out_lengths)
 
 
+#: programs a process translates uncompiled (gpu.small): about 0.008 ms each interpreted,
+#: 0.14-0.19 s to compile `_translate` (2-core dev VM, 2026-11-28)
+TRANSLATE_BUDGET = 8_192
+
+
+def expect_translations(n: int) -> None:
+    """Announce `n` programs this process will translate (an evolution's evaluations): more
+    than TRANSLATE_BUDGET, and `_translate` is compiled from its first call."""
+    small.expect(_translate, n, TRANSLATE_BUDGET)
+
+
 def to_mask_programs(programs: np.ndarray, lengths: np.ndarray) -> tuple[I16, I32]:
     """Linear mask programs (int16 codes, lengths) of type-checked postfix programs."""
     out = np.zeros(programs.shape, np.int16)
     out_lengths = np.zeros(programs.shape[0], np.int32)
-    if programs.shape[0]:
+    n = programs.shape[0]
+    if n and uncompiled(_translate, n, TRANSLATE_BUDGET):
+        small.run_plain(_translate, 0, n, programs, lengths, out, out_lengths)
+    elif n:
         parallel_range(_translate, _translate_parallel, programs.shape[0], programs, lengths,
                        out, out_lengths, min_chunk=256)
     return out, out_lengths
@@ -350,11 +370,60 @@ def behaviours(programs: np.ndarray, lengths: np.ndarray, masks: U64, n_days: in
     (up to a 64-bit hash collision)."""
     programs, lengths = _check_programs(programs, lengths)
     out = np.zeros(programs.shape[0], np.uint64)
-    if programs.shape[0]:
+    n = programs.shape[0]
+    words = n * masks.shape[1] * masks.shape[2]  # the walk's (program, word, stock) cells
+    if n and uncompiled(_behaviours_cpu, words, BEHAVIOURS_BUDGET):
+        code, code_lengths = to_mask_programs(programs, lengths)
+        masks = np.ascontiguousarray(masks, np.uint64)
+        for i in range(n):
+            out[i] = behaviour_numpy(code[i], int(code_lengths[i]), masks, n_days)
+    elif n:
         code, code_lengths = to_mask_programs(programs, lengths)
         parallel_range(_behaviours_cpu, _behaviours_parallel, code.shape[0], code, code_lengths,
                        np.ascontiguousarray(masks, np.uint64), n_days, out, min_chunk=64)
     return out
+
+
+#: (program, word, stock) cells a process fingerprints uncompiled (gpu.small): about 2.6 us
+#: a cell (0.5 ms a program on a 768-day x 16-stock window), 0.3 s to compile
+#: `_behaviours_cpu` (2-core dev VM, 2026-11-28): up to some 0.17 s. The small `evolve`'s
+#: hall of fame asks for 209 programs (40,000 cells); the headline's batches of 256
+#: programs on 128 stocks (393,000 cells a call) are compiled
+BEHAVIOURS_BUDGET = 65_536
+_MASK64 = (1 << 64) - 1
+
+
+def behaviour_numpy(code: npt.NDArray[np.int16], length: int, masks: U64, n_days: int) -> int:
+    """`_behaviours_cpu`'s fingerprint of one linear mask program, uncompiled: its words by
+    numpy (`_eval_words_numpy`), the walk over signal changes and the splitmix64 hash on
+    Python integers (wrapped to 64 bits, as numba's uint64)."""
+    buy, sell = _eval_words_numpy(code, length, masks)
+    n_w, n_stocks = masks.shape[1], masks.shape[2]
+    buy_only = (buy & ~sell).tolist()
+    sell_only = (sell & ~buy).tolist()
+    h = n_stocks
+    for s in range(n_stocks):
+        signal = 0
+        for w in range(n_w):
+            n_valid = n_days - w * DAYS_PER_WORD
+            valid = _MASK64 if n_valid >= DAYS_PER_WORD else (1 << n_valid) - 1
+            pending = [buy_only[w][s] & valid, sell_only[w][s] & valid]
+            while pending[signal]:
+                m = pending[signal]
+                j = (m & -m).bit_length() - 1  # the lowest set bit, as ctz64
+                h = _mix_int(h, (s * 4_000_000 + w * DAYS_PER_WORD + j) * 2 + signal)
+                done = (1 << (j + 1)) - 1  # days up to and including day j
+                pending = [pending[0] & ~done, pending[1] & ~done]
+                signal = 1 - signal
+    return h
+
+
+def _mix_int(h: int, x: int) -> int:
+    """`_mix` on Python integers."""
+    z = ((h ^ x) + 0x9E3779B97F4A7C15) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
 
 
 # --------------------------------------------------------------------------- CUDA kernels

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 from numba import cuda, prange
 
+from gpu import small
 from gpu.device import resolve_device
 from gpu.gp import core as gp_core
 from gpu.gp.core import CASH0, DEFAULT_COSTS, STACK_SIZE
@@ -92,11 +93,26 @@ def _mark_bad_programs_parallel(chunks: int, n: int, programs: Any, lengths: Any
                            lengths, bad)
 
 
+#: programs a process checks uncompiled (gpu.small): about 0.01 ms each interpreted,
+#: 0.41 s to compile `_mark_bad_programs` (2-core dev VM, 2026-11-28)
+CHECK_BUDGET = 16_384
+
+
+def expect_checks(n: int) -> None:
+    """Announce `n` programs this process will check (an evolution's evaluations): more
+    than CHECK_BUDGET, and the check is compiled from its first call."""
+    small.expect(_mark_bad_programs, n, CHECK_BUDGET)
+
+
 def _first_bad_program(programs: Any, lengths: Any) -> int:
     """Index of the first program that fails `_program_ok`, or -1."""
-    bad = np.zeros(programs.shape[0], np.bool_)
-    parallel_range(_mark_bad_programs, _mark_bad_programs_parallel, programs.shape[0],
-                   programs, lengths, bad, min_chunk=256)
+    n = programs.shape[0]
+    bad = np.zeros(n, np.bool_)
+    if small.uncompiled(_mark_bad_programs, n, CHECK_BUDGET):
+        small.run_plain(_mark_bad_programs, 0, n, programs, lengths, bad)
+    else:
+        parallel_range(_mark_bad_programs, _mark_bad_programs_parallel, n, programs, lengths,
+                       bad, min_chunk=256)
     hits = np.flatnonzero(bad)
     return int(hits[0]) if hits.size else -1
 

@@ -20,6 +20,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from gpu import small
 from gpu.gp.core import (
     ARG_TYPE,
     ARITY,
@@ -47,6 +48,10 @@ _LOGIC = np.array([OP_AND, OP_OR, OP_AND, OP_OR, OP_NOT], np.int16)
 #: `full` = False for random_tree, as a numpy bool: a Python False would compile random_tree
 #: once more, for the literal (calls between compiled functions pass int64 and numpy bools)
 GROW = np.bool_(False)
+#: individuals of a first population drawn uncompiled (gpu.small): the interpreter takes
+#: about 0.12 ms an individual, compiling `_ramped_range` 1.1-1.4 s (2-core dev VM,
+#: 2026-11-28): up to some 0.7 s, half the compile
+RAMPED_BUDGET = 6_000
 
 
 @numba.njit(cache=True, nogil=True)
@@ -126,7 +131,11 @@ def ramped_half_and_half(n: int, rng: np.random.Generator, min_depth: int = 2,
     if not 1 <= min_depth <= max_depth:
         raise ValueError(f"need 1 <= min_depth <= max_depth, got {min_depth}, {max_depth}")
     pop = Population.empty(n, max_nodes)
-    if n:
-        run_chunks(_ramped_range, n, pop.ops, pop.sizes, pop.lengths, child_seeds(rng, n),
-                   min_depth, max_depth)
+    if not n:
+        return pop
+    args = (pop.ops, pop.sizes, pop.lengths, child_seeds(rng, n), min_depth, max_depth)
+    if small.uncompiled(_ramped_range, n, RAMPED_BUDGET):
+        small.run_plain(_ramped_range, 0, n, *args)  # the same trees, interpreted
+    else:
+        run_chunks(_ramped_range, n, *args)
     return pop

@@ -23,6 +23,7 @@ import numba
 import numpy as np
 import numpy.typing as npt
 
+from gpu import small
 from gpu.gp.core import ARITY, OP_AND, OP_GT, OP_LT, OP_NOT, OP_OR, RETURN_TYPE
 from gpu.indicators.catalogue import N_BOOL, N_FLOAT, N_TERMINALS
 from gpu.threads import run_chunks
@@ -42,6 +43,11 @@ MAX_TRIES = 8
 TWO = np.int64(2)
 GROW = np.bool_(False)  # random_tree's `full`: grow, not full
 INTERNAL_BIAS = 0.9
+#: children a process breeds uncompiled (gpu.small): `_breed_range`'s own source run by the
+#: interpreter takes about 0.11 ms a child, compiling it 2.75 s (2-core dev VM, 2026-11-28),
+#: so up to some 1.3 s of interpreting, half the compile: a small `evolve` (500 x 5) breeds
+#: 2,000 children in 0.25 s, a default one (5,000 x 30, 150,000 children) compiles
+BREED_BUDGET = 12_000
 
 
 @numba.njit(cache=True, nogil=True)
@@ -246,6 +252,12 @@ def breed(parents: Population, recipients: npt.ArrayLike, donors: npt.ArrayLike,
             seeds = child_seeds(rng, rec.size)
         elif seeds.shape != rec.shape:
             raise ValueError(f"{seeds.size} seeds for {rec.size} children")
+        if small.uncompiled(_breed_range, rec.size, BREED_BUDGET):
+            # the same children from the interpreter, on this thread (it holds the GIL)
+            small.run_plain(_breed_range, 0, rec.size, parents.ops, parents.sizes,
+                            parents.lengths, rec, don, seeds, p_crossover, p_subtree, p_point,
+                            p_node, max_depth, mutation_depth, out.ops, out.sizes, out.lengths)
+            return out
         # in chunks on Python threads whatever the thread count (one hand-off a generation):
         # on numba's prange the breeding body is optimised twice, which put 6.7 s on a cold
         # headline's critical path on 16 cores (H200 host, 2026-11-28: 3.5 s of it the
@@ -254,3 +266,9 @@ def breed(parents: Population, recipients: npt.ArrayLike, donors: npt.ArrayLike,
                    don, seeds, p_crossover, p_subtree, p_point, p_node, max_depth,
                    mutation_depth, out.ops, out.sizes, out.lengths)
     return out
+
+
+def expect_children(n: int) -> None:
+    """Announce `n` children this process will breed (an evolution's remaining
+    generations): more than BREED_BUDGET, and breeding compiles from the first child."""
+    small.expect(_breed_range, n, BREED_BUDGET)

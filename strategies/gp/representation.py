@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import numba
 import numpy as np
 import numpy.typing as npt
 
+from gpu import small
 from gpu.gp.core import (
     ARG_TYPE,
     ARITY,
@@ -51,6 +53,10 @@ I32 = npt.NDArray[np.int32]
 BUY = 0
 SELL = 1
 TREE_NAMES = ("buy", "sell")
+
+#: individuals a process compiles to postfix uncompiled (gpu.small): about 0.04 ms each
+#: interpreted, 0.56 s to compile `_compile_population` (2-core dev VM, 2026-11-28)
+COMPILE_BUDGET = 8_192
 
 #: default limits against bloat
 DEFAULT_MAX_DEPTH = 8
@@ -242,7 +248,10 @@ class Population:
         n = len(self)
         programs = np.zeros((n, 2 * self.max_nodes), np.int16)
         lengths = np.zeros(n, np.int32)
-        if n:
+        if n and small.uncompiled(_compile_population, n, COMPILE_BUDGET):
+            small.run_plain(_compile_population, 0, n, self.ops, self.sizes, self.lengths,
+                            programs, lengths)
+        elif n:
             parallel_range(_compile_population, _compile_population_parallel, n, self.ops,
                            self.sizes, self.lengths, programs, lengths, min_chunk=256)
         return programs, lengths
@@ -280,29 +289,47 @@ class Population:
                                      f"more than max_nodes={max_nodes}")
                 pop.ops[i, t, :tree.size] = tree
                 pop.lengths[i, t] = tree.size
-                subtree_sizes(pop.ops[i, t], tree.size, pop.sizes[i, t])
+                _per_tree(subtree_sizes)(pop.ops[i, t], tree.size, pop.sizes[i, t])
         return pop
 
 
+def expect_compiles(n: int) -> None:
+    """Announce `n` individuals this process will compile to postfix (an evolution's):
+    more than COMPILE_BUDGET, and `Population.compile` is compiled from its first call."""
+    small.expect(_compile_population, n, COMPILE_BUDGET)
+
+
 # --------------------------------------------------------------------------- one rule
+#: trees a process reads one at a time uncompiled (rules built from Python: a hall of
+#: fame's, a strategy file's): about 0.02 ms a tree interpreted, against 0.6 s to compile
+#: `scan_tree`, `subtree_sizes` and `prefix_to_postfix` (2-core dev VM, 2026-11-28)
+TREE_BUDGET = 8_192
+
+
+def _per_tree(helper: Any) -> Any:
+    """`helper` for one tree called from Python: its plain clone while the budget lasts and
+    it has no machine code (gpu.small), else the compiled function."""
+    return small.plain(helper) if small.uncompiled(helper, 1, TREE_BUDGET) else helper
+
+
 def tree_depth(prefix: I16) -> int:
     """Depth of a prefix tree, or -1 if it is not a type-correct bool tree."""
     prefix = np.ascontiguousarray(prefix, np.int16)
     if prefix.size == 0:
         return -1
-    return int(scan_tree(prefix, prefix.size, np.empty(prefix.size, np.int32)))
+    return int(_per_tree(scan_tree)(prefix, prefix.size, np.empty(prefix.size, np.int32)))
 
 
 def tree_to_postfix(prefix: I16) -> I16:
     prefix = np.ascontiguousarray(prefix, np.int16)
     n = prefix.size
     depths = np.empty(n, np.int32)
-    if scan_tree(prefix, n, depths) < 0:
+    if _per_tree(scan_tree)(prefix, n, depths) < 0:
         raise ValueError("not a type-correct bool tree")
     sizes = np.empty(n, np.int16)
-    subtree_sizes(prefix, n, sizes)
+    _per_tree(subtree_sizes)(prefix, n, sizes)
     out = np.empty(n, np.int16)
-    prefix_to_postfix(prefix, n, sizes, depths, out)
+    _per_tree(prefix_to_postfix)(prefix, n, sizes, depths, out)
     return out
 
 

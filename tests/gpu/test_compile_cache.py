@@ -235,6 +235,35 @@ def test_no_early_worker_when_the_commands_own_process_would_compile_everything(
     assert _run(code, tmp_path / "numba").stdout.strip() == ("None" if own else "1")
 
 
+@pytest.mark.skipif(compile_cache.available_cpus() < 2, reason="no CPU for a worker")
+def test_one_function_gets_a_worker_when_the_commands_process_is_busy_first(
+        tmp_path: Path) -> None:
+    """`evolve-cpu`'s one evaluator: the command's process parses data and imports
+    matplotlib first (`first_run_work`), so a worker compiles it meanwhile, started early
+    or by `prewarm`; and it compiles it, not this process."""
+    code = (_tiny(tmp_path) + "e = compile_cache.start_early('tiny', m, busy_first=True)\n"
+            "n_early = None if e is None else len(e.procs)\n"
+            "e is None or e.release()\n"
+            "h = compile_cache.prewarm('tiny', workers=1, own_share=True, path=m,"
+            " message=None, busy_first=True)\n"
+            "h.procs[0].wait(timeout=240)\n"  # this process's own first work
+            "h.compile_own()\n"
+            "print(json.dumps([n_early, [[x.qualname for x in s] for s in h.shares]]))\n")
+    n_early, shares = json.loads(_run(code, tmp_path / "numba").stdout)
+    workers, _ = compile_cache.plan(compile_cache.available_cpus())
+    assert n_early == min(workers, 1) and shares == [["_bar_error"]]
+
+
+def test_run_engine_knows_which_commands_have_first_run_work() -> None:
+    import importlib
+
+    import run_engine
+
+    have = {name for name in run_engine.COMMANDS
+            if hasattr(importlib.import_module(f"engine.commands.{name}"), "first_run_work")}
+    assert have == set(run_engine.FIRST_RUN_WORK)
+
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner,
