@@ -44,7 +44,8 @@ def cases() -> dict[str, Callable[[], np.ndarray]]:
 
         def run() -> np.ndarray:
             d_out = cuda.device_array((len(rows), core.N_OUT))
-            kernel[len(rows), threads](cuda.to_device(rows), d_out, *grid.kernel_args())
+            kernel[len(rows), threads](cuda.to_device(rows), d_out,
+                                                 *core.launch_args(grid.kernel_args()))
             return d_out.copy_to_host()
 
         return run

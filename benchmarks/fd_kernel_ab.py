@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import statistics
 import sys
 from datetime import UTC, datetime
@@ -61,6 +62,9 @@ class Launch:
         self.stream = cuda.stream()
         self.d_params = cuda.to_device(params, stream=self.stream)
         self.d_out = cuda.device_array((self.n, core.N_OUT), np.float64, stream=self.stream)
+        # a tree from before 2026-11-28 17:30 UTC has no `spot_at` argument
+        if "spot_at" in inspect.signature(self.kernel.py_func).parameters:
+            args = (*args, 0.0)
         self.args = (self.d_params, self.d_out, *args)
         self.kernel[self.n, core.LANES, self.stream](*self.args)  # compiles, warms
         self.stream.synchronize()

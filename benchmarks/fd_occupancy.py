@@ -50,7 +50,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
     grid = make_grid("seed")
-    gargs = grid.kernel_args()
+    gargs = core.launch_args(grid.kernel_args())
     rows = big_rows()
     d_rows = cuda.to_device(rows)
     block = core.threads_per_option(grid.price_steps)

@@ -64,7 +64,7 @@ def main() -> None:
     table: list[dict[str, Any]] = []
     for grid_name in args.grids.split(","):
         grid = make_grid(grid_name)
-        gargs = grid.kernel_args()
+        gargs = core.launch_args(grid.kernel_args())
         jit: Any = cuda.jit  # (the simulator's stub has no max_registers)
         lanes_source = core._make_fd_lanes_kernel(core.rows_per_lane(grid.price_steps),
                                                   True)

@@ -74,7 +74,7 @@ def time_gpu(params: np.ndarray, grid: FdGrid, repeats: int) -> dict[str, float]
     n = params.shape[0]
     # GPU_FD_SOLVER's (default lanes), as the engine launches it for n options
     kernel, threads = core.fd_kernel(grid.price_steps)
-    args = grid.kernel_args()
+    args = core.launch_args(grid.kernel_args())
     stream = cuda.stream()
     d_params = cuda.to_device(params, stream=stream)
     d_out = cuda.device_array((n, core.N_OUT), dtype=np.float64, stream=stream)

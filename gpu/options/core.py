@@ -757,8 +757,10 @@ def _fd_price_kernel(
     compact: bool,
     smooth: bool,
     richardson: bool,
+    spot_at: float,
 ) -> None:
     """Price row `blockIdx.x` of `params` into `out`; thread j owns grid node j.
+    `spot_at` > 0 prices every row at that spot instead of its own (`launch_args`).
 
     `params` and `out` may be device arrays or mapped host memory (each is touched once per
     block: N_PARAMS threads read the row into shared memory, thread 0 writes the result).
@@ -778,6 +780,8 @@ def _fd_price_kernel(
         row[i] = params[opt, i]
     cuda.syncthreads()  # type: ignore[call-arg]
     spot, strike, expiry, vol, rate, div, is_call, is_american = _row_in_shared(row)
+    if spot_at > 0.0:
+        spot = spot_at
     if expiry <= 0.0 or vol <= 0.0:  # the same for the whole block: no barrier diverges
         if i == 0:
             _write_closed_form(out, opt, spot, strike, expiry, vol, rate, div, is_call,
@@ -1007,6 +1011,7 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
         compact: bool,
         smooth: bool,
         richardson: bool,
+        spot_at: float,
     ) -> None:
         opt: int = cuda.blockIdx.x  # type: ignore[assignment]
         tid: int = cuda.threadIdx.x  # type: ignore[assignment]
@@ -1045,6 +1050,8 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
             row[tid] = params[opt, tid]
         cuda.syncthreads()  # type: ignore[call-arg]
         spot, strike, expiry, vol, rate, div, is_call, is_american = _row_in_shared(row)
+        if spot_at > 0.0:  # a group's spot, a parameter of its launch (`launch_args`)
+            spot = spot_at
         if expiry <= 0.0 or vol <= 0.0:  # the same for the whole block
             if tid == 0:
                 _write_closed_form(out, opt, spot, strike, expiry, vol, rate, div, is_call,
@@ -1416,6 +1423,14 @@ def fd_kernel(
     if fd_solver(solver) == "pcr":
         return fd_price_kernel(), threads_per_option(price_steps)
     return fd_lanes_kernel(price_steps), LANES * (2 if split_passes else 1)
+
+
+def launch_args(grid_args: tuple[Any, ...], spot_at: float = 0.0) -> tuple[Any, ...]:
+    """The FD kernels' arguments after `params` and `out`: the grid's
+    (`FdGrid.kernel_args()`) and `spot_at`. A spot > 0 prices every row at it instead of
+    the row's own: a group's new spot is then one value, not a write into each of its
+    rows (`OptionGroupPricer.set_spot`); 0 keeps each row's."""
+    return (*grid_args, float(spot_at))
 
 
 #: None (the default): a lanes launch on a Richardson grid gives each option two warps (its

@@ -29,6 +29,7 @@ The grids' design and accuracy: `gpu.options.grids`.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 from typing import Any, NamedTuple
@@ -45,6 +46,7 @@ from gpu.launch import (
     event_recorder,
     event_waiter,
     graph_launcher,
+    kernel_node_updater,
     untimed_event,
 )
 from gpu.options import core
@@ -158,7 +160,7 @@ def price_params(
     d_params = cuda.to_device(params, stream=stream)
     d_out = cuda.device_array((n, core.N_OUT), dtype=np.float64, stream=stream)
     kernel, threads = core.fd_kernel(g.price_steps, split_passes=split)
-    kernel[n, threads, stream](d_params, d_out, *g.kernel_args())
+    kernel[n, threads, stream](d_params, d_out, *core.launch_args(g.kernel_args()))
     out = d_out.copy_to_host(stream=stream)
     stream.synchronize()
     return _values(out)
@@ -193,7 +195,7 @@ class _MappedBatch:
         self.host_params[:, core.STRIKE] = 1.0
         self.stream = cuda.stream()
         self.kernel, self.threads = core.fd_kernel(grid.price_steps, split_passes=split)
-        self.args = (self.params, self.out, *grid.kernel_args())
+        self.args = (self.params, self.out, *core.launch_args(grid.kernel_args()))
         self.kernel[1, self.threads, self.stream](*self.args)  # compiles, or loads
         self.stream.synchronize()
         self.go = bind(self.kernel, self.args, self.stream, self.threads)
@@ -329,6 +331,14 @@ class OptionGroupPricer:
         self._executor: Any = None
         #: completion read from host memory (`gpu.launch.CompletionFlag`) where the graph has it
         self._flag: CompletionFlag | None = None
+        #: on CUDA, the spot of every row as the launch's `spot_at` (0: each row's own);
+        #: the bound launch's ctypes value of it, and the graph's update after a change
+        self._spot = 0.0
+        self._spot_value: Any = None
+        self._update_node: Any = None
+        self._node_stale = False
+        #: a bound launch whose `spot_at` cannot change (numba's launcher): spots in rows
+        self._spot_in_rows = False
         if self.device == "cpu":
             self._params_dev: Any = np.array(params, dtype=np.float64, copy=True)
             self.params = self._params_dev
@@ -367,9 +377,10 @@ class OptionGroupPricer:
         self.launcher: str | None = None
         if os.environ.get("GPU_OPTIONS_PREBIND", "1") != "0":
             self._bind_launch()
+        self._spot_in_rows = self._bound is not None and self._spot_value is None
 
     def _launch_args(self) -> tuple[Any, ...]:
-        return (self._params_dev, self._out_dev, *self._args)
+        return (self._params_dev, self._out_dev, *core.launch_args(self._args, self._spot))
 
     def _compile_once(self) -> None:
         """One ordinary launch, which compiles (or loads) the kernel; the results it
@@ -407,6 +418,10 @@ class OptionGroupPricer:
         self._bound = lambda: go(n)
         self.prebound = True
         self.launcher = getattr(go, "driver", None)
+        scalars = getattr(go, "scalars", None)
+        # `spot_at` is the launch's last argument: its prepared value, changed in place
+        if scalars and isinstance(scalars[-1], ctypes.c_double):
+            self._spot_value = scalars[-1]
         if os.environ.get("GPU_OPTIONS_GRAPH", "1") != "0":
             self._capture_graph(go, reference)
 
@@ -426,9 +441,13 @@ class OptionGroupPricer:
             flag.arm()
         replay()
         self._event.synchronize()
+        update = kernel_node_updater(replay, go)
+        if update is None:  # a graph whose spot cannot change: the bound launch stays
+            return
         if (self._query() and np.array_equal(self._out, reference, equal_nan=True)
                 and (flag is None or flag.seen())):
             self._bound = replay
+            self._update_node = update
             self._record = _recorded_by_the_graph
             self._flag = flag
             self.launcher = f"{self.launcher}+graph" + ("+flag" if flag is not None else "")
@@ -438,12 +457,32 @@ class OptionGroupPricer:
         return self._in_flight
 
     def set_spot(self, spot: float) -> None:
-        """Write a new spot into every row (a host write; mapped memory carries it over)."""
+        """A new spot for every row. On the CPU it is written into each row; on CUDA it is
+        the launch's `spot_at` (one value: the rows' own SPOT column is then not read),
+        which a graph takes up with one node update at the next launch."""
         if self._in_flight:
             raise RuntimeError("cannot change parameters while a repricing is in flight")
         if not (spot > 0 and math.isfinite(spot)):
             raise ValueError(f"spot must be a positive number, got {spot!r}")
-        self.params[:, core.SPOT] = spot
+        if self.device == "cpu" or self._spot_in_rows:
+            self.params[:, core.SPOT] = spot
+            return
+        self._set_spot_at(float(spot))
+
+    def rows(self) -> FloatArray:
+        """A copy of the parameter rows as the next launch prices them (`params`, with
+        the spot `set_spot` gave on CUDA in the SPOT column)."""
+        rows = np.array(self.params, dtype=np.float64, copy=True)
+        if self._spot > 0.0:
+            rows[:, core.SPOT] = self._spot
+        return rows
+
+    def _set_spot_at(self, spot: float) -> None:
+        """The launch's `spot_at`: each launch path's copy of it (0.0: the rows' own)."""
+        self._spot = spot
+        if self._spot_value is not None:
+            self._spot_value.value = spot
+            self._node_stale = self._update_node is not None
 
     def set_expiry(self, years: npt.ArrayLike) -> None:
         """New times to expiry in years (the valuation date rolled); ≤ 0: expired."""
@@ -454,6 +493,8 @@ class OptionGroupPricer:
         if self._in_flight:
             raise RuntimeError("cannot change parameters while a repricing is in flight")
         self.params[:, column] = values
+        if column == core.SPOT and self.device != "cpu":
+            self._set_spot_at(0.0)  # the rows' own spots again
 
     def launch(self) -> None:
         """Start repricing the group with the current parameters; does not wait."""
@@ -468,6 +509,9 @@ class OptionGroupPricer:
                 core.fd_price_batch_cpu(self._params_dev, self._out_dev, *self._args)
             self._in_flight = True
             return
+        if self._node_stale:
+            self._update_node()
+            self._node_stale = False
         if self._flag is not None:
             self._flag.arm()
         if self._bound is not None:

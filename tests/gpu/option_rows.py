@@ -29,6 +29,6 @@ def reprice_at(pricer: OptionGroupPricer, spot: float, wait: bool
         pricer.wait()
     while not pricer.done():
         pass
-    rows = pricer.params.copy()
-    rows[:, core.SPOT] = spot
+    rows = pricer.rows()
+    assert (rows[:, core.SPOT] == spot).all()
     return pricer.results(), rows

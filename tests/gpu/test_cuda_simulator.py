@@ -53,7 +53,8 @@ def test_fd_kernels_give_the_pollers_values_bit_for_bit(
 
         def launch(kernel: Any = kernel, threads: int = threads) -> np.ndarray:
             d_out = cuda.device_array((2, core.N_OUT))
-            kernel[2, threads](cuda.to_device(params), d_out, *grid.kernel_args())
+            kernel[2, threads](cuda.to_device(params), d_out,
+                  *core.launch_args(grid.kernel_args()))
             return d_out.copy_to_host()
 
         polled, blocking = both_barriers(launch)

@@ -37,7 +37,8 @@ def test_lanes_solver_matches_cpu_twin_across_rows_per_lane(
         for (kernel, threads), out in ((core.fd_kernel(price_steps, "lanes"), lanes),
                                        (core.fd_kernel(price_steps, "pcr"), pcr)):
             d_out = cuda.device_array((2, core.N_OUT))
-            kernel[2, threads](cuda.to_device(params), d_out, *grid.kernel_args())
+            kernel[2, threads](cuda.to_device(params), d_out,
+                  *core.launch_args(grid.kernel_args()))
             out[:] = d_out.copy_to_host()
         assert core.rows_per_lane(price_steps) == -(-(price_steps + 1) // 32)
         cpu = price_params(params, grid, "cpu")
@@ -65,7 +66,8 @@ def test_split_passes_price_like_one_warp(price_steps: int, time_steps: int) -> 
         kernel, threads = core.fd_kernel(price_steps, "lanes", split_passes=split)
         assert threads == core.LANES * (2 if split else 1)
         d_out = cuda.device_array((4, core.N_OUT))
-        kernel[4, threads](cuda.to_device(params), d_out, *grid.kernel_args())
+        kernel[4, threads](cuda.to_device(params), d_out,
+                  *core.launch_args(grid.kernel_args()))
         outs.append(d_out.copy_to_host())
     np.testing.assert_array_equal(outs[1], outs[0])
     cpu = price_params(params, grid, "cpu")
@@ -82,8 +84,9 @@ def test_real_gpu_group_pricer_values_equal_the_one_shot_path() -> None:
     params = random_params(2000, seed=31)
     pricer = OptionGroupPricer(params, "default", "cuda")
     # the launch, the completion flag's signal and the event's record replayed as one
-    # CUDA graph; done() reads the flag
+    # CUDA graph; done() reads the flag; a new spot is the kernel node's `spot_at`
     assert pricer.launcher == "ctypes+graph+flag", pricer.launcher
+    assert pricer._update_node is not None and not pricer._spot_in_rows
     for k, spot in enumerate((95.0, 104.0, 99.5)):
         got, rows = reprice_at(pricer, spot, wait=k == 1)
         want = price_params(rows, "default", "cuda")
@@ -136,23 +139,32 @@ def test_split_passes_bound_and_its_override() -> None:
 
 
 @pytest.mark.gpu
-def test_real_gpu_completion_flag_is_never_seen_before_the_values(
+def test_real_gpu_completion_flag_and_spot_parameter_price_as_the_rows(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """done() read from the completion flag (host memory) gives, launch after launch with
-    new spots and polled as tightly as Python can, the values the event-polled pricer
-    (GPU_COMPLETION_FLAG=0) gives for the same spot, bit for bit: the flag is never seen
-    before the repricing's own writes."""
+    new spots (the graph's kernel node updated with each) and polled as tightly as Python
+    can, the values the event-polled pricer (GPU_COMPLETION_FLAG=0) gives for the same
+    spot, bit for bit: the flag is never seen before the repricing's own writes; and a
+    pricer writing the spot into every row (numba's launcher) gives the same values."""
     params = random_params(1000, seed=44)
     flagged = OptionGroupPricer(params, "default", "cuda")
     monkeypatch.setenv("GPU_COMPLETION_FLAG", "0")
     evented = OptionGroupPricer(params, "default", "cuda")
+    # numba's own launcher, bound: its `spot_at` cannot change, so spots go into the rows
+    monkeypatch.setenv("GPU_RAW_LAUNCH", "0")
+    in_rows = OptionGroupPricer(params, "default", "cuda")
     assert flagged.launcher == "ctypes+graph+flag" and evented.launcher == "ctypes+graph"
+    assert in_rows._spot_in_rows and not flagged._spot_in_rows
     spots = np.random.default_rng(9).uniform(80.0, 120.0, 200)
-    for spot in spots:
+    for k, spot in enumerate(spots):
         got, _ = reprice_at(flagged, float(spot), wait=False)
         want, _ = reprice_at(evented, float(spot), wait=False)
         for a, b in zip(got, want, strict=True):
             np.testing.assert_array_equal(a, b)
+        if k % 20 == 0:  # the spot in every row instead of the launch's parameter
+            rowed, _ = reprice_at(in_rows, float(spot), wait=False)
+            for a, b in zip(got, rowed, strict=True):
+                np.testing.assert_array_equal(a, b)
 
 
 def test_bad_fd_solver_setting_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -212,7 +224,8 @@ def test_real_gpu_register_capped_lanes_kernel_prices_the_same(
     outs = {}
     for cap, kernel in kernels.items():
         d_out = cuda.device_array((len(params), core.N_OUT))
-        kernel[len(params), core.LANES](cuda.to_device(params), d_out, *grid.kernel_args())
+        kernel[len(params), core.LANES](cuda.to_device(params), d_out,
+                  *core.launch_args(grid.kernel_args()))
         outs[cap] = d_out.copy_to_host()
     regs = next(iter(kernels["128"].overloads.values()))._codelibrary.get_cufunc().attrs.regs
     assert regs <= 128
@@ -243,7 +256,8 @@ def test_real_gpu_lanes_kernels_agree_with_float64_and_pcr() -> None:
                    (core.fd_lanes_kernel(grid.price_steps, shuffle=False), core.LANES)]
         for kernel, threads in kernels:
             d_out = cuda.device_array((n, core.N_OUT))
-            kernel[n, threads](cuda.to_device(params), d_out, *grid.kernel_args())
+            kernel[n, threads](cuda.to_device(params), d_out,
+                  *core.launch_args(grid.kernel_args()))
             got = d_out.copy_to_host()
             rel = np.abs(got[:, core.PRICE] - cpu.price)[worth] / cpu.price[worth]
             assert np.max(rel) <= (1e-4 if name == "seed" else 1e-3), (name, threads)
@@ -255,7 +269,8 @@ def test_real_gpu_lanes_kernels_agree_with_float64_and_pcr() -> None:
 def test_group_pricer_follows_every_parameter_change(seed: int) -> None:
     """A seeded sequence of spot writes, date rolls (set_expiry), column changes and
     per-row spots (set_column(SPOT)) on a CUDA group must price exactly as the same rows
-    written out in full and priced by the one-shot path, and `params` must show them."""
+    written out in full and priced by the one-shot path, and `rows()` must show them (a
+    spot from set_spot is the launch's `spot_at` on CUDA, not written into `params`)."""
     grid = make_grid("seed", price_steps=16, time_steps=3)
     rng = np.random.default_rng(seed)
     rows = random_params(4, seed=seed)
@@ -282,7 +297,9 @@ def test_group_pricer_follows_every_parameter_change(seed: int) -> None:
         want = price_params(model, grid, "cuda")
         for a, b in zip(got, want, strict=True):
             np.testing.assert_array_equal(a, b)
-        np.testing.assert_array_equal(pricer.params, model)
+        np.testing.assert_array_equal(pricer.rows(), model)
+        if move == 1:  # the columns set_spot does not touch are in `params` itself
+            np.testing.assert_array_equal(pricer.params[:, core.EXPIRY], expiry)
 
 
 @pytest.mark.gpu
