@@ -42,26 +42,21 @@ SPANS = (("validator", "validate_many", "validate"), ("engine", "process", "engi
          ("risk", "after_batch", "risk"), ("", "_publish", "publish"))
 
 
-def timed(f: Any, key: str, cur: dict[str, float]) -> Any:
-    """`f` (a function or coroutine function) adding its wall-clock seconds to `cur[key]`."""
-    import asyncio
+def _load_step_spans() -> Any:
+    """This tree's `live_step_spans.py`, loaded by its path: in the daemon's process the
+    measured tree's folder comes first on sys.path, so `benchmarks` may be another tree's."""
+    import importlib.util
 
-    if asyncio.iscoroutinefunction(f):
-        async def g(*a: Any, **k: Any) -> Any:
-            t = time.perf_counter()
-            try:
-                return await f(*a, **k)
-            finally:
-                cur[key] = cur.get(key, 0.0) + time.perf_counter() - t
-        return g
+    spec = importlib.util.spec_from_file_location("live_step_spans_here",
+                                                  HERE / "live_step_spans.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-    def h(*a: Any, **k: Any) -> Any:
-        t = time.perf_counter()
-        try:
-            return f(*a, **k)
-        finally:
-            cur[key] = cur.get(key, 0.0) + time.perf_counter() - t
-    return h
+
+#: `f` (a function or coroutine function) adding its wall-clock seconds to `cur[key]`
+timed = _load_step_spans().timed
 
 
 def install(d: Any) -> None:
