@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from engine.affinity import (
     ENGINE_ENV,
@@ -138,3 +140,30 @@ def test_the_realtime_priority_is_the_calling_threads_alone() -> None:
         pytest.skip("SCHED_FIFO not permitted to this user")
     fifo_reset = os.SCHED_FIFO | os.SCHED_RESET_ON_FORK
     assert out == ["policies", str(fifo_reset), str(os.SCHED_OTHER), str(os.SCHED_OTHER), "3"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=12), st.integers(-10**30, 10**30).map(str),
+                 st.floats(allow_nan=True).map(str)))
+def test_any_realtime_priority_text_is_a_priority_nothing_or_one_line(text: str) -> None:
+    """Whatever ENGINE_RT_PRIORITY holds: nothing (blank), a priority in 1..99, or a
+    one-line UserError naming the variable; never another exception."""
+    import os as os_
+
+    old = os_.environ.get(RT_ENV)
+    try:
+        os_.environ[RT_ENV] = text.replace("\x00", "")
+        try:
+            got = rt_priority_from_env()
+        except UserError as exc:
+            assert str(exc).startswith(f"{RT_ENV} must be") and "\n" not in str(exc)
+            return
+        if got is None:
+            assert not text.replace("\x00", "").strip()
+        else:
+            assert 1 <= got <= os_.sched_get_priority_max(os_.SCHED_FIFO)
+    finally:
+        if old is None:
+            os_.environ.pop(RT_ENV, None)
+        else:
+            os_.environ[RT_ENV] = old

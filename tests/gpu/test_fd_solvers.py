@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpu.device import FD_SOLVERS, SettingError, cuda_present, fd_max_registers, fd_solver
 from gpu.options import core
@@ -165,6 +167,35 @@ def test_real_gpu_completion_flag_and_spot_parameter_price_as_the_rows(
             rowed, _ = reprice_at(in_rows, float(spot), wait=False)
             for a, b in zip(got, rowed, strict=True):
                 np.testing.assert_array_equal(a, b)
+
+
+_SPOT_PRICERS: dict[str, OptionGroupPricer] = {}
+
+
+@needs_cuda
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.floats(allow_nan=True, allow_infinity=True),
+                 st.integers(-10**30, 10**30).map(float)),
+       st.sampled_from(["cpu", "cuda"]))
+def test_any_spot_is_taken_or_refused_in_one_line(spot: float, device: str) -> None:
+    """set_spot with any float (NaN, infinities, zero, negatives, subnormals, huge): a
+    positive finite spot is what `rows()` then prices, on the CPU (written into each row)
+    and on CUDA (the launch's `spot_at`); anything else is a one-line ValueError that
+    leaves the group's spot as it was."""
+    pricer = _SPOT_PRICERS.get(device)
+    if pricer is None:
+        pricer = _SPOT_PRICERS[device] = OptionGroupPricer(random_params(3, seed=2), "seed",
+                                                          device)
+    pricer.set_spot(100.0)
+    try:
+        pricer.set_spot(spot)
+    except ValueError as exc:
+        assert not (spot > 0 and np.isfinite(spot))
+        assert "\n" not in str(exc) and str(exc).startswith("spot must be a positive")
+        assert (pricer.rows()[:, core.SPOT] == 100.0).all()
+        return
+    assert spot > 0 and np.isfinite(spot)
+    assert (pricer.rows()[:, core.SPOT] == spot).all()
 
 
 def test_bad_fd_solver_setting_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
