@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import os
+import weakref
 from typing import Any
 
 import numpy as np
@@ -1452,10 +1453,19 @@ def resident_split_options(kernel: Any) -> int:
     if len(overloads) != 1:
         return 0
     compiled = next(iter(overloads.values()))
+    known = _resident_split.get(compiled)
+    if known is not None:  # asked once per compiled kernel (price_params asks every call)
+        return known
     try:
-        return int(compiled.max_cooperative_grid_blocks(2 * LANES))
+        resident = int(compiled.max_cooperative_grid_blocks(2 * LANES))
     except Exception:  # noqa: BLE001 - no occupancy to ask (simulator): never split
         return 0
+    _resident_split[compiled] = resident
+    return resident
+
+
+#: `resident_split_options` per compiled kernel, forgotten with it
+_resident_split: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
 def split_passes(richardson: bool, options: int, kernel: Any = None) -> bool:
