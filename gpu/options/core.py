@@ -976,7 +976,415 @@ def rows_per_lane(price_steps: int) -> int:
     return (price_steps + 1 + LANES - 1) // LANES
 
 
-def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
+# The lanes kernel's parts, inlined where the kernel calls them (`inline="always"`, so
+# the arrays stay the caller's registers): a march's rows for one phase, the factoring of
+# its implicit matrix, and one time step. The kernel calls them once a march, or twice
+# side by side (`_make_fd_lanes_kernel`: two marches interleaved in one warp).
+
+
+@cuda.jit(device=True, inline="always")
+def _lanes_phase_rows(
+    rows_abc: Any, coef: Any, coef_shared: bool, warp: int, first: int, rows: int, n: int,
+    s_lo: float, ds: float, vol: float, rate: float, div: float, compact: bool,
+    theta: float, step_dt: float, e_lo: Any, e_di: Any, e_up: Any,
+) -> None:
+    """A march's rows for one phase (θ, Δτ): the implicit ones into `rows_abc` (identity at
+    the boundaries and past node N), the explicit ones into this lane's e_lo/e_di/e_up."""
+    for j in range(rows):
+        r = first + j
+        rows_abc[warp, 0, r] = np.float32(0.0)
+        rows_abc[warp, 1, r] = np.float32(1.0)
+        rows_abc[warp, 2, r] = np.float32(0.0)
+        e_lo[j] = np.float32(0.0)
+        e_di[j] = np.float32(0.0)
+        e_up[j] = np.float32(0.0)
+        if r >= 1 and r < n:
+            if coef_shared:
+                al = coef[warp, 0, r]
+                be = coef[warp, 1, r]
+                ga = coef[warp, 2, r]
+                m_b = coef[warp, 3, r]
+                m_n = coef[warp, 4, r]
+                m_a = coef[warp, 5, r]
+            else:
+                al, be, ga, m_b, m_n, m_a = _node_coefficients_gpu(
+                    s_lo + r * ds, ds, vol, rate, div, compact
+                )
+            lo, di, up, x_lo, x_di, x_up = _step_coefficients_gpu(
+                al, be, ga, m_b, m_n, m_a, theta, step_dt
+            )
+            # the same float32 rows as the PCR kernel, solved in float64 here
+            rows_abc[warp, 0, r] = np.float32(lo)
+            rows_abc[warp, 1, r] = np.float32(di)
+            rows_abc[warp, 2, r] = np.float32(up)
+            e_lo[j] = np.float32(x_lo)
+            e_di[j] = np.float32(x_di)
+            e_up[j] = np.float32(x_up)
+
+
+@cuda.jit(device=True, inline="always")
+def _lanes_factor(
+    rows_abc: Any, c_last: Any, mbuf: Any, buf: Any, warp: int, lane: int, first: int,
+    rows: int, shuffle: bool, fwd: Any, bwd: Any, fwd_cum: Any, bwd_cum: Any, inv_u: Any,
+    fwd_level: Any, bwd_level: Any,
+) -> None:
+    """Factor a march's implicit matrix (`rows_abc`): this lane's sweep multipliers, pivots
+    and their products, and the scans' multipliers of each level."""
+    P = rows
+    # LU pivots u_r = p_r/p_{r−1}, p_r = b_r·p_{r−1} − a_r·c_{r−1}·p_{r−2}: each
+    # lane multiplies its rows' 2×2 matrices, a scan multiplies across lanes
+    c_last[warp, lane] = np.float64(rows_abc[warp, 2, first + P - 1])
+    if shuffle:
+        cuda.syncwarp()
+    else:
+        cuda.syncthreads()  # type: ignore[call-arg]
+    c_prev = 0.0
+    if lane > 0:
+        c_prev = c_last[warp, lane - 1]
+    q00 = 1.0
+    q01 = 0.0
+    q10 = 0.0
+    q11 = 1.0
+    cp = c_prev
+    for j in range(P):
+        a_j = np.float64(rows_abc[warp, 0, first + j])
+        b_j = np.float64(rows_abc[warp, 1, first + j])
+        t = -a_j * cp
+        n00 = b_j * q00 + t * q10
+        n01 = b_j * q01 + t * q11
+        q10 = q00
+        q11 = q01
+        q00 = n00
+        q01 = n01
+        # one reciprocal, four products: float64 division is a long
+        # subroutine on the GPU, and any common scale of the pair will do
+        inv_big = 1.0 / max(abs(q00), abs(q01), abs(q10), abs(q11))
+        q00 *= inv_big
+        q01 *= inv_big
+        q10 *= inv_big
+        q11 *= inv_big
+        cp = np.float64(rows_abc[warp, 2, first + j])
+    for level in range(SCAN_LEVELS):
+        k = level % 2
+        mbuf[warp, k, 0, lane] = q00
+        mbuf[warp, k, 1, lane] = q01
+        mbuf[warp, k, 2, lane] = q10
+        mbuf[warp, k, 3, lane] = q11
+        if shuffle:
+            cuda.syncwarp()
+        else:
+            cuda.syncthreads()
+        stride = 1 << level
+        if lane >= stride:  # this lane's product applies after the earlier one
+            r00 = mbuf[warp, k, 0, lane - stride]
+            r01 = mbuf[warp, k, 1, lane - stride]
+            r10 = mbuf[warp, k, 2, lane - stride]
+            r11 = mbuf[warp, k, 3, lane - stride]
+            n00 = q00 * r00 + q01 * r10
+            n01 = q00 * r01 + q01 * r11
+            n10 = q10 * r00 + q11 * r10
+            n11 = q10 * r01 + q11 * r11
+            inv_big = 1.0 / max(abs(n00), abs(n01), abs(n10), abs(n11))
+            q00 = n00 * inv_big
+            q01 = n01 * inv_big
+            q10 = n10 * inv_big
+            q11 = n11 * inv_big
+    k = SCAN_LEVELS % 2
+    mbuf[warp, k, 0, lane] = q00
+    mbuf[warp, k, 2, lane] = q10
+    if shuffle:
+        cuda.syncwarp()
+    else:
+        cuda.syncthreads()
+    inv_prev = 1.0  # 1/u_{first−1}
+    if lane > 0:  # (p_{first−1}, p_{first−2}) = the earlier lanes' product·(1, 0)
+        inv_prev = mbuf[warp, k, 2, lane - 1] / mbuf[warp, k, 0, lane - 1]
+    cp = c_prev
+    f_all = np.float32(1.0)  # Π fwd over this lane's rows
+    for j in range(P):
+        # two float64 reciprocals a row (the pivot's, carried to the next row)
+        # in place of four divisions
+        a_j = np.float64(rows_abc[warp, 0, first + j])
+        b_j = np.float64(rows_abc[warp, 1, first + j])
+        c_j = np.float64(rows_abc[warp, 2, first + j])
+        t = a_j * cp
+        f = 0.0
+        u = b_j
+        if t != 0.0:
+            u = b_j - t * inv_prev
+        if a_j != 0.0:
+            f = -a_j * inv_prev
+        fwd[j] = np.float32(f)
+        f_all *= np.float32(f)
+        fwd_cum[j] = f_all
+        inv_prev = 1.0 / u
+        inv_u[j] = np.float32(inv_prev)
+        bwd[j] = np.float32(-c_j * inv_prev)
+        cp = c_j
+    g_all = np.float32(1.0)  # Π bwd over this lane's rows
+    for jj in range(P):
+        j = P - 1 - jj
+        g_all *= bwd[j]
+        bwd_cum[j] = g_all
+    # the scans' multipliers of each level (they depend on the matrix only)
+    for level in range(SCAN_LEVELS):
+        k = level % 2
+        buf[warp, k, lane] = f_all
+        mbuf[warp, k, 0, lane] = np.float64(g_all)
+        if shuffle:
+            cuda.syncwarp()
+        else:
+            cuda.syncthreads()
+        stride = 1 << level
+        # 0 where the scan's partner lane is outside the warp
+        fwd_level[level] = f_all if lane >= stride else np.float32(0.0)
+        bwd_level[level] = g_all if lane + stride < LANES else np.float32(0.0)
+        if lane >= stride:
+            f_all *= buf[warp, k, lane - stride]
+        if lane + stride < LANES:
+            g_all *= np.float32(mbuf[warp, k, 0, lane + stride])
+    if shuffle:
+        cuda.syncwarp()
+    else:
+        cuda.syncthreads()
+
+
+@cuda.jit(device=True, inline="always")
+def _lanes_step(
+    v: Any, pay: Any, e_lo: Any, e_di: Any, e_up: Any, edge_w: Any, fwd: Any, fwd_cum: Any,
+    bwd: Any, bwd_cum: Any, inv_u: Any, work: Any, fwd_level: Any, bwd_level: Any,
+    has_below: np.float32, has_above: np.float32, d_edge: np.float32, edge: Any, bounds: Any,
+    takes_lo: bool, takes_hi: bool, project: bool, rows: int, shuffle: bool, edge_first: Any,
+    edge_last: Any, buf: Any, warp: int, lane: int,
+) -> np.float32:
+    """One time step of a march: this lane's rows of v advanced (projected onto `pay` when
+    `project`). `edge` carries (e^(−rτ), e^(−qτ), their factors a step) and `bounds`
+    (K, S_lo, S_hi, K − S_lo, S_hi − K floors); returns the next step's boundary value.
+    Where the float64 work goes in the source sets where the compiler leaves it among the
+    shuffles (which it keeps in order): the products first, the value last, as the
+    compiler had scheduled them when this was the kernel's own loop body (benchmarks/
+    results/h200-2026-11-28g)."""
+    P = rows
+    edge[0] *= edge[2]  # the next step's e^(−rτ) and e^(−qτ), ahead of the shuffles
+    edge[1] *= edge[3]
+    if shuffle:
+        from_below = cuda.shfl_up_sync(FULL_MASK, v[P - 1], 1)
+        from_above = cuda.shfl_down_sync(FULL_MASK, v[0], 1)
+    else:
+        edge_first[warp, lane] = v[0]
+        edge_last[warp, lane] = v[P - 1]
+        cuda.syncthreads()  # type: ignore[call-arg]
+        from_below = edge_last[warp, (lane - 1) % LANES]
+        from_above = edge_first[warp, (lane + 1) % LANES]
+    v_before = from_below * has_below
+    v_after = from_above * has_above
+    # right-hand side, then the forward sweep over this lane's rows from 0
+    y = np.float32(0.0)
+    for j in range(P):
+        below = v_before
+        if j > 0:
+            below = v[j - 1]
+        above = v_after
+        if j < P - 1:
+            above = v[j + 1]
+        d = e_lo[j] * below + e_di[j] * v[j] + e_up[j] * above + edge_w[j] * d_edge
+        y = d + fwd[j] * y
+        work[j] = y
+    # carry the forward sweep across the lanes
+    # (a level's multiplier is 0 where the partner lane is outside the warp)
+    acc = y
+    if shuffle:
+        for level in range(SCAN_LEVELS):
+            other = cuda.shfl_up_sync(FULL_MASK, acc, 1 << level)
+            acc += fwd_level[level] * other
+        other = cuda.shfl_up_sync(FULL_MASK, acc, 1)
+    else:
+        for level in range(SCAN_LEVELS):
+            k = level % 2
+            buf[warp, k, lane] = acc
+            cuda.syncthreads()
+            other = buf[warp, k, (lane - (1 << level)) % LANES]
+            acc += fwd_level[level] * other
+        k = SCAN_LEVELS % 2
+        buf[warp, k, lane] = acc
+        cuda.syncthreads()
+        other = buf[warp, k, (lane - 1) % LANES]
+    carry = other * has_below
+    # backward sweep over this lane's rows (with the carried-in forward value)
+    x = np.float32(0.0)
+    for jj in range(P):
+        j = P - 1 - jj
+        yj = work[j] + fwd_cum[j] * carry
+        x = yj * inv_u[j] + bwd[j] * x
+        work[j] = x
+    acc = x
+    if shuffle:
+        for level in range(SCAN_LEVELS):
+            other = cuda.shfl_down_sync(FULL_MASK, acc, 1 << level)
+            acc += bwd_level[level] * other
+        other = cuda.shfl_down_sync(FULL_MASK, acc, 1)
+    else:
+        for level in range(SCAN_LEVELS):
+            k = level % 2  # buffer 0: the carry above was read from buffer 1
+            buf[warp, k, lane] = acc
+            cuda.syncthreads()
+            other = buf[warp, k, (lane + (1 << level)) % LANES]
+            acc += bwd_level[level] * other
+        k = SCAN_LEVELS % 2
+        buf[warp, k, lane] = acc
+        cuda.syncthreads()
+        other = buf[warp, k, (lane + 1) % LANES]
+    carry = other * has_above
+    for j in range(P):
+        x = work[j] + bwd_cum[j] * carry
+        # rows past node N stay 0 (their payoff is 0, their rows identity)
+        if project:
+            x = max(x, pay[j])
+        v[j] = x
+    return _edge_value_gpu(bounds[0], edge[0], edge[1], bounds[1], bounds[2], bounds[3],
+                           bounds[4], takes_lo, takes_hi)
+
+
+@cuda.jit(device=True, inline="always")
+def _lanes_step_pair(
+    march: Any, d_edge: np.float32, edge: Any, march2: Any, d_edge2: np.float32, edge2: Any,
+    pay: Any, edge_w: Any, has_below: np.float32, has_above: np.float32, bounds: Any,
+    takes_lo: bool, takes_hi: bool, rows: int, shuffle: bool, edge_first: Any,
+    edge_last: Any, buf: Any, warp: int, lane: int,
+) -> tuple[np.float32, np.float32]:
+    """One time step of two marches of an American option (projected), each the same
+    arithmetic as `_lanes_step`, their shuffles issued in pairs: the compiler keeps
+    shuffles in the order written, so one march's shuffle latency is spent on the
+    other's. A march is its arrays (v, e_lo, e_di, e_up, fwd, fwd_cum, bwd, bwd_cum, inv_u,
+    work, fwd_level, bwd_level) as a tuple: Python passes at most 30 arguments one by one.
+    Returns both next boundary values. (The simulator: one after the other.)"""
+    (v, e_lo, e_di, e_up, fwd, fwd_cum, bwd, bwd_cum, inv_u, work, fwd_level,
+     bwd_level) = march
+    (v2, e_lo2, e_di2, e_up2, fwd2, fwd_cum2, bwd2, bwd_cum2, inv_u2, work2, fwd_level2,
+     bwd_level2) = march2
+    if not shuffle:
+        d_next = _lanes_step(v, pay, e_lo, e_di, e_up, edge_w, fwd, fwd_cum, bwd, bwd_cum,
+                             inv_u, work, fwd_level, bwd_level, has_below, has_above, d_edge,
+                             edge, bounds, takes_lo, takes_hi, True, rows, shuffle,
+                             edge_first, edge_last, buf, warp, lane)
+        d_next2 = _lanes_step(v2, pay, e_lo2, e_di2, e_up2, edge_w, fwd2, fwd_cum2, bwd2,
+                              bwd_cum2, inv_u2, work2, fwd_level2, bwd_level2, has_below,
+                              has_above, d_edge2, edge2, bounds, takes_lo, takes_hi, True, rows,
+                              shuffle, edge_first, edge_last, buf, warp, lane)
+        return d_next, d_next2
+    P = rows
+    from_below = cuda.shfl_up_sync(FULL_MASK, v[P - 1], 1)
+    from_below2 = cuda.shfl_up_sync(FULL_MASK, v2[P - 1], 1)
+    from_above = cuda.shfl_down_sync(FULL_MASK, v[0], 1)
+    from_above2 = cuda.shfl_down_sync(FULL_MASK, v2[0], 1)
+    v_before = from_below * has_below
+    v_before2 = from_below2 * has_below
+    v_after = from_above * has_above
+    v_after2 = from_above2 * has_above
+    y = np.float32(0.0)
+    y2 = np.float32(0.0)
+    for j in range(P):
+        below = v_before
+        below2 = v_before2
+        if j > 0:
+            below = v[j - 1]
+            below2 = v2[j - 1]
+        above = v_after
+        above2 = v_after2
+        if j < P - 1:
+            above = v[j + 1]
+            above2 = v2[j + 1]
+        d = e_lo[j] * below + e_di[j] * v[j] + e_up[j] * above + edge_w[j] * d_edge
+        d2 = e_lo2[j] * below2 + e_di2[j] * v2[j] + e_up2[j] * above2 + edge_w[j] * d_edge2
+        y = d + fwd[j] * y
+        y2 = d2 + fwd2[j] * y2
+        work[j] = y
+        work2[j] = y2
+    acc = y
+    acc2 = y2
+    for level in range(SCAN_LEVELS):
+        other = cuda.shfl_up_sync(FULL_MASK, acc, 1 << level)
+        other2 = cuda.shfl_up_sync(FULL_MASK, acc2, 1 << level)
+        acc += fwd_level[level] * other
+        acc2 += fwd_level2[level] * other2
+    other = cuda.shfl_up_sync(FULL_MASK, acc, 1)
+    other2 = cuda.shfl_up_sync(FULL_MASK, acc2, 1)
+    carry = other * has_below
+    carry2 = other2 * has_below
+    edge[0] *= edge[2]
+    edge[1] *= edge[3]
+    edge2[0] *= edge2[2]
+    edge2[1] *= edge2[3]
+    d_next = _edge_value_gpu(bounds[0], edge[0], edge[1], bounds[1], bounds[2], bounds[3],
+                             bounds[4], takes_lo, takes_hi)
+    d_next2 = _edge_value_gpu(bounds[0], edge2[0], edge2[1], bounds[1], bounds[2], bounds[3],
+                              bounds[4], takes_lo, takes_hi)
+    x = np.float32(0.0)
+    x2 = np.float32(0.0)
+    for jj in range(P):
+        j = P - 1 - jj
+        yj = work[j] + fwd_cum[j] * carry
+        yj2 = work2[j] + fwd_cum2[j] * carry2
+        x = yj * inv_u[j] + bwd[j] * x
+        x2 = yj2 * inv_u2[j] + bwd2[j] * x2
+        work[j] = x
+        work2[j] = x2
+    acc = x
+    acc2 = x2
+    for level in range(SCAN_LEVELS):
+        other = cuda.shfl_down_sync(FULL_MASK, acc, 1 << level)
+        other2 = cuda.shfl_down_sync(FULL_MASK, acc2, 1 << level)
+        acc += bwd_level[level] * other
+        acc2 += bwd_level2[level] * other2
+    other = cuda.shfl_down_sync(FULL_MASK, acc, 1)
+    other2 = cuda.shfl_down_sync(FULL_MASK, acc2, 1)
+    carry = other * has_above
+    carry2 = other2 * has_above
+    for j in range(P):
+        v[j] = max(work[j] + bwd_cum[j] * carry, pay[j])
+        v2[j] = max(work2[j] + bwd_cum2[j] * carry2, pay[j])
+    return d_next, d_next2
+
+
+@cuda.jit(device=True, inline="always")
+def _lanes_edge_start(
+    edge: Any, bounds: Any, rate: float, div: float, tau0: float, step_dt: float,
+    takes_lo: bool, takes_hi: bool,
+) -> np.float32:
+    """A phase's boundary-value state (`_lanes_step`'s `edge`) and its first step's value:
+    every lane computes it (no divergence in the loop), one step ahead."""
+    edge[0] = math.exp(-rate * tau0)
+    edge[1] = math.exp(-div * tau0)
+    edge[2] = math.exp(-rate * step_dt)
+    edge[3] = math.exp(-div * step_dt)
+    edge[0] *= edge[2]
+    edge[1] *= edge[3]
+    return _edge_value_gpu(bounds[0], edge[0], edge[1], bounds[1], bounds[2], bounds[3],
+                           bounds[4], takes_lo, takes_hi)
+
+
+@cuda.jit(device=True, inline="always")
+def _lanes_start_values(
+    v: Any, pay: Any, first: int, rows: int, n: int, s_lo: float, ds: float, strike: float,
+    is_call: bool, smooth: bool, j_strike: int,
+) -> None:
+    """A march's start: this lane's rows of the payoff (`pay`, the exercise values) and of
+    the (smoothed) payoff as the values at expiry (`v`); 0 past node N."""
+    for j in range(rows):
+        r = first + j
+        v[j] = np.float32(0.0)
+        pay[j] = np.float32(0.0)
+        if r <= n:
+            s = s_lo + r * ds
+            p = _payoff_gpu(s, strike, is_call)
+            v0 = p
+            if smooth and r >= 1 and r < n:
+                v0 += ds * _payoff_smoothing_gpu(r - j_strike)
+            v[j] = np.float32(v0)
+            pay[j] = np.float32(p)
+
+
+def _make_fd_lanes_kernel(rows: int, shuffle: bool, interleave: bool = True) -> Any:
     """The lanes kernel for P = `rows` rows per lane (P fixes the per-lane arrays). Each
     step's exchanges between lanes go through warp shuffles (`shuffle`, a real GPU) or
     through shared memory and barriers (numba's CUDA simulator has no shuffles; the
@@ -992,6 +1400,9 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
     coarse values over."""
     P = rows
     SHUFFLE = shuffle
+    # two marches' registers side by side only where a lane's rows are few (the default
+    # and seed grids' five): more would spill
+    INTERLEAVE = interleave and P <= 5
     ROWS = P * LANES  # grid rows of a march, node N's and the padding past it included
     # the rows' operator coefficients kept in shared memory (float64, one copy a warp) where
     # they fit beside eight blocks an SM; a larger grid computes them again each phase
@@ -1047,6 +1458,19 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
         rows_abc = cuda.shared.array((2, 3, ROWS), np.float32)
         fwd_level = cuda.local.array(SCAN_LEVELS, np.float32)
         bwd_level = cuda.local.array(SCAN_LEVELS, np.float32)
+        # the coarse march's own, where both marches run side by side (`interleaved`)
+        v_c = cuda.local.array(P, np.float32)
+        e_lo_c = cuda.local.array(P, np.float32)
+        e_di_c = cuda.local.array(P, np.float32)
+        e_up_c = cuda.local.array(P, np.float32)
+        fwd_c = cuda.local.array(P, np.float32)
+        bwd_c = cuda.local.array(P, np.float32)
+        fwd_cum_c = cuda.local.array(P, np.float32)
+        bwd_cum_c = cuda.local.array(P, np.float32)
+        inv_u_c = cuda.local.array(P, np.float32)
+        work_c = cuda.local.array(P, np.float32)
+        fwd_level_c = cuda.local.array(SCAN_LEVELS, np.float32)
+        bwd_level_c = cuda.local.array(SCAN_LEVELS, np.float32)
         if tid < N_PARAMS:
             row[tid] = params[opt, tid]
         cuda.syncthreads()  # type: ignore[call-arg]
@@ -1072,6 +1496,15 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
         if split:  # warp 0: the grid's march (pass 1); warp 1: the coarse one (pass 0)
             first_pass = 1 - warp
             end_pass = first_pass + 1
+        # one warp an option extrapolated in time: its two marches side by side, each time
+        # step of the coarse one paired with one of the fine one's (two independent chains
+        # of shuffles, where one after the other the warp waits on each in turn), when
+        # their Rannacher starts line up
+        interleaved = (INTERLEAVE and passes == 2 and not split
+                       and min(rannacher, _pass_steps_gpu(0, passes, m_grid))
+                       == min(rannacher, m_grid))
+        if interleaved:
+            end_pass = first_pass  # (no march is left for the loop one after the other)
         first = lane * P
         j_strike = int(math.floor((strike - s_lo) / ds + 0.5))
         # The step's branches on the lane and the row, as multipliers fixed for the kernel:
@@ -1084,8 +1517,6 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
             edge_w[j] = np.float32(1.0 if first + j == 0 or first + j == n else 0.0)
         takes_lo = lane == 0 and not is_call
         takes_hi = lane > 0 and is_call
-        floor_lo = strike - s_lo if is_american else -math.inf
-        floor_hi = s_hi - strike if is_american else -math.inf
         # a lane's own rows only (no exchange, so no barrier)
         if COEF_SHARED:
             for j in range(P):
@@ -1101,274 +1532,97 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
                 coef[warp, 3, r] = m_b
                 coef[warp, 4, r] = m_n
                 coef[warp, 5, r] = m_a
+        # the boundary values' constants and, a march each, (e^(−rτ), e^(−qτ)) with their
+        # factors a step (float64, carried step to step by one multiplication each)
+        bounds = cuda.local.array(5, np.float64)
+        bounds[0] = strike
+        bounds[1] = s_lo
+        bounds[2] = s_hi
+        bounds[3] = strike - s_lo if is_american else -math.inf  # the exercise floors
+        bounds[4] = s_hi - strike if is_american else -math.inf
+        edge = cuda.local.array(4, np.float64)
+        edge_c = cuda.local.array(4, np.float64)
+        if interleaved:
+            _lanes_start_values(v, pay, first, P, n, s_lo, ds, strike, is_call, smooth,
+                                j_strike)
+            for j in range(P):
+                v_c[j] = v[j]
+            # both marches' phases line up: the same Rannacher half steps, then the coarse
+            # march's Crank–Nicolson steps beside the fine one's first, then the fine alone
+            m_c = _pass_steps_gpu(0, passes, m_grid)
+            dt_c = expiry / m_c
+            dt = expiry / m_grid
+            n_implicit = min(rannacher, m_grid)
+            factored = False  # the same for the whole warp
+            for phase in range(2):
+                theta_c, step_c, n_c, tau_c = _rannacher_phase_gpu(phase, dt_c, n_implicit, m_c)
+                theta, step_dt, n_steps, tau0 = _rannacher_phase_gpu(phase, dt, n_implicit,
+                                                                     m_grid)
+                if n_steps == 0:
+                    continue
+                _lanes_phase_rows(rows_abc, coef, COEF_SHARED, warp, first, P, n, s_lo, ds,
+                                  vol, rate, div, compact, theta_c, step_c, e_lo_c, e_di_c,
+                                  e_up_c)
+                if not factored:
+                    _lanes_factor(rows_abc, c_last, mbuf, buf, warp, lane, first, P, SHUFFLE,
+                                  fwd_c, bwd_c, fwd_cum_c, bwd_cum_c, inv_u_c, fwd_level_c,
+                                  bwd_level_c)
+                _lanes_phase_rows(rows_abc, coef, COEF_SHARED, warp, first, P, n, s_lo, ds,
+                                  vol, rate, div, compact, theta, step_dt, e_lo, e_di, e_up)
+                if not factored:
+                    _lanes_factor(rows_abc, c_last, mbuf, buf, warp, lane, first, P, SHUFFLE,
+                                  fwd, bwd, fwd_cum, bwd_cum, inv_u, fwd_level, bwd_level)
+                    factored = True
+                coarse = (v_c, e_lo_c, e_di_c, e_up_c, fwd_c, fwd_cum_c, bwd_c, bwd_cum_c,
+                          inv_u_c, work_c, fwd_level_c, bwd_level_c)
+                fine = (v, e_lo, e_di, e_up, fwd, fwd_cum, bwd, bwd_cum, inv_u, work,
+                        fwd_level, bwd_level)
+                d_edge_c = _lanes_edge_start(edge_c, bounds, rate, div, tau_c, step_c,
+                                             takes_lo, takes_hi)
+                d_edge = _lanes_edge_start(edge, bounds, rate, div, tau0, step_dt, takes_lo,
+                                           takes_hi)
+                for _step in range(n_c):
+                    d_edge_c, d_edge = _lanes_step_pair(
+                        coarse, d_edge_c, edge_c, fine, d_edge, edge, pay, edge_w, has_below,
+                        has_above, bounds, takes_lo, takes_hi, P, SHUFFLE, edge_first,
+                        edge_last, buf, warp, lane)
+                for _step in range(n_c, n_steps):
+                    d_edge = _lanes_step(v, pay, e_lo, e_di, e_up, edge_w, fwd, fwd_cum, bwd,
+                                         bwd_cum, inv_u, work, fwd_level, bwd_level, has_below,
+                                         has_above, d_edge, edge, bounds, takes_lo, takes_hi,
+                                         True, P, SHUFFLE, edge_first, edge_last, buf, warp,
+                                         lane)
+            for j in range(P):
+                sh_vc[first + j] = v_c[j]
         for pass_ in range(first_pass, end_pass):  # the same count for the whole warp
             m = _pass_steps_gpu(pass_, passes, m_grid)
             dt = expiry / m
             n_implicit = min(rannacher, m)
-            for j in range(P):
-                r = first + j
-                v[j] = np.float32(0.0)
-                pay[j] = np.float32(0.0)
-                if r <= n:
-                    s = s_lo + r * ds
-                    p = _payoff_gpu(s, strike, is_call)
-                    v0 = p
-                    if smooth and r >= 1 and r < n:
-                        v0 += ds * _payoff_smoothing_gpu(r - j_strike)
-                    v[j] = np.float32(v0)
-                    pay[j] = np.float32(p)
-
+            _lanes_start_values(v, pay, first, P, n, s_lo, ds, strike, is_call, smooth,
+                                j_strike)
             factored = False  # the same for the whole warp
             for phase in range(2):
                 theta, step_dt, n_steps, tau0 = _rannacher_phase_gpu(phase, dt, n_implicit, m)
                 if n_steps == 0:
                     continue
-                # this phase's rows: identity at the boundaries and past node N
-                for j in range(P):
-                    r = first + j
-                    rows_abc[warp, 0, r] = np.float32(0.0)
-                    rows_abc[warp, 1, r] = np.float32(1.0)
-                    rows_abc[warp, 2, r] = np.float32(0.0)
-                    e_lo[j] = np.float32(0.0)
-                    e_di[j] = np.float32(0.0)
-                    e_up[j] = np.float32(0.0)
-                    if r >= 1 and r < n:
-                        if COEF_SHARED:
-                            al = coef[warp, 0, r]
-                            be = coef[warp, 1, r]
-                            ga = coef[warp, 2, r]
-                            m_b = coef[warp, 3, r]
-                            m_n = coef[warp, 4, r]
-                            m_a = coef[warp, 5, r]
-                        else:
-                            al, be, ga, m_b, m_n, m_a = _node_coefficients_gpu(
-                                s_lo + r * ds, ds, vol, rate, div, compact
-                            )
-                        lo, di, up, x_lo, x_di, x_up = _step_coefficients_gpu(
-                            al, be, ga, m_b, m_n, m_a, theta, step_dt
-                        )
-                        # the same float32 rows as the PCR kernel, solved in float64 here
-                        rows_abc[warp, 0, r] = np.float32(lo)
-                        rows_abc[warp, 1, r] = np.float32(di)
-                        rows_abc[warp, 2, r] = np.float32(up)
-                        e_lo[j] = np.float32(x_lo)
-                        e_di[j] = np.float32(x_di)
-                        e_up[j] = np.float32(x_up)
+                _lanes_phase_rows(rows_abc, coef, COEF_SHARED, warp, first, P, n, s_lo, ds,
+                                  vol, rate, div, compact, theta, step_dt, e_lo, e_di, e_up)
                 # The implicit matrix M − ½Δτ·L is the same in both phases (the Rannacher
                 # halves take θ = 1 over ½Δτ, Crank–Nicolson θ = ½ over Δτ: θ·step is ½Δτ
                 # bit for bit), so a march factors it once: its pivots, the sweeps'
                 # multipliers and the scans' products carry over to the second phase.
                 if not factored:
-                    # LU pivots u_r = p_r/p_{r−1}, p_r = b_r·p_{r−1} − a_r·c_{r−1}·p_{r−2}: each
-                    # lane multiplies its rows' 2×2 matrices, a scan multiplies across lanes
-                    c_last[warp, lane] = np.float64(rows_abc[warp, 2, first + P - 1])
-                    if SHUFFLE:
-                        cuda.syncwarp()
-                    else:
-                        cuda.syncthreads()
-                    c_prev = 0.0
-                    if lane > 0:
-                        c_prev = c_last[warp, lane - 1]
-                    q00 = 1.0
-                    q01 = 0.0
-                    q10 = 0.0
-                    q11 = 1.0
-                    cp = c_prev
-                    for j in range(P):
-                        a_j = np.float64(rows_abc[warp, 0, first + j])
-                        b_j = np.float64(rows_abc[warp, 1, first + j])
-                        t = -a_j * cp
-                        n00 = b_j * q00 + t * q10
-                        n01 = b_j * q01 + t * q11
-                        q10 = q00
-                        q11 = q01
-                        q00 = n00
-                        q01 = n01
-                        # one reciprocal, four products: float64 division is a long
-                        # subroutine on the GPU, and any common scale of the pair will do
-                        inv_big = 1.0 / max(abs(q00), abs(q01), abs(q10), abs(q11))
-                        q00 *= inv_big
-                        q01 *= inv_big
-                        q10 *= inv_big
-                        q11 *= inv_big
-                        cp = np.float64(rows_abc[warp, 2, first + j])
-                    for level in range(SCAN_LEVELS):
-                        k = level % 2
-                        mbuf[warp, k, 0, lane] = q00
-                        mbuf[warp, k, 1, lane] = q01
-                        mbuf[warp, k, 2, lane] = q10
-                        mbuf[warp, k, 3, lane] = q11
-                        if SHUFFLE:
-                            cuda.syncwarp()
-                        else:
-                            cuda.syncthreads()
-                        stride = 1 << level
-                        if lane >= stride:  # this lane's product applies after the earlier one
-                            r00 = mbuf[warp, k, 0, lane - stride]
-                            r01 = mbuf[warp, k, 1, lane - stride]
-                            r10 = mbuf[warp, k, 2, lane - stride]
-                            r11 = mbuf[warp, k, 3, lane - stride]
-                            n00 = q00 * r00 + q01 * r10
-                            n01 = q00 * r01 + q01 * r11
-                            n10 = q10 * r00 + q11 * r10
-                            n11 = q10 * r01 + q11 * r11
-                            inv_big = 1.0 / max(abs(n00), abs(n01), abs(n10), abs(n11))
-                            q00 = n00 * inv_big
-                            q01 = n01 * inv_big
-                            q10 = n10 * inv_big
-                            q11 = n11 * inv_big
-                    k = SCAN_LEVELS % 2
-                    mbuf[warp, k, 0, lane] = q00
-                    mbuf[warp, k, 2, lane] = q10
-                    if SHUFFLE:
-                        cuda.syncwarp()
-                    else:
-                        cuda.syncthreads()
-                    inv_prev = 1.0  # 1/u_{first−1}
-                    if lane > 0:  # (p_{first−1}, p_{first−2}) = the earlier lanes' product·(1, 0)
-                        inv_prev = mbuf[warp, k, 2, lane - 1] / mbuf[warp, k, 0, lane - 1]
-                    cp = c_prev
-                    f_all = np.float32(1.0)  # Π fwd over this lane's rows
-                    for j in range(P):
-                        # two float64 reciprocals a row (the pivot's, carried to the next row)
-                        # in place of four divisions
-                        a_j = np.float64(rows_abc[warp, 0, first + j])
-                        b_j = np.float64(rows_abc[warp, 1, first + j])
-                        c_j = np.float64(rows_abc[warp, 2, first + j])
-                        t = a_j * cp
-                        f = 0.0
-                        u = b_j
-                        if t != 0.0:
-                            u = b_j - t * inv_prev
-                        if a_j != 0.0:
-                            f = -a_j * inv_prev
-                        fwd[j] = np.float32(f)
-                        f_all *= np.float32(f)
-                        fwd_cum[j] = f_all
-                        inv_prev = 1.0 / u
-                        inv_u[j] = np.float32(inv_prev)
-                        bwd[j] = np.float32(-c_j * inv_prev)
-                        cp = c_j
-                    g_all = np.float32(1.0)  # Π bwd over this lane's rows
-                    for jj in range(P):
-                        j = P - 1 - jj
-                        g_all *= bwd[j]
-                        bwd_cum[j] = g_all
-                    # the scans' multipliers of each level (they depend on the matrix only)
-                    for level in range(SCAN_LEVELS):
-                        k = level % 2
-                        buf[warp, k, lane] = f_all
-                        mbuf[warp, k, 0, lane] = np.float64(g_all)
-                        if SHUFFLE:
-                            cuda.syncwarp()
-                        else:
-                            cuda.syncthreads()
-                        stride = 1 << level
-                        # 0 where the scan's partner lane is outside the warp
-                        fwd_level[level] = f_all if lane >= stride else np.float32(0.0)
-                        bwd_level[level] = g_all if lane + stride < LANES else np.float32(0.0)
-                        if lane >= stride:
-                            f_all *= buf[warp, k, lane - stride]
-                        if lane + stride < LANES:
-                            g_all *= np.float32(mbuf[warp, k, 0, lane + stride])
-                    if SHUFFLE:
-                        cuda.syncwarp()
-                    else:
-                        cuda.syncthreads()
+                    _lanes_factor(rows_abc, c_last, mbuf, buf, warp, lane, first, P, SHUFFLE,
+                                  fwd, bwd, fwd_cum, bwd_cum, inv_u, fwd_level, bwd_level)
                     factored = True
-                # e^(−rτ) and e^(−qτ) of the boundary values, carried step to step
-                discount = math.exp(-rate * tau0)
-                carry_q = math.exp(-div * tau0)
-                discount_step = math.exp(-rate * step_dt)
-                carry_step = math.exp(-div * step_dt)
-                # every lane computes the boundary values (no divergence in the loop), one
-                # step ahead: the float64 work overlaps the step's shuffles instead of
-                # delaying the step's first row
-                discount *= discount_step
-                carry_q *= carry_step
-                d_edge = _edge_value_gpu(strike, discount, carry_q, s_lo, s_hi, floor_lo,
-                                         floor_hi, takes_lo, takes_hi)
-
+                d_edge = _lanes_edge_start(edge, bounds, rate, div, tau0, step_dt, takes_lo,
+                                           takes_hi)
                 for _step in range(n_steps):
-                    if SHUFFLE:
-                        from_below = cuda.shfl_up_sync(FULL_MASK, v[P - 1], 1)
-                        from_above = cuda.shfl_down_sync(FULL_MASK, v[0], 1)
-                    else:
-                        edge_first[warp, lane] = v[0]
-                        edge_last[warp, lane] = v[P - 1]
-                        cuda.syncthreads()
-                        from_below = edge_last[warp, (lane - 1) % LANES]
-                        from_above = edge_first[warp, (lane + 1) % LANES]
-                    v_before = from_below * has_below
-                    v_after = from_above * has_above
-                    # right-hand side, then the forward sweep over this lane's rows from 0
-                    y = np.float32(0.0)
-                    for j in range(P):
-                        below = v_before
-                        if j > 0:
-                            below = v[j - 1]
-                        above = v_after
-                        if j < P - 1:
-                            above = v[j + 1]
-                        d = e_lo[j] * below + e_di[j] * v[j] + e_up[j] * above + edge_w[j] * d_edge
-                        y = d + fwd[j] * y
-                        work[j] = y
-                    # carry the forward sweep across the lanes
-                    # (a level's multiplier is 0 where the partner lane is outside the warp)
-                    acc = y
-                    if SHUFFLE:
-                        for level in range(SCAN_LEVELS):
-                            other = cuda.shfl_up_sync(FULL_MASK, acc, 1 << level)
-                            acc += fwd_level[level] * other
-                        other = cuda.shfl_up_sync(FULL_MASK, acc, 1)
-                    else:
-                        for level in range(SCAN_LEVELS):
-                            k = level % 2
-                            buf[warp, k, lane] = acc
-                            cuda.syncthreads()
-                            other = buf[warp, k, (lane - (1 << level)) % LANES]
-                            acc += fwd_level[level] * other
-                        k = SCAN_LEVELS % 2
-                        buf[warp, k, lane] = acc
-                        cuda.syncthreads()
-                        other = buf[warp, k, (lane - 1) % LANES]
-                    carry = other * has_below
-                    discount *= discount_step  # the next step's boundary value
-                    carry_q *= carry_step
-                    d_edge_next = _edge_value_gpu(strike, discount, carry_q, s_lo, s_hi,
-                                                  floor_lo, floor_hi, takes_lo, takes_hi)
-                    # backward sweep over this lane's rows (with the carried-in forward value)
-                    x = np.float32(0.0)
-                    for jj in range(P):
-                        j = P - 1 - jj
-                        yj = work[j] + fwd_cum[j] * carry
-                        x = yj * inv_u[j] + bwd[j] * x
-                        work[j] = x
-                    acc = x
-                    if SHUFFLE:
-                        for level in range(SCAN_LEVELS):
-                            other = cuda.shfl_down_sync(FULL_MASK, acc, 1 << level)
-                            acc += bwd_level[level] * other
-                        other = cuda.shfl_down_sync(FULL_MASK, acc, 1)
-                    else:
-                        for level in range(SCAN_LEVELS):
-                            k = level % 2  # buffer 0: the carry above was read from buffer 1
-                            buf[warp, k, lane] = acc
-                            cuda.syncthreads()
-                            other = buf[warp, k, (lane + (1 << level)) % LANES]
-                            acc += bwd_level[level] * other
-                        k = SCAN_LEVELS % 2
-                        buf[warp, k, lane] = acc
-                        cuda.syncthreads()
-                        other = buf[warp, k, (lane + 1) % LANES]
-                    carry = other * has_above
-                    for j in range(P):
-                        x = work[j] + bwd_cum[j] * carry
-                        # rows past node N stay 0 (their payoff is 0, their rows identity)
-                        if is_american:
-                            x = max(x, pay[j])
-                        v[j] = x
-                    d_edge = d_edge_next
+                    d_edge = _lanes_step(v, pay, e_lo, e_di, e_up, edge_w, fwd, fwd_cum, bwd,
+                                         bwd_cum, inv_u, work, fwd_level, bwd_level, has_below,
+                                         has_above, d_edge, edge, bounds, takes_lo, takes_hi,
+                                         is_american, P, SHUFFLE, edge_first, edge_last, buf,
+                                         warp, lane)
             if pass_ < passes - 1:  # the coarse march, kept for the extrapolation
                 for j in range(P):
                     sh_vc[first + j] = v[j]
@@ -1393,19 +1647,28 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool) -> Any:
     return kernel
 
 
-def fd_lanes_kernel(price_steps: int, shuffle: bool | None = None) -> Any:
+def fd_lanes_kernel(
+    price_steps: int, shuffle: bool | None = None, interleave: bool = True
+) -> Any:
     """The compiled lanes kernel for `price_steps` (one per rows-per-lane count; launch
     with blockDim = LANES, one block per option). `shuffle`: None = warp shuffles on a
-    real GPU, shared memory in the simulator."""
+    real GPU, shared memory in the simulator. `interleave`: the kernel runs an option's
+    two marches side by side in one warp (`_make_fd_lanes_kernel`); its registers slow
+    the single march of other rows (a launch of 1,000 one-march rows 31.5 -> 34.0 µs on
+    the H200, 2026-11-28), so launches without two-march rows take the kernel without it
+    (`two_marches`)."""
     simulated = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1"
     if shuffle is None:
         shuffle = not simulated
     rows = rows_per_lane(price_steps)
     cap = 0 if simulated else fd_max_registers()  # (the simulator's jit takes no cap)
-    key = f"lanes{rows}{'s' if shuffle else 'm'}{cap or ''}"
+    # GPU_FD_INTERLEAVE=0: one warp runs an option's two marches one after the other
+    # (the kernel before 2026-11-28 evening; for comparisons)
+    interleave = interleave and os.environ.get("GPU_FD_INTERLEAVE", "1") != "0"
+    key = f"lanes{rows}{'s' if shuffle else 'm'}{cap or ''}{'' if interleave else 'q'}"
     kern = _kernel_cache.get(key)
     if kern is None:
-        source = _make_fd_lanes_kernel(rows, shuffle)
+        source = _make_fd_lanes_kernel(rows, shuffle, interleave)
         # a capped kernel is compiled in the process, never taken from (or put in) the
         # on-disk cache, whose index does not tell a capped build from an uncapped one
         jit: Any = cuda.jit  # (typed from the simulator's stub, which has no max_registers)
@@ -1415,7 +1678,8 @@ def fd_lanes_kernel(price_steps: int, shuffle: bool | None = None) -> Any:
 
 
 def fd_kernel(
-    price_steps: int, solver: str | None = None, split_passes: bool = False
+    price_steps: int, solver: str | None = None, split_passes: bool = False,
+    interleave: bool = True,
 ) -> tuple[Any, int]:
     """(compiled FD kernel, threads per block) for `price_steps`; launch one block per
     option row. Both solvers take the same arguments and fill the same outputs.
@@ -1423,8 +1687,19 @@ def fd_kernel(
     (lower latency for a grid with `richardson`; see `split_passes`)."""
     if fd_solver(solver) == "pcr":
         return fd_price_kernel(), threads_per_option(price_steps)
-    return fd_lanes_kernel(price_steps), LANES * (2 if split_passes else 1)
+    return fd_lanes_kernel(price_steps, interleave=interleave), LANES * (2 if split_passes else 1)
 
+
+def two_marches(params: np.ndarray, richardson: bool) -> bool:
+    """Whether any of these parameter rows is marched twice on a grid with `richardson`
+    (`time_passes`: an option that can be exercised early; every grid's time steps are
+    at least 2 here), i.e. whether the interleaving kernel pays for its registers."""
+    if not richardson or params.shape[0] == 0:
+        return False
+    is_call = params[:, IS_CALL] > 0.5
+    early = (params[:, IS_AMERICAN] > 0.5) & ~(
+        is_call & (params[:, RATE] >= 0.0) & (params[:, DIVIDEND] <= 0.0))
+    return bool(early.any())
 
 def launch_args(grid_args: tuple[Any, ...], spot_at: float = 0.0) -> tuple[Any, ...]:
     """The FD kernels' arguments after `params` and `out`: the grid's

@@ -366,7 +366,9 @@ class OptionGroupPricer:
         # logs an error on every not-ready poll: microseconds each)
         self._record = event_recorder(self._event, self._stream)
         self._query = event_query(self._event)
-        self._kernel, self._threads = core.fd_kernel(self.grid.price_steps, self.solver)
+        self._kernel, self._threads = core.fd_kernel(
+            self.grid.price_steps, self.solver,
+            interleave=core.two_marches(self.params, self.grid.richardson))
         # two warps an option where the device holds them all at once (`core.split_passes`)
         self._threads = core.lanes_threads(self._kernel, self._threads, self.grid.richardson,
                                            self.n, self._compile_once)

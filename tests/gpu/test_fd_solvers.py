@@ -53,10 +53,11 @@ def test_lanes_solver_matches_cpu_twin_across_rows_per_lane(
 @needs_cuda
 @pytest.mark.parametrize(("price_steps", "time_steps"), [(40, 3), (70, 4)])
 def test_split_passes_price_like_one_warp(price_steps: int, time_steps: int) -> None:
-    """Two warps per option (the Richardson marches side by side) give the one-warp
-    launch's values bit for bit, for American rows (two marches; 3 steps: a coarse march
-    of one step, all Rannacher) and European ones in the same launch (the second warp
-    returns at once), and the float64 twin's to float32 rounding."""
+    """Two warps per option (the Richardson marches side by side), one warp with both
+    marches interleaved in its steps, and one warp marching them one after the other give
+    the same values bit for bit, for American rows (two marches; 3 steps: a coarse march
+    of one step, all Rannacher) and European ones in the same launch (one march), and the
+    float64 twin's to float32 rounding."""
     from numba import cuda
 
     grid = make_grid("default", price_steps=price_steps, time_steps=time_steps)
@@ -64,17 +65,66 @@ def test_split_passes_price_like_one_warp(price_steps: int, time_steps: int) -> 
     params = random_params(4, seed=price_steps)  # rows 2, 3 American, 0, 1 European
     params[:, core.DIVIDEND] = 0.03  # so the American call is exercised early too
     outs = []
-    for split in (False, True):
-        kernel, threads = core.fd_kernel(price_steps, "lanes", split_passes=split)
+    for split, interleave in ((False, False), (False, True), (True, True)):
+        kernel, threads = core.fd_kernel(price_steps, "lanes", split_passes=split,
+                                         interleave=interleave)
         assert threads == core.LANES * (2 if split else 1)
         d_out = cuda.device_array((4, core.N_OUT))
         kernel[4, threads](cuda.to_device(params), d_out,
                   *core.launch_args(grid.kernel_args()))
         outs.append(d_out.copy_to_host())
     np.testing.assert_array_equal(outs[1], outs[0])
+    np.testing.assert_array_equal(outs[2], outs[0])
     cpu = price_params(params, grid, "cpu")
     np.testing.assert_allclose(outs[1][:, core.PRICE], cpu.price, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(outs[1][:, core.DELTA], cpu.delta, rtol=1e-4, atol=1e-4)
+
+
+@given(st.lists(st.tuples(st.booleans(), st.booleans(), st.sampled_from([-0.01, 0.0, 0.03]),
+                          st.sampled_from([-0.02, 0.0, 0.04])), min_size=0, max_size=12),
+       st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_two_marches_is_any_row_marched_twice(
+        rows: list[tuple[bool, bool, float, float]], richardson: bool) -> None:
+    """`two_marches` (the host's choice of the interleaving kernel) is true exactly when
+    some row would be marched twice (`time_passes` of its early exercise), for calls and
+    puts, American or not, with rates and yields of either sign, and no rows."""
+    params = option_params(np.full(len(rows), 100.0), np.full(len(rows), 100.0),
+                           np.full(len(rows), 0.5), np.full(len(rows), 0.2),
+                           np.array([r[2] for r in rows]), np.array([r[0] for r in rows]),
+                           np.array([r[1] for r in rows]))
+    params[:, core.DIVIDEND] = [r[3] for r in rows]
+    want = any(core.time_passes(richardson, core.early_exercise(c, a, r, q), 40) == 2
+               for c, a, r, q in rows)
+    assert core.two_marches(params, richardson) == want
+
+
+@pytest.mark.gpu
+def test_real_gpu_interleaved_marches_price_bit_for_bit_like_one_after_the_other() -> None:
+    """On a real GPU, 1,000 reference rows (American with dividends, some European) in
+    one-warp launches: the kernel interleaving an option's two marches gives the values
+    of the kernel marching them one after the other bit for bit, and a group pricer of
+    European rows only takes the kernel without the interleaving."""
+    from numba import cuda
+
+    from benchmarks.options import reference_rows
+
+    grid = make_grid("default")
+    params = reference_rows(1000)
+    outs = []
+    for interleave in (False, True):
+        kernel, threads = core.fd_kernel(grid.price_steps, "lanes", interleave=interleave)
+        d_out = cuda.device_array((1000, core.N_OUT))
+        kernel[1000, threads](cuda.to_device(params), d_out,
+                              *core.launch_args(grid.kernel_args()))
+        outs.append(d_out.copy_to_host())
+    assert core.two_marches(params, grid.richardson)
+    assert outs[0] is not outs[1] and np.isfinite(outs[0]).all()
+    np.testing.assert_array_equal(outs[1], outs[0])
+    european = params.copy()
+    european[:, core.IS_AMERICAN] = 0.0
+    group = OptionGroupPricer(european, grid, "cuda")
+    assert group._kernel is core.fd_kernel(grid.price_steps, "lanes", interleave=False)[0]
 
 
 @pytest.mark.gpu
