@@ -52,6 +52,9 @@ class GpuSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     fd_solver: Literal["lanes", "pcr"] = "lanes"
     #: register cap of the lanes FD kernel, 32..255; 0: no cap (GPU_FD_MAX_REGISTERS)
     fd_max_registers: int = 0
+    #: one warp runs an American option's two marches side by side where some row has
+    #: two; false: one after the other (GPU_FD_INTERLEAVE)
+    fd_interleave: bool = True
     #: pre-bound kernel launches of the option pricer (GPU_OPTIONS_PREBIND)
     options_prebind: bool = True
     #: bound launches as single ctypes calls into the driver; false: numba's launcher
@@ -59,6 +62,9 @@ class GpuSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     raw_launch: bool = True
     #: event queries as single driver calls; false: numba's (GPU_FAST_EVENT_QUERY)
     fast_event_query: bool = True
+    #: an option group's completion read from a flag in host memory that its CUDA graph
+    #: writes; false: its event queried (GPU_COMPLETION_FLAG)
+    completion_flag: bool = True
     #: a launch slot keeps its group's parameter rows and writes only the new spot; false:
     #: regather every launch (OPTION_BATCH_IN_PLACE)
     batch_in_place: bool = True
@@ -101,9 +107,11 @@ ENV: dict[str, str] = {
     "worker_timing": "OPTION_WORKER_TIMING",
     "fd_solver": "GPU_FD_SOLVER",
     "fd_max_registers": "GPU_FD_MAX_REGISTERS",
+    "fd_interleave": "GPU_FD_INTERLEAVE",
     "options_prebind": "GPU_OPTIONS_PREBIND",
     "raw_launch": "GPU_RAW_LAUNCH",
     "fast_event_query": "GPU_FAST_EVENT_QUERY",
+    "completion_flag": "GPU_COMPLETION_FLAG",
     "batch_in_place": "OPTION_BATCH_IN_PLACE",
     "gp_cpu_serial_max_decisions": "GP_CPU_SERIAL_MAX_DECISIONS",
     "engine_cpus": "ENGINE_CPUS",

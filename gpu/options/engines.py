@@ -147,8 +147,11 @@ def price_params(
         return _values(out)
     # (two warps an option by the compiled kernel's occupancy: a first call, which
     # compiles it, keeps one warp; the values are the same bit for bit either way)
-    split = core.split_passes(g.richardson, n, core.fd_kernel(g.price_steps)[0])
-    batch = _mapped_batch(g, n, split)
+    # the kernel interleaving an option's two marches only where some row has two
+    interleave = core.two_marches(params, g.richardson)
+    split = core.split_passes(g.richardson, n,
+                              core.fd_kernel(g.price_steps, interleave=interleave)[0])
+    batch = _mapped_batch(g, n, split, interleave)
     if batch is not None:
         try:
             return batch.price(params)
@@ -159,7 +162,7 @@ def price_params(
     stream = cuda.stream()
     d_params = cuda.to_device(params, stream=stream)
     d_out = cuda.device_array((n, core.N_OUT), dtype=np.float64, stream=stream)
-    kernel, threads = core.fd_kernel(g.price_steps, split_passes=split)
+    kernel, threads = core.fd_kernel(g.price_steps, split_passes=split, interleave=interleave)
     kernel[n, threads, stream](d_params, d_out, *core.launch_args(g.kernel_args()))
     out = d_out.copy_to_host(stream=stream)
     stream.synchronize()
@@ -179,7 +182,7 @@ class _MappedBatch:
     types every argument on each call: at 10,000 contracts on the H200 (2026-11-28) that
     host work took about twice the kernel's time. Capacity only grows (doubling)."""
 
-    def __init__(self, grid: FdGrid, rows: int, split: bool) -> None:
+    def __init__(self, grid: FdGrid, rows: int, split: bool, interleave: bool) -> None:
         import threading
 
         from numba import cuda
@@ -194,7 +197,8 @@ class _MappedBatch:
         self.host_params[:, core.SPOT] = 1.0
         self.host_params[:, core.STRIKE] = 1.0
         self.stream = cuda.stream()
-        self.kernel, self.threads = core.fd_kernel(grid.price_steps, split_passes=split)
+        self.kernel, self.threads = core.fd_kernel(grid.price_steps, split_passes=split,
+                                                   interleave=interleave)
         self.args = (self.params, self.out, *core.launch_args(grid.kernel_args()))
         self.kernel[1, self.threads, self.stream](*self.args)  # compiles, or loads
         self.stream.synchronize()
@@ -218,16 +222,18 @@ class _MappedBatch:
 _mapped_batches: dict[tuple[Any, ...], _MappedBatch] = {}
 
 
-def _mapped_batch(grid: FdGrid, rows: int, split: bool) -> _MappedBatch | None:
+def _mapped_batch(
+    grid: FdGrid, rows: int, split: bool, interleave: bool
+) -> _MappedBatch | None:
     """The workspace for this grid (its lock held), or None: the simulator, too many rows,
     or another thread pricing on it now (that call takes the ordinary path)."""
     if rows > MAPPED_BATCH_MAX_ROWS or os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1":
         return None
-    key = (grid.kernel_args(), split, fd_solver(None), fd_max_registers())
+    key = (grid.kernel_args(), split, interleave, fd_solver(None), fd_max_registers())
     batch = _mapped_batches.get(key)
     if batch is None or batch.capacity < rows:
         capacity = max(rows, 2 * batch.capacity if batch is not None else 1024)
-        batch = _MappedBatch(grid, min(capacity, MAPPED_BATCH_MAX_ROWS), split)
+        batch = _MappedBatch(grid, min(capacity, MAPPED_BATCH_MAX_ROWS), split, interleave)
         _mapped_batches[key] = batch
     if not batch.lock.acquire(blocking=False):
         return None
