@@ -1246,6 +1246,32 @@ def _lanes_step(
 
 
 @cuda.jit(device=True, inline="always")
+def _carry_pair(
+    acc: np.float32, acc2: np.float32, level_factor: Any, level_factor2: Any,
+    has_neighbour: np.float32, down: bool,
+) -> tuple[np.float32, np.float32]:
+    """Two marches' sweeps carried across the lanes together (`_lanes_step_pair`): the
+    scan's levels, each level's two shuffles side by side, then the value of the lane
+    before (from below, `down` False) or after; times 0 at the warp's edge."""
+    for level in range(SCAN_LEVELS):
+        if down:
+            other = cuda.shfl_down_sync(FULL_MASK, acc, 1 << level)
+            other2 = cuda.shfl_down_sync(FULL_MASK, acc2, 1 << level)
+        else:
+            other = cuda.shfl_up_sync(FULL_MASK, acc, 1 << level)
+            other2 = cuda.shfl_up_sync(FULL_MASK, acc2, 1 << level)
+        acc += level_factor[level] * other
+        acc2 += level_factor2[level] * other2
+    if down:
+        other = cuda.shfl_down_sync(FULL_MASK, acc, 1)
+        other2 = cuda.shfl_down_sync(FULL_MASK, acc2, 1)
+    else:
+        other = cuda.shfl_up_sync(FULL_MASK, acc, 1)
+        other2 = cuda.shfl_up_sync(FULL_MASK, acc2, 1)
+    return other * has_neighbour, other2 * has_neighbour
+
+
+@cuda.jit(device=True, inline="always")
 def _lanes_step_pair(
     march: Any, d_edge: np.float32, edge: Any, march2: Any, d_edge2: np.float32, edge2: Any,
     pay: Any, edge_w: Any, has_below: np.float32, has_above: np.float32, bounds: Any,
@@ -1300,17 +1326,7 @@ def _lanes_step_pair(
         y2 = d2 + fwd2[j] * y2
         work[j] = y
         work2[j] = y2
-    acc = y
-    acc2 = y2
-    for level in range(SCAN_LEVELS):
-        other = cuda.shfl_up_sync(FULL_MASK, acc, 1 << level)
-        other2 = cuda.shfl_up_sync(FULL_MASK, acc2, 1 << level)
-        acc += fwd_level[level] * other
-        acc2 += fwd_level2[level] * other2
-    other = cuda.shfl_up_sync(FULL_MASK, acc, 1)
-    other2 = cuda.shfl_up_sync(FULL_MASK, acc2, 1)
-    carry = other * has_below
-    carry2 = other2 * has_below
+    carry, carry2 = _carry_pair(y, y2, fwd_level, fwd_level2, has_below, False)
     edge[0] *= edge[2]
     edge[1] *= edge[3]
     edge2[0] *= edge2[2]
@@ -1329,17 +1345,7 @@ def _lanes_step_pair(
         x2 = yj2 * inv_u2[j] + bwd2[j] * x2
         work[j] = x
         work2[j] = x2
-    acc = x
-    acc2 = x2
-    for level in range(SCAN_LEVELS):
-        other = cuda.shfl_down_sync(FULL_MASK, acc, 1 << level)
-        other2 = cuda.shfl_down_sync(FULL_MASK, acc2, 1 << level)
-        acc += bwd_level[level] * other
-        acc2 += bwd_level2[level] * other2
-    other = cuda.shfl_down_sync(FULL_MASK, acc, 1)
-    other2 = cuda.shfl_down_sync(FULL_MASK, acc2, 1)
-    carry = other * has_above
-    carry2 = other2 * has_above
+    carry, carry2 = _carry_pair(x, x2, bwd_level, bwd_level2, has_above, True)
     for j in range(P):
         v[j] = max(work[j] + bwd_cum[j] * carry, pay[j])
         v2[j] = max(work2[j] + bwd_cum2[j] * carry2, pay[j])
