@@ -1150,6 +1150,42 @@ def _lanes_factor(
 
 
 @cuda.jit(device=True, inline="always")
+def _carry(
+    acc: np.float32, level_factor: Any, has_neighbour: np.float32, down: bool, shuffle: bool,
+    buf: Any, warp: int, lane: int,
+) -> np.float32:
+    """A march's sweep carried across the warp's lanes (`_lanes_step`): a scan whose
+    level's multiplier is 0 where the partner lane is outside the warp, then the value of
+    the lane before (the forward sweep, `down` False) or after; times 0 at the warp's
+    edge. Through shuffles, or (the simulator) shared memory and barriers: buffer 0 at
+    the first level, after the other scan's last read from buffer 1."""
+    if shuffle:
+        for level in range(SCAN_LEVELS):
+            if down:
+                other = cuda.shfl_down_sync(FULL_MASK, acc, 1 << level)
+            else:
+                other = cuda.shfl_up_sync(FULL_MASK, acc, 1 << level)
+            acc += level_factor[level] * other
+        if down:
+            other = cuda.shfl_down_sync(FULL_MASK, acc, 1)
+        else:
+            other = cuda.shfl_up_sync(FULL_MASK, acc, 1)
+        return other * has_neighbour
+    step = 1 if down else -1
+    for level in range(SCAN_LEVELS):
+        k = level % 2
+        buf[warp, k, lane] = acc
+        cuda.syncthreads()  # type: ignore[call-arg]
+        other = buf[warp, k, (lane + step * (1 << level)) % LANES]
+        acc += level_factor[level] * other
+    k = SCAN_LEVELS % 2
+    buf[warp, k, lane] = acc
+    cuda.syncthreads()  # type: ignore[call-arg]
+    other = buf[warp, k, (lane + step) % LANES]
+    return other * has_neighbour
+
+
+@cuda.jit(device=True, inline="always")
 def _lanes_step(
     v: Any, pay: Any, e_lo: Any, e_di: Any, e_up: Any, edge_w: Any, fwd: Any, fwd_cum: Any,
     bwd: Any, bwd_cum: Any, inv_u: Any, work: Any, fwd_level: Any, bwd_level: Any,
@@ -1191,25 +1227,7 @@ def _lanes_step(
         y = d + fwd[j] * y
         work[j] = y
     # carry the forward sweep across the lanes
-    # (a level's multiplier is 0 where the partner lane is outside the warp)
-    acc = y
-    if shuffle:
-        for level in range(SCAN_LEVELS):
-            other = cuda.shfl_up_sync(FULL_MASK, acc, 1 << level)
-            acc += fwd_level[level] * other
-        other = cuda.shfl_up_sync(FULL_MASK, acc, 1)
-    else:
-        for level in range(SCAN_LEVELS):
-            k = level % 2
-            buf[warp, k, lane] = acc
-            cuda.syncthreads()
-            other = buf[warp, k, (lane - (1 << level)) % LANES]
-            acc += fwd_level[level] * other
-        k = SCAN_LEVELS % 2
-        buf[warp, k, lane] = acc
-        cuda.syncthreads()
-        other = buf[warp, k, (lane - 1) % LANES]
-    carry = other * has_below
+    carry = _carry(y, fwd_level, has_below, False, shuffle, buf, warp, lane)
     # backward sweep over this lane's rows (with the carried-in forward value)
     x = np.float32(0.0)
     for jj in range(P):
@@ -1217,24 +1235,7 @@ def _lanes_step(
         yj = work[j] + fwd_cum[j] * carry
         x = yj * inv_u[j] + bwd[j] * x
         work[j] = x
-    acc = x
-    if shuffle:
-        for level in range(SCAN_LEVELS):
-            other = cuda.shfl_down_sync(FULL_MASK, acc, 1 << level)
-            acc += bwd_level[level] * other
-        other = cuda.shfl_down_sync(FULL_MASK, acc, 1)
-    else:
-        for level in range(SCAN_LEVELS):
-            k = level % 2  # buffer 0: the carry above was read from buffer 1
-            buf[warp, k, lane] = acc
-            cuda.syncthreads()
-            other = buf[warp, k, (lane + (1 << level)) % LANES]
-            acc += bwd_level[level] * other
-        k = SCAN_LEVELS % 2
-        buf[warp, k, lane] = acc
-        cuda.syncthreads()
-        other = buf[warp, k, (lane + 1) % LANES]
-    carry = other * has_above
+    carry = _carry(x, bwd_level, has_above, True, shuffle, buf, warp, lane)
     for j in range(P):
         x = work[j] + bwd_cum[j] * carry
         # rows past node N stay 0 (their payoff is 0, their rows identity)
