@@ -984,17 +984,19 @@ def rows_per_lane(price_steps: int) -> int:
 
 @cuda.jit(device=True, inline="always")
 def _lanes_phase_rows(
-    rows_abc: Any, coef: Any, coef_shared: bool, warp: int, first: int, rows: int, n: int,
+    rows_abc: Any, coef: Any, coef_shared: bool, warp: int, slot: int, first: int, rows: int,
+    n: int,
     s_lo: float, ds: float, vol: float, rate: float, div: float, compact: bool,
     theta: float, step_dt: float, e_lo: Any, e_di: Any, e_up: Any,
 ) -> None:
-    """A march's rows for one phase (θ, Δτ): the implicit ones into `rows_abc` (identity at
-    the boundaries and past node N), the explicit ones into this lane's e_lo/e_di/e_up."""
+    """A march's rows for one phase (θ, Δτ): the implicit ones into slot `slot` of
+    `rows_abc` (identity at the boundaries and past node N), the explicit ones into this
+    lane's e_lo/e_di/e_up; the operator's coefficients from warp `warp`'s."""
     for j in range(rows):
         r = first + j
-        rows_abc[warp, 0, r] = np.float32(0.0)
-        rows_abc[warp, 1, r] = np.float32(1.0)
-        rows_abc[warp, 2, r] = np.float32(0.0)
+        rows_abc[slot, 0, r] = np.float32(0.0)
+        rows_abc[slot, 1, r] = np.float32(1.0)
+        rows_abc[slot, 2, r] = np.float32(0.0)
         e_lo[j] = np.float32(0.0)
         e_di[j] = np.float32(0.0)
         e_up[j] = np.float32(0.0)
@@ -1014,9 +1016,9 @@ def _lanes_phase_rows(
                 al, be, ga, m_b, m_n, m_a, theta, step_dt
             )
             # the same float32 rows as the PCR kernel, solved in float64 here
-            rows_abc[warp, 0, r] = np.float32(lo)
-            rows_abc[warp, 1, r] = np.float32(di)
-            rows_abc[warp, 2, r] = np.float32(up)
+            rows_abc[slot, 0, r] = np.float32(lo)
+            rows_abc[slot, 1, r] = np.float32(di)
+            rows_abc[slot, 2, r] = np.float32(up)
             e_lo[j] = np.float32(x_lo)
             e_di[j] = np.float32(x_di)
             e_up[j] = np.float32(x_up)
@@ -1143,6 +1145,202 @@ def _lanes_factor(
             f_all *= buf[warp, k, lane - stride]
         if lane + stride < LANES:
             g_all *= np.float32(mbuf[warp, k, 0, lane + stride])
+    if shuffle:
+        cuda.syncwarp()
+    else:
+        cuda.syncthreads()
+
+
+@cuda.jit(device=True, inline="always")
+def _lanes_factor_pair(
+    rows_abc: Any, c_last: Any, mbuf: Any, buf: Any, lane: int, first: int, rows: int,
+    shuffle: bool, factors: Any, factors2: Any,
+) -> None:
+    """`_lanes_factor` of two marches at once, their implicit rows in slots 0 and 1 of
+    `rows_abc` (a one-warp block leaves slot 1, the second warp's, free), each step of
+    the one beside the same step of the other: the float64 reciprocals and the scans'
+    round trips through shared memory of one march overlap the other's. `factors` (slot
+    0) and `factors2` (slot 1) are (fwd, bwd, fwd_cum, bwd_cum, inv_u, fwd_level,
+    bwd_level); each march's arithmetic is `_lanes_factor`'s."""
+    fwd, bwd, fwd_cum, bwd_cum, inv_u, fwd_level, bwd_level = factors
+    fwd2, bwd2, fwd_cum2, bwd_cum2, inv_u2, fwd_level2, bwd_level2 = factors2
+    P = rows
+    c_last[0, lane] = np.float64(rows_abc[0, 2, first + P - 1])
+    c_last[1, lane] = np.float64(rows_abc[1, 2, first + P - 1])
+    if shuffle:
+        cuda.syncwarp()
+    else:
+        cuda.syncthreads()  # type: ignore[call-arg]
+    c_prev = 0.0
+    c_prev2 = 0.0
+    if lane > 0:
+        c_prev = c_last[0, lane - 1]
+        c_prev2 = c_last[1, lane - 1]
+    q00 = 1.0
+    q01 = 0.0
+    q10 = 0.0
+    q11 = 1.0
+    s00 = 1.0
+    s01 = 0.0
+    s10 = 0.0
+    s11 = 1.0
+    cp = c_prev
+    cp2 = c_prev2
+    for j in range(P):
+        a_j = np.float64(rows_abc[0, 0, first + j])
+        b_j = np.float64(rows_abc[0, 1, first + j])
+        a2 = np.float64(rows_abc[1, 0, first + j])
+        b2 = np.float64(rows_abc[1, 1, first + j])
+        t = -a_j * cp
+        t2 = -a2 * cp2
+        n00 = b_j * q00 + t * q10
+        n01 = b_j * q01 + t * q11
+        m00 = b2 * s00 + t2 * s10
+        m01 = b2 * s01 + t2 * s11
+        q10 = q00
+        q11 = q01
+        q00 = n00
+        q01 = n01
+        s10 = s00
+        s11 = s01
+        s00 = m00
+        s01 = m01
+        inv_big = 1.0 / max(abs(q00), abs(q01), abs(q10), abs(q11))
+        inv_big2 = 1.0 / max(abs(s00), abs(s01), abs(s10), abs(s11))
+        q00 *= inv_big
+        q01 *= inv_big
+        q10 *= inv_big
+        q11 *= inv_big
+        s00 *= inv_big2
+        s01 *= inv_big2
+        s10 *= inv_big2
+        s11 *= inv_big2
+        cp = np.float64(rows_abc[0, 2, first + j])
+        cp2 = np.float64(rows_abc[1, 2, first + j])
+    for level in range(SCAN_LEVELS):
+        k = level % 2
+        mbuf[0, k, 0, lane] = q00
+        mbuf[0, k, 1, lane] = q01
+        mbuf[0, k, 2, lane] = q10
+        mbuf[0, k, 3, lane] = q11
+        mbuf[1, k, 0, lane] = s00
+        mbuf[1, k, 1, lane] = s01
+        mbuf[1, k, 2, lane] = s10
+        mbuf[1, k, 3, lane] = s11
+        if shuffle:
+            cuda.syncwarp()
+        else:
+            cuda.syncthreads()
+        stride = 1 << level
+        if lane >= stride:
+            r00 = mbuf[0, k, 0, lane - stride]
+            r01 = mbuf[0, k, 1, lane - stride]
+            r10 = mbuf[0, k, 2, lane - stride]
+            r11 = mbuf[0, k, 3, lane - stride]
+            u00 = mbuf[1, k, 0, lane - stride]
+            u01 = mbuf[1, k, 1, lane - stride]
+            u10 = mbuf[1, k, 2, lane - stride]
+            u11 = mbuf[1, k, 3, lane - stride]
+            n00 = q00 * r00 + q01 * r10
+            n01 = q00 * r01 + q01 * r11
+            n10 = q10 * r00 + q11 * r10
+            n11 = q10 * r01 + q11 * r11
+            m00 = s00 * u00 + s01 * u10
+            m01 = s00 * u01 + s01 * u11
+            m10 = s10 * u00 + s11 * u10
+            m11 = s10 * u01 + s11 * u11
+            inv_big = 1.0 / max(abs(n00), abs(n01), abs(n10), abs(n11))
+            inv_big2 = 1.0 / max(abs(m00), abs(m01), abs(m10), abs(m11))
+            q00 = n00 * inv_big
+            q01 = n01 * inv_big
+            q10 = n10 * inv_big
+            q11 = n11 * inv_big
+            s00 = m00 * inv_big2
+            s01 = m01 * inv_big2
+            s10 = m10 * inv_big2
+            s11 = m11 * inv_big2
+    k = SCAN_LEVELS % 2
+    mbuf[0, k, 0, lane] = q00
+    mbuf[0, k, 2, lane] = q10
+    mbuf[1, k, 0, lane] = s00
+    mbuf[1, k, 2, lane] = s10
+    if shuffle:
+        cuda.syncwarp()
+    else:
+        cuda.syncthreads()
+    inv_prev = 1.0
+    inv_prev2 = 1.0
+    if lane > 0:
+        inv_prev = mbuf[0, k, 2, lane - 1] / mbuf[0, k, 0, lane - 1]
+        inv_prev2 = mbuf[1, k, 2, lane - 1] / mbuf[1, k, 0, lane - 1]
+    cp = c_prev
+    cp2 = c_prev2
+    f_all = np.float32(1.0)
+    f_all2 = np.float32(1.0)
+    for j in range(P):
+        a_j = np.float64(rows_abc[0, 0, first + j])
+        b_j = np.float64(rows_abc[0, 1, first + j])
+        c_j = np.float64(rows_abc[0, 2, first + j])
+        a2 = np.float64(rows_abc[1, 0, first + j])
+        b2 = np.float64(rows_abc[1, 1, first + j])
+        c2 = np.float64(rows_abc[1, 2, first + j])
+        t = a_j * cp
+        t2 = a2 * cp2
+        f = 0.0
+        f2 = 0.0
+        u = b_j
+        u2 = b2
+        if t != 0.0:
+            u = b_j - t * inv_prev
+        if t2 != 0.0:
+            u2 = b2 - t2 * inv_prev2
+        if a_j != 0.0:
+            f = -a_j * inv_prev
+        if a2 != 0.0:
+            f2 = -a2 * inv_prev2
+        fwd[j] = np.float32(f)
+        fwd2[j] = np.float32(f2)
+        f_all *= np.float32(f)
+        f_all2 *= np.float32(f2)
+        fwd_cum[j] = f_all
+        fwd_cum2[j] = f_all2
+        inv_prev = 1.0 / u
+        inv_prev2 = 1.0 / u2
+        inv_u[j] = np.float32(inv_prev)
+        inv_u2[j] = np.float32(inv_prev2)
+        bwd[j] = np.float32(-c_j * inv_prev)
+        bwd2[j] = np.float32(-c2 * inv_prev2)
+        cp = c_j
+        cp2 = c2
+    g_all = np.float32(1.0)
+    g_all2 = np.float32(1.0)
+    for jj in range(P):
+        j = P - 1 - jj
+        g_all *= bwd[j]
+        g_all2 *= bwd2[j]
+        bwd_cum[j] = g_all
+        bwd_cum2[j] = g_all2
+    for level in range(SCAN_LEVELS):
+        k = level % 2
+        buf[0, k, lane] = f_all
+        buf[1, k, lane] = f_all2
+        mbuf[0, k, 0, lane] = np.float64(g_all)
+        mbuf[1, k, 0, lane] = np.float64(g_all2)
+        if shuffle:
+            cuda.syncwarp()
+        else:
+            cuda.syncthreads()
+        stride = 1 << level
+        fwd_level[level] = f_all if lane >= stride else np.float32(0.0)
+        fwd_level2[level] = f_all2 if lane >= stride else np.float32(0.0)
+        bwd_level[level] = g_all if lane + stride < LANES else np.float32(0.0)
+        bwd_level2[level] = g_all2 if lane + stride < LANES else np.float32(0.0)
+        if lane >= stride:
+            f_all *= buf[0, k, lane - stride]
+            f_all2 *= buf[1, k, lane - stride]
+        if lane + stride < LANES:
+            g_all *= np.float32(mbuf[0, k, 0, lane + stride])
+            g_all2 *= np.float32(mbuf[1, k, 0, lane + stride])
     if shuffle:
         cuda.syncwarp()
     else:
@@ -1567,18 +1765,19 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool, interleave: bool = True) -> 
                                                                      m_grid)
                 if n_steps == 0:
                     continue
-                _lanes_phase_rows(rows_abc, coef, COEF_SHARED, warp, first, P, n, s_lo, ds,
+                # the coarse march's rows in the free second slot, the fine one's in the
+                # first, both factored at once
+                _lanes_phase_rows(rows_abc, coef, COEF_SHARED, warp, 1, first, P, n, s_lo, ds,
                                   vol, rate, div, compact, theta_c, step_c, e_lo_c, e_di_c,
                                   e_up_c)
-                if not factored:
-                    _lanes_factor(rows_abc, c_last, mbuf, buf, warp, lane, first, P, SHUFFLE,
-                                  fwd_c, bwd_c, fwd_cum_c, bwd_cum_c, inv_u_c, fwd_level_c,
-                                  bwd_level_c)
-                _lanes_phase_rows(rows_abc, coef, COEF_SHARED, warp, first, P, n, s_lo, ds,
+                _lanes_phase_rows(rows_abc, coef, COEF_SHARED, warp, 0, first, P, n, s_lo, ds,
                                   vol, rate, div, compact, theta, step_dt, e_lo, e_di, e_up)
                 if not factored:
-                    _lanes_factor(rows_abc, c_last, mbuf, buf, warp, lane, first, P, SHUFFLE,
-                                  fwd, bwd, fwd_cum, bwd_cum, inv_u, fwd_level, bwd_level)
+                    _lanes_factor_pair(rows_abc, c_last, mbuf, buf, lane, first, P, SHUFFLE,
+                                       (fwd, bwd, fwd_cum, bwd_cum, inv_u, fwd_level,
+                                        bwd_level),
+                                       (fwd_c, bwd_c, fwd_cum_c, bwd_cum_c, inv_u_c,
+                                        fwd_level_c, bwd_level_c))
                     factored = True
                 coarse = (v_c, e_lo_c, e_di_c, e_up_c, fwd_c, fwd_cum_c, bwd_c, bwd_cum_c,
                           inv_u_c, work_c, fwd_level_c, bwd_level_c)
@@ -1612,8 +1811,9 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool, interleave: bool = True) -> 
                 theta, step_dt, n_steps, tau0 = _rannacher_phase_gpu(phase, dt, n_implicit, m)
                 if n_steps == 0:
                     continue
-                _lanes_phase_rows(rows_abc, coef, COEF_SHARED, warp, first, P, n, s_lo, ds,
-                                  vol, rate, div, compact, theta, step_dt, e_lo, e_di, e_up)
+                _lanes_phase_rows(rows_abc, coef, COEF_SHARED, warp, warp, first, P, n, s_lo,
+                                  ds, vol, rate, div, compact, theta, step_dt, e_lo, e_di,
+                                  e_up)
                 # The implicit matrix M − ½Δτ·L is the same in both phases (the Rannacher
                 # halves take θ = 1 over ½Δτ, Crank–Nicolson θ = ½ over Δτ: θ·step is ½Δτ
                 # bit for bit), so a march factors it once: its pivots, the sweeps'
