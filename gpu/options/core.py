@@ -1595,8 +1595,11 @@ def _make_fd_lanes_kernel(rows: int, shuffle: bool, interleave: bool = True) -> 
     through shared memory and barriers (numba's CUDA simulator has no shuffles; the
     arithmetic is the same).
 
-    Launched with one warp per option, the warp runs an option's marches one after the
-    other; with two (`fd_kernel(..., split_passes=True)`), an option extrapolated in time
+    Launched with one warp per option, the warp runs an option's two marches side by side
+    (`interleave`, rows of at most five a lane: their factoring and each of the coarse
+    march's steps paired with the fine march's, `_lanes_factor_pair`, `_lanes_step_pair`),
+    or one after the other (without `interleave`, or an option with one march); with two
+    warps (`fd_kernel(..., split_passes=True)`), an option extrapolated in time
     (`time_passes` = 2) has its coarse march on the second warp while the first runs the
     grid's, so the option is done after one march's time instead of one and a half; the
     second warp of any other option returns at once. Each warp's exchanges stay within
