@@ -312,10 +312,12 @@ def _recorded_by_the_graph() -> None:
 class OptionGroupPricer:
     """A group of options repriced again and again, e.g. on every tick of its underlying.
 
-    On CUDA: the parameter rows and the results live in mapped (pinned, device-visible)
-    host memory, so a new spot or a changed parameter is a plain host write and the
-    results need no copy; each `launch` is one kernel on the group's own stream followed
-    by a recorded event; `done()` polls the event and never blocks. On the CPU the launch
+    On CUDA: a new spot is the launch's `spot_at` (no row is written); the parameter rows
+    live in device memory, copied from pinned host rows (`params`) at the first launch
+    after a `set_column`; the results live in mapped (pinned, device-visible) host memory
+    and need no copy; each `launch` is one CUDA graph on the group's own stream (the
+    kernel, a completion flag's signal, an event's record); `done()` reads the flag (or
+    polls the event) and never blocks. On the CPU the launch
     computes synchronously and `done()` is always true, unless `background=True`: then the
     CPU twin runs on a worker thread without the GIL and `done()` polls its future, so an
     event loop keeps running while the group is repriced, as on the GPU.
@@ -345,6 +347,8 @@ class OptionGroupPricer:
         self._node_stale = False
         #: a bound launch whose `spot_at` cannot change (numba's launcher): spots in rows
         self._spot_in_rows = False
+        #: on CUDA, host rows changed since they were copied to the device
+        self._rows_stale = False
         if self.device == "cpu":
             self._params_dev: Any = np.array(params, dtype=np.float64, copy=True)
             self.params = self._params_dev
@@ -359,14 +363,18 @@ class OptionGroupPricer:
             return
         from numba import cuda
 
-        self._params_dev = cuda.mapped_array((self.n, core.N_PARAMS), dtype=np.float64)
-        self._out_dev = cuda.mapped_array((self.n, core.N_OUT), dtype=np.float64)
-        # host views of the same memory (np.asarray of a mapped array aliases it)
-        self.params = np.asarray(self._params_dev)
-        self._out = np.asarray(self._out_dev)
-        self.params[:] = params
-        self._out[:] = np.nan
+        # the rows in device memory, copied from pinned host rows (`params`) on the group's
+        # stream at the first launch after they change (`set_column`): a spot is the
+        # launch's `spot_at`, so they rarely do, and every block's first read is then
+        # device memory instead of a round trip over the bus. The results stay in mapped
+        # memory (written over the bus, read by the host with no copy).
         self._stream = cuda.stream()
+        self.params = cuda.pinned_array((self.n, core.N_PARAMS), dtype=np.float64)
+        self.params[:] = params
+        self._params_dev = cuda.to_device(self.params, stream=self._stream)
+        self._out_dev = cuda.mapped_array((self.n, core.N_OUT), dtype=np.float64)
+        self._out = np.asarray(self._out_dev)  # (a host view of the same memory)
+        self._out[:] = np.nan
         self._event = untimed_event()
         # the event's record and query as single driver calls (numba's query raises and
         # logs an error on every not-ready poll: microseconds each)
@@ -474,6 +482,7 @@ class OptionGroupPricer:
             raise ValueError(f"spot must be a positive number, got {spot!r}")
         if self.device == "cpu" or self._spot_in_rows:
             self.params[:, core.SPOT] = spot
+            self._rows_stale = self.device != "cpu"
             return
         self._set_spot_at(float(spot))
 
@@ -501,8 +510,10 @@ class OptionGroupPricer:
         if self._in_flight:
             raise RuntimeError("cannot change parameters while a repricing is in flight")
         self.params[:, column] = values
-        if column == core.SPOT and self.device != "cpu":
-            self._set_spot_at(0.0)  # the rows' own spots again
+        if self.device != "cpu":
+            self._rows_stale = True
+            if column == core.SPOT:
+                self._set_spot_at(0.0)  # the rows' own spots again
 
     def launch(self) -> None:
         """Start repricing the group with the current parameters; does not wait."""
@@ -517,6 +528,9 @@ class OptionGroupPricer:
                 core.fd_price_batch_cpu(self._params_dev, self._out_dev, *self._args)
             self._in_flight = True
             return
+        if self._rows_stale:  # ahead of the launch on the same stream
+            self._params_dev.copy_to_device(self.params, stream=self._stream)
+            self._rows_stale = False
         if self._node_stale:
             self._update_node()
             self._node_stale = False

@@ -346,10 +346,11 @@ def test_real_gpu_lanes_kernels_agree_with_float64_and_pcr() -> None:
 
 
 @needs_cuda
-@pytest.mark.parametrize("seed", [5, 6])
+@pytest.mark.parametrize("seed", [5, 6, 7])
 def test_group_pricer_follows_every_parameter_change(seed: int) -> None:
-    """A seeded sequence of spot writes, date rolls (set_expiry), column changes and
-    per-row spots (set_column(SPOT)) on a CUDA group must price exactly as the same rows
+    """A seeded sequence of spot writes, date rolls (set_expiry), vol changes and per-row
+    spots (set_column) on a CUDA group (its rows in device memory, copied after each
+    change) must price exactly as the same rows
     written out in full and priced by the one-shot path, and `rows()` must show them (a
     spot from set_spot is the launch's `spot_at` on CUDA, not written into `params`)."""
     grid = make_grid("seed", price_steps=16, time_steps=3)
@@ -359,7 +360,7 @@ def test_group_pricer_follows_every_parameter_change(seed: int) -> None:
     pricer = OptionGroupPricer(rows, grid, "cuda")
     model = rows.copy()
     for step in range(8):
-        move = rng.integers(4) if step else 3  # first: the rows as built
+        move = rng.integers(5) if step else 3  # first: the rows as built
         if move == 0:
             spot = float(rng.uniform(80.0, 120.0))
             pricer.set_spot(spot)
@@ -372,6 +373,10 @@ def test_group_pricer_follows_every_parameter_change(seed: int) -> None:
             spots = rng.uniform(80.0, 120.0, 4)
             pricer.set_column(core.SPOT, spots)
             model[:, core.SPOT] = spots
+        elif move == 4:  # any other column: copied to the device rows before the launch
+            vols = rng.uniform(0.1, 0.6, 4)
+            pricer.set_column(core.VOL, vols)
+            model[:, core.VOL] = vols
         pricer.launch()
         pricer.wait()
         got = pricer.results()
