@@ -116,7 +116,8 @@ def rt_priority_from_env() -> int | None:
     if not raw:
         return None
     top = os.sched_get_priority_max(os.SCHED_FIFO)
-    if not (raw.isdigit() and 1 <= int(raw) <= top):
+    # isdigit() alone takes '¹' or '٣', which int() then rejects (found by hypothesis)
+    if not (raw.isascii() and raw.isdigit() and 1 <= int(raw) <= top):
         raise UserError(f"{RT_ENV} must be a SCHED_FIFO priority from 1 to {top}, got {raw!r}")
     return int(raw)
 

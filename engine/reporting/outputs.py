@@ -70,7 +70,8 @@ def _is_kind(path: Path, head: bytes, kind: str) -> bool:
     if kind == "returns-csv":
         header = head.split(b"\n", 1)[0].decode("utf-8", "replace").strip()
         cols = [c.strip() for c in header.split(",")]
-        return bool(cols) and all(c == "date" or (c.startswith("hof") and c[3:].isdigit())
+        return bool(cols) and all(c == "date" or (c.startswith("hof") and c[3:].isascii()
+                                                    and c[3:].isdigit())
                                   for c in cols)
     import json
 

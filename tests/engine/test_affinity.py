@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from engine.affinity import (
@@ -145,6 +145,9 @@ def test_the_realtime_priority_is_the_calling_threads_alone() -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(st.text(max_size=12), st.integers(-10**30, 10**30).map(str),
                  st.floats(allow_nan=True).map(str)))
+@example("¹")  # a digit to str.isdigit(), not to int(): found by this test
+@example("٣")
+@example("１０")
 def test_any_realtime_priority_text_is_a_priority_nothing_or_one_line(text: str) -> None:
     """Whatever ENGINE_RT_PRIORITY holds: nothing (blank), a priority in 1..99, or a
     one-line UserError naming the variable; never another exception."""
