@@ -976,6 +976,15 @@ def rows_per_lane(price_steps: int) -> int:
     return (price_steps + 1 + LANES - 1) // LANES
 
 
+@cuda.jit(device=True, inline="always")
+def _sync_lanes(shuffle: bool) -> None:
+    """The barrier between a warp's exchanges through shared memory: the warp's own on a
+    GPU (`shuffle`), the block's in numba's simulator."""
+    if shuffle:
+        cuda.syncwarp()
+    else:
+        cuda.syncthreads()  # type: ignore[call-arg]
+
 # The lanes kernel's parts, inlined where the kernel calls them (`inline="always"`, so
 # the arrays stay the caller's registers): a march's rows for one phase, the factoring of
 # its implicit matrix, and one time step. The kernel calls them once a march, or twice
@@ -1036,10 +1045,7 @@ def _lanes_factor(
     # LU pivots u_r = p_r/p_{r−1}, p_r = b_r·p_{r−1} − a_r·c_{r−1}·p_{r−2}: each
     # lane multiplies its rows' 2×2 matrices, a scan multiplies across lanes
     c_last[warp, lane] = np.float64(rows_abc[warp, 2, first + P - 1])
-    if shuffle:
-        cuda.syncwarp()
-    else:
-        cuda.syncthreads()  # type: ignore[call-arg]
+    _sync_lanes(shuffle)
     c_prev = 0.0
     if lane > 0:
         c_prev = c_last[warp, lane - 1]
@@ -1072,10 +1078,7 @@ def _lanes_factor(
         mbuf[warp, k, 1, lane] = q01
         mbuf[warp, k, 2, lane] = q10
         mbuf[warp, k, 3, lane] = q11
-        if shuffle:
-            cuda.syncwarp()
-        else:
-            cuda.syncthreads()
+        _sync_lanes(shuffle)
         stride = 1 << level
         if lane >= stride:  # this lane's product applies after the earlier one
             r00 = mbuf[warp, k, 0, lane - stride]
@@ -1094,10 +1097,7 @@ def _lanes_factor(
     k = SCAN_LEVELS % 2
     mbuf[warp, k, 0, lane] = q00
     mbuf[warp, k, 2, lane] = q10
-    if shuffle:
-        cuda.syncwarp()
-    else:
-        cuda.syncthreads()
+    _sync_lanes(shuffle)
     inv_prev = 1.0  # 1/u_{first−1}
     if lane > 0:  # (p_{first−1}, p_{first−2}) = the earlier lanes' product·(1, 0)
         inv_prev = mbuf[warp, k, 2, lane - 1] / mbuf[warp, k, 0, lane - 1]
@@ -1133,10 +1133,7 @@ def _lanes_factor(
         k = level % 2
         buf[warp, k, lane] = f_all
         mbuf[warp, k, 0, lane] = np.float64(g_all)
-        if shuffle:
-            cuda.syncwarp()
-        else:
-            cuda.syncthreads()
+        _sync_lanes(shuffle)
         stride = 1 << level
         # 0 where the scan's partner lane is outside the warp
         fwd_level[level] = f_all if lane >= stride else np.float32(0.0)
@@ -1145,10 +1142,7 @@ def _lanes_factor(
             f_all *= buf[warp, k, lane - stride]
         if lane + stride < LANES:
             g_all *= np.float32(mbuf[warp, k, 0, lane + stride])
-    if shuffle:
-        cuda.syncwarp()
-    else:
-        cuda.syncthreads()
+    _sync_lanes(shuffle)
 
 
 @cuda.jit(device=True, inline="always")
@@ -1167,10 +1161,7 @@ def _lanes_factor_pair(
     P = rows
     c_last[0, lane] = np.float64(rows_abc[0, 2, first + P - 1])
     c_last[1, lane] = np.float64(rows_abc[1, 2, first + P - 1])
-    if shuffle:
-        cuda.syncwarp()
-    else:
-        cuda.syncthreads()  # type: ignore[call-arg]
+    _sync_lanes(shuffle)
     c_prev = 0.0
     c_prev2 = 0.0
     if lane > 0:
@@ -1227,10 +1218,7 @@ def _lanes_factor_pair(
         mbuf[1, k, 1, lane] = s01
         mbuf[1, k, 2, lane] = s10
         mbuf[1, k, 3, lane] = s11
-        if shuffle:
-            cuda.syncwarp()
-        else:
-            cuda.syncthreads()
+        _sync_lanes(shuffle)
         stride = 1 << level
         if lane >= stride:
             r00 = mbuf[0, k, 0, lane - stride]
@@ -1264,10 +1252,7 @@ def _lanes_factor_pair(
     mbuf[0, k, 2, lane] = q10
     mbuf[1, k, 0, lane] = s00
     mbuf[1, k, 2, lane] = s10
-    if shuffle:
-        cuda.syncwarp()
-    else:
-        cuda.syncthreads()
+    _sync_lanes(shuffle)
     inv_prev = 1.0
     inv_prev2 = 1.0
     if lane > 0:
@@ -1326,10 +1311,7 @@ def _lanes_factor_pair(
         buf[1, k, lane] = f_all2
         mbuf[0, k, 0, lane] = np.float64(g_all)
         mbuf[1, k, 0, lane] = np.float64(g_all2)
-        if shuffle:
-            cuda.syncwarp()
-        else:
-            cuda.syncthreads()
+        _sync_lanes(shuffle)
         stride = 1 << level
         fwd_level[level] = f_all if lane >= stride else np.float32(0.0)
         fwd_level2[level] = f_all2 if lane >= stride else np.float32(0.0)
@@ -1341,10 +1323,7 @@ def _lanes_factor_pair(
         if lane + stride < LANES:
             g_all *= np.float32(mbuf[0, k, 0, lane + stride])
             g_all2 *= np.float32(mbuf[1, k, 0, lane + stride])
-    if shuffle:
-        cuda.syncwarp()
-    else:
-        cuda.syncthreads()
+    _sync_lanes(shuffle)
 
 
 @cuda.jit(device=True, inline="always")
