@@ -20,7 +20,7 @@ SUFFIXES = st.lists(st.text(max_size=6).filter(lambda t: not set(t) & {",", "\n"
 @example(suffixes=["¹"])  # str.isdigit() is true for it; the header is still not evolve's
 @example(suffixes=["٣"])
 @example(suffixes=["0"])
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(suffixes=SUFFIXES)
 def test_a_returns_csv_is_known_by_ascii_hof_columns(
         tmp_path_factory: pytest.TempPathFactory, suffixes: list[str]) -> None:

@@ -346,7 +346,7 @@ def test_real_gpu_lanes_kernels_agree_with_float64_and_pcr() -> None:
 
 
 @needs_cuda
-@pytest.mark.parametrize("seed", [5, 6, 7])
+@pytest.mark.parametrize("seed", [5, 6])
 def test_group_pricer_follows_every_parameter_change(seed: int) -> None:
     """A seeded sequence of spot writes, date rolls (set_expiry), vol changes and per-row
     spots (set_column) on a CUDA group (its rows in device memory, copied after each
@@ -360,7 +360,8 @@ def test_group_pricer_follows_every_parameter_change(seed: int) -> None:
     pricer = OptionGroupPricer(rows, grid, "cuda")
     model = rows.copy()
     for step in range(8):
-        move = rng.integers(5) if step else 3  # first: the rows as built
+        # first the rows as built, then a vol change, then any moves
+        move = rng.integers(5) if step > 1 else (3, 4)[step]
         if move == 0:
             spot = float(rng.uniform(80.0, 120.0))
             pricer.set_spot(spot)
