@@ -71,9 +71,9 @@ def option_params(
 ) -> FloatArray:
     """Parameter rows (n, core.N_PARAMS) from broadcastable arrays; rejects nonsense.
 
-    spot, strike > 0; expiry in years (≤ 0 means expired: priced at intrinsic value);
-    vol ≥ 0 per year; rate and dividend yield per year, continuously compounded (the
-    yield in [−1, 1]).
+    spot, strike in [1e-8, 1e12]; expiry in years, at most 100 (≤ 0 means expired:
+    priced at intrinsic value); vol in [0, 10] per year; rate and dividend yield per
+    year, continuously compounded, in [−1, 1] (`PARAM_RANGES`).
     """
     cols = np.broadcast_arrays(
         *(np.asarray(x, dtype=np.float64) for x in (spot, strike, expiry, vol, rate)),
@@ -94,6 +94,19 @@ def option_params(
     return params
 
 
+#: (column, name, lowest, highest) of a parameter row: prices of real instruments, vols to
+#: 1,000% a year, expiries to a century, rates within ±100% a year (the yield's [-1, 1]
+#: is `check_dividend_yield`'s)
+MIN_VOL = 1e-8  # a smaller vol than this divides the grid's coefficients by ~0
+PARAM_RANGES = (
+    (core.SPOT, "spot", 1e-8, 1e12),
+    (core.STRIKE, "strike", 1e-8, 1e12),
+    (core.VOL, "vol", 0.0, 10.0),
+    (core.EXPIRY, "expiry", -1e6, 100.0),
+    (core.RATE, "rate", -1.0, 1.0),
+)
+
+
 def check_params(params: FloatArray) -> None:
     if params.ndim != 2 or params.shape[1] != core.N_PARAMS:
         raise ValueError(f"params must have shape (n, {core.N_PARAMS}), got {params.shape}")
@@ -104,8 +117,20 @@ def check_params(params: FloatArray) -> None:
         bad = params[:, col] <= 0
         if bad.any():
             raise ValueError(f"{what} must be > 0 ({int(bad.sum())} rows are not)")
-    if (params[:, core.VOL] < 0).any():
-        raise ValueError("vol must be ≥ 0")
+    # Values that decode but no instrument has: the grids divide by them (a strike of
+    # 1e-300 raised ZeroDivisionError in the seed grid, a spot of 1e300 gave NaN values;
+    # found by tests/gpu/test_fd_solvers.py's set_column property)
+    for col, what, lo, hi in PARAM_RANGES:
+        x = params[:, col]
+        bad = (x < lo) | (x > hi)
+        if bad.any():
+            raise ValueError(f"{what} must be in [{lo:g}, {hi:g}], got {float(x[bad][0])!r} "
+                             f"({int(bad.sum())} rows)")
+    vol = params[:, core.VOL]
+    tiny = (vol > 0.0) & (vol < MIN_VOL)  # (0: priced in closed form, no grid)
+    if tiny.any():
+        raise ValueError(f"vol must be 0 or at least {MIN_VOL:g}, got {float(vol[tiny][0])!r} "
+                         f"({int(tiny.sum())} rows)")
 
 
 def contract_rows(contracts: OptionContracts, market: MarketInputs) -> FloatArray:
@@ -351,7 +376,7 @@ class OptionGroupPricer:
         self._rows_stale = False
         if self.device == "cpu":
             self._params_dev: Any = np.array(params, dtype=np.float64, copy=True)
-            self.params = self._params_dev
+            self._rows = self._params_dev
             self._out_dev: Any = np.zeros((self.n, core.N_OUT))
             self._out = self._out_dev
             self._stream: Any = None
@@ -369,9 +394,9 @@ class OptionGroupPricer:
         # device memory instead of a round trip over the bus. The results stay in mapped
         # memory (written over the bus, read by the host with no copy).
         self._stream = cuda.stream()
-        self.params = cuda.pinned_array((self.n, core.N_PARAMS), dtype=np.float64)
-        self.params[:] = params
-        self._params_dev = cuda.to_device(self.params, stream=self._stream)
+        self._rows = cuda.pinned_array((self.n, core.N_PARAMS), dtype=np.float64)
+        self._rows[:] = params
+        self._params_dev = cuda.to_device(self._rows, stream=self._stream)
         self._out_dev = cuda.mapped_array((self.n, core.N_OUT), dtype=np.float64)
         self._out = np.asarray(self._out_dev)  # (a host view of the same memory)
         self._out[:] = np.nan
@@ -382,7 +407,7 @@ class OptionGroupPricer:
         self._query = event_query(self._event)
         self._kernel, self._threads = core.fd_kernel(
             self.grid.price_steps, self.solver,
-            interleave=core.two_marches(self.params, self.grid.richardson))
+            interleave=core.two_marches(self._rows, self.grid.richardson))
         # two warps an option where the device holds them all at once (`core.split_passes`)
         self._threads = core.lanes_threads(self._kernel, self._threads, self.grid.richardson,
                                            self.n, self._compile_once)
@@ -481,7 +506,7 @@ class OptionGroupPricer:
         if not (spot > 0 and math.isfinite(spot)):
             raise ValueError(f"spot must be a positive number, got {spot!r}")
         if self.device == "cpu" or self._spot_in_rows:
-            self.params[:, core.SPOT] = spot
+            self._rows[:, core.SPOT] = spot
             self._rows_stale = self.device != "cpu"
             return
         self._set_spot_at(float(spot))
@@ -489,7 +514,7 @@ class OptionGroupPricer:
     def rows(self) -> FloatArray:
         """A copy of the parameter rows as the next launch prices them (`params`, with
         the spot `set_spot` gave on CUDA in the SPOT column)."""
-        rows = np.array(self.params, dtype=np.float64, copy=True)
+        rows = np.array(self._rows, dtype=np.float64, copy=True)
         if self._spot > 0.0:
             rows[:, core.SPOT] = self._spot
         return rows
@@ -505,11 +530,35 @@ class OptionGroupPricer:
         """New times to expiry in years (the valuation date rolled); ≤ 0: expired."""
         self.set_column(core.EXPIRY, years)
 
+    @property
+    def params(self) -> FloatArray:
+        """The parameter rows as the host holds them, read-only: on CUDA the kernel reads a
+        device copy, which only `set_column`, `set_expiry` and `set_spot` bring up to date
+        (a write into these rows would otherwise be silently left out of the prices)."""
+        view = self._rows.view()
+        view.flags.writeable = False
+        return view
+
     def set_column(self, column: int, values: npt.ArrayLike) -> None:
-        """Change one parameter column (e.g. core.EXPIRY when the date rolls)."""
+        """Change one parameter column (e.g. core.EXPIRY when the date rolls). Values
+        that would make a row nonsense (`check_params`: NaN, a spot or strike ≤ 0, a
+        negative vol, a yield outside [-1, 1]), a column out of range or values that do
+        not broadcast to the rows are a one-line ValueError that leaves every row as it
+        was."""
         if self._in_flight:
             raise RuntimeError("cannot change parameters while a repricing is in flight")
-        self.params[:, column] = values
+        if isinstance(column, bool) or not isinstance(column, (int, np.integer)) or not (
+                0 <= column < core.N_PARAMS):
+            raise ValueError(f"column must be an integer from 0 to {core.N_PARAMS - 1}, "
+                             f"got {column!r}")
+        rows = np.array(self._rows, dtype=np.float64, copy=True)
+        try:
+            rows[:, column] = values
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"values for column {column} must be numbers, one per row "
+                             f"({self.n}) or one for all: {exc}") from None
+        check_params(rows)
+        self._rows[:, column] = rows[:, column]
         if self.device != "cpu":
             self._rows_stale = True
             if column == core.SPOT:
@@ -529,7 +578,7 @@ class OptionGroupPricer:
             self._in_flight = True
             return
         if self._rows_stale:  # ahead of the launch on the same stream
-            self._params_dev.copy_to_device(self.params, stream=self._stream)
+            self._params_dev.copy_to_device(self._rows, stream=self._stream)
             self._rows_stale = False
         if self._node_stale:
             self._update_node()

@@ -419,3 +419,54 @@ def test_real_gpu_graphs_go_with_their_pricers_and_a_failed_capture_is_harmless(
     want = price_params(rows, "seed", "cuda")
     for a, b in zip(got, want, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+FLOATS = st.one_of(st.floats(allow_nan=True, allow_infinity=True),
+                   st.sampled_from([0.0, -0.0, 1e-300, -1e-300, 1e30, -1e30, 2.0, -2.0]))
+
+
+@given(column=st.integers(-3, core.N_PARAMS + 2), value=FLOATS,
+       device=st.sampled_from(["cpu", "cuda"] if cuda_present() else ["cpu"]))
+@settings(max_examples=60, deadline=None)
+def test_set_column_takes_sensible_rows_or_one_line_and_nothing_changes(
+        column: int, value: float, device: str) -> None:
+    """Any float into any column (and columns out of range) of a group: the rows stay
+    sensible (`check_params`) and the next launch prices what `rows()` shows, or the call
+    is a one-line ValueError that leaves every row as it was; `params` cannot be written
+    around `set_column` (on CUDA the kernel reads a device copy)."""
+    rows = random_params(4, seed=3)
+    pricer = OptionGroupPricer(rows, make_grid("seed", price_steps=16, time_steps=2), device)
+    with pytest.raises(ValueError):
+        pricer.params[0, core.VOL] = 0.5  # read-only
+    before = pricer.rows()
+    try:
+        pricer.set_column(column, value)
+    except ValueError as exc:
+        assert "\n" not in str(exc)
+        np.testing.assert_array_equal(pricer.rows(), before)
+        return
+    assert 0 <= column < core.N_PARAMS
+    after = pricer.rows()
+    assert (after[:, column] == value).all()
+    pricer.launch()
+    pricer.wait()
+    got = pricer.results()
+    want = price_params(after, pricer.grid, device)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+        assert np.isfinite(a).all()  # accepted rows have finite values and greeks
+
+
+def test_set_column_rejects_values_that_do_not_fit_the_rows() -> None:
+    """Values of the wrong length, not numbers, or out of range (a vol of 11, a vol that
+    would divide the grid by ~0): one line, the rows unchanged."""
+    pricer = OptionGroupPricer(random_params(4, seed=4), make_grid("seed", price_steps=16,
+                                                                    time_steps=2), "cpu")
+    before = pricer.rows()
+    for bad in ([0.2, 0.3], "abc", [[0.1] * 4] * 2, None, 11.0, 1e-300):
+        with pytest.raises(ValueError) as info:
+            pricer.set_column(core.VOL, bad)  # type: ignore[arg-type]
+        assert "\n" not in str(info.value)
+        np.testing.assert_array_equal(pricer.rows(), before)
+    with pytest.raises(ValueError, match="column must be an integer"):
+        pricer.set_column(True, 0.2)  # type: ignore[arg-type]
