@@ -469,4 +469,4 @@ def test_set_column_rejects_values_that_do_not_fit_the_rows() -> None:
         assert "\n" not in str(info.value)
         np.testing.assert_array_equal(pricer.rows(), before)
     with pytest.raises(ValueError, match="column must be an integer"):
-        pricer.set_column(True, 0.2)  # type: ignore[arg-type]
+        pricer.set_column(True, 0.2)
