@@ -574,6 +574,38 @@ def _analytic_range(lo: int, hi: int, params: np.ndarray, out: np.ndarray) -> No
             out[o, GAMMA] = g
 
 
+@njit(cache=True, nogil=True)
+def fill_rows(rows: np.ndarray, columns: Any, lowest: np.ndarray, highest: np.ndarray,
+              min_vol: float) -> tuple[int, bool]:
+    """Parameter rows from eight columns in row order (`SPOT` .. `DIVIDEND`), each of
+    length len(rows) or 1 (one value for every row), checked in the same pass:
+    (rows outside [lowest, highest] of their column, NaN included, or with a vol in
+    (0, min_vol); whether a row is marched twice, as `two_marches` asks with
+    Richardson). One compiled pass over the rows instead of numpy's dozen (eight column
+    writes, a finiteness pass, range masks and the early-exercise mask): at 10,000
+    contracts about 8x less host time on this project's 2-core VM, 2026-11-28."""
+    n = rows.shape[0]
+    bad = 0
+    early = False
+    for i in range(n):
+        row_bad = False
+        for c in range(N_PARAMS):
+            col = columns[c]
+            x = col[i if col.shape[0] > 1 else 0]
+            if not (lowest[c] <= x <= highest[c]):  # (False for NaN)
+                row_bad = True
+            rows[i, c] = x
+        v = rows[i, VOL]
+        if v > 0.0 and v < min_vol:
+            row_bad = True
+        if row_bad:
+            bad += 1
+        if rows[i, IS_AMERICAN] > 0.5 and not (
+                rows[i, IS_CALL] > 0.5 and rows[i, RATE] >= 0.0 and rows[i, DIVIDEND] <= 0.0):
+            early = True
+    return bad, early
+
+
 def fd_price_batch_cpu(params: np.ndarray, out: np.ndarray, *grid: Any) -> None:
     """CPU twin of `fd_price_kernel`: every parameter row priced, on all cores
     (`gpu.threads.parallel_range`: chunks on threads, or numba's prange on many cores; a

@@ -52,7 +52,12 @@ from gpu.launch import (
 from gpu.options import core
 from gpu.options.grids import GRIDS as GRIDS  # re-exported: scripts name engines.GRIDS
 from gpu.options.grids import FdGrid, make_grid
-from gpu.options.instruments import MarketInputs, OptionContracts, check_dividend_yield
+from gpu.options.instruments import (
+    DIVIDEND_YIELD_LIMIT,
+    MarketInputs,
+    OptionContracts,
+    check_dividend_yield,
+)
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -170,24 +175,36 @@ def price_params(
         out = np.empty((n, core.N_OUT))
         core.fd_price_batch_cpu(params, out, *g.kernel_args())
         return _values(out)
-    # (two warps an option by the compiled kernel's occupancy: a first call, which
-    # compiles it, keeps one warp; the values are the same bit for bit either way)
     # the kernel interleaving an option's two marches only where some row has two
     interleave = core.two_marches(params, g.richardson)
+    batch = _mapped_batch(g, n)
+    if batch is None:
+        return _price_on_cuda(params, g, interleave)
+    try:
+        batch.host_params[:n] = params
+        return batch.price(n, interleave)
+    finally:
+        batch.lock.release()
+
+
+def _launch_shape(g: FdGrid, n: int, interleave: bool) -> tuple[Any, int]:
+    """(kernel, threads per block) of a CUDA launch of n checked rows: two warps an option
+    by the compiled kernel's occupancy (a first call, which compiles it, keeps one warp;
+    the values are the same bit for bit either way)."""
     split = core.split_passes(g.richardson, n,
                               core.fd_kernel(g.price_steps, interleave=interleave)[0])
-    batch = _mapped_batch(g, n, split, interleave)
-    if batch is not None:
-        try:
-            return batch.price(params)
-        finally:
-            batch.lock.release()
+    return core.fd_kernel(g.price_steps, split_passes=split, interleave=interleave)
+
+
+def _price_on_cuda(params: FloatArray, g: FdGrid, interleave: bool) -> OptionValues:
+    """numba's ordinary launch of checked rows: a stream, two device arrays and copies."""
     from numba import cuda
 
+    n = params.shape[0]
     stream = cuda.stream()
     d_params = cuda.to_device(params, stream=stream)
     d_out = cuda.device_array((n, core.N_OUT), dtype=np.float64, stream=stream)
-    kernel, threads = core.fd_kernel(g.price_steps, split_passes=split, interleave=interleave)
+    kernel, threads = _launch_shape(g, n, interleave)
     kernel[n, threads, stream](d_params, d_out, *core.launch_args(g.kernel_args()))
     out = d_out.copy_to_host(stream=stream)
     stream.synchronize()
@@ -200,18 +217,20 @@ MAPPED_BATCH_MAX_ROWS = 1 << 18
 
 
 class _MappedBatch:
-    """A reusable workspace for `price_params` on CUDA: parameter rows and results in
-    mapped host memory (no copies: the kernel reads and writes them over the bus), a
-    stream of its own, a pre-bound launch and an event. numba's ordinary path creates a
-    stream, allocates two device arrays, copies both ways through pageable memory and
+    """A reusable workspace for one-shot repricings on CUDA (`price_params`,
+    `FdPricingEngine.price`): parameter rows and results in mapped host memory (no copies:
+    the kernel reads and writes them over the bus), a stream of its own, pre-bound
+    launches (one per kernel and block size) and an event. numba's ordinary path creates
+    a stream, allocates two device arrays, copies both ways through pageable memory and
     types every argument on each call: at 10,000 contracts on the H200 (2026-11-28) that
     host work took about twice the kernel's time. Capacity only grows (doubling)."""
 
-    def __init__(self, grid: FdGrid, rows: int, split: bool, interleave: bool) -> None:
+    def __init__(self, grid: FdGrid, rows: int) -> None:
         import threading
 
         from numba import cuda
 
+        self.grid = grid
         self.lock = threading.Lock()
         self.capacity = rows
         self.params = cuda.mapped_array((rows, core.N_PARAMS), dtype=np.float64)
@@ -222,23 +241,25 @@ class _MappedBatch:
         self.host_params[:, core.SPOT] = 1.0
         self.host_params[:, core.STRIKE] = 1.0
         self.stream = cuda.stream()
-        self.kernel, self.threads = core.fd_kernel(grid.price_steps, split_passes=split,
-                                                   interleave=interleave)
         self.args = (self.params, self.out, *core.launch_args(grid.kernel_args()))
-        self.kernel[1, self.threads, self.stream](*self.args)  # compiles, or loads
-        self.stream.synchronize()
-        self.go = bind(self.kernel, self.args, self.stream, self.threads)
+        self.launches: dict[tuple[Any, int], Any] = {}
         self.event = untimed_event()
         self.record = event_recorder(self.event, self.stream)
         self.wait = event_waiter(self.event)  # without the GIL
 
-    def price(self, params: FloatArray) -> OptionValues:
-        n = params.shape[0]
-        self.host_params[:n] = params
-        if self.go is not None:
-            self.go(n)
+    def price(self, n: int, interleave: bool) -> OptionValues:
+        """Values of the checked rows host_params[:n] (the caller holds `lock`)."""
+        kernel, threads = _launch_shape(self.grid, n, interleave)
+        key = (kernel, threads)
+        if key not in self.launches:
+            kernel[1, threads, self.stream](*self.args)  # compiles, or loads
+            self.stream.synchronize()
+            self.launches[key] = bind(kernel, self.args, self.stream, threads)
+        go = self.launches[key]
+        if go is not None:
+            go(n)
         else:
-            self.kernel[n, self.threads, self.stream](*self.args)
+            kernel[n, threads, self.stream](*self.args)
         self.record()
         self.wait()
         return _values(self.host_out[:n])
@@ -247,22 +268,75 @@ class _MappedBatch:
 _mapped_batches: dict[tuple[Any, ...], _MappedBatch] = {}
 
 
-def _mapped_batch(
-    grid: FdGrid, rows: int, split: bool, interleave: bool
-) -> _MappedBatch | None:
+def _mapped_batch(grid: FdGrid, rows: int) -> _MappedBatch | None:
     """The workspace for this grid (its lock held), or None: the simulator, too many rows,
     or another thread pricing on it now (that call takes the ordinary path)."""
     if rows > MAPPED_BATCH_MAX_ROWS or os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1":
         return None
-    key = (grid.kernel_args(), split, interleave, fd_solver(None), fd_max_registers())
+    key = (grid.kernel_args(), fd_solver(None), fd_max_registers())
     batch = _mapped_batches.get(key)
     if batch is None or batch.capacity < rows:
         capacity = max(rows, 2 * batch.capacity if batch is not None else 1024)
-        batch = _MappedBatch(grid, min(capacity, MAPPED_BATCH_MAX_ROWS), split, interleave)
+        batch = _MappedBatch(grid, min(capacity, MAPPED_BATCH_MAX_ROWS))
         _mapped_batches[key] = batch
     if not batch.lock.acquire(blocking=False):
         return None
     return batch
+
+
+#: per row column (`core.SPOT` .. `core.DIVIDEND`): the values `check_params` accepts,
+#: as `core.fill_rows` checks them (every value finite; the ranges of PARAM_RANGES and
+#: of the dividend yield)
+_ROW_LOWEST = np.full(core.N_PARAMS, -np.finfo(np.float64).max)
+_ROW_HIGHEST = np.full(core.N_PARAMS, np.finfo(np.float64).max)
+for _col, _name, _lo, _hi in PARAM_RANGES:
+    _ROW_LOWEST[_col], _ROW_HIGHEST[_col] = _lo, _hi
+_ROW_LOWEST[core.DIVIDEND], _ROW_HIGHEST[core.DIVIDEND] = -DIVIDEND_YIELD_LIMIT, \
+    DIVIDEND_YIELD_LIMIT
+
+
+def _row_columns(contracts: OptionContracts,
+                 market: MarketInputs) -> tuple[tuple[FloatArray, ...], int] | None:
+    """The eight row columns (`core.fill_rows`'s order) as contiguous float64 vectors of
+    length n or 1, and n; None where they do not broadcast as vectors (a 2-D market
+    input, mismatched lengths, no rows): `contract_rows` then builds them or says why not."""
+    inputs = (market.spot, contracts.strike, contracts.expiry, market.vol, market.rate,
+              contracts.is_call, contracts.is_american, market.dividend_yield)
+    columns = []
+    for x in inputs:
+        a = np.asarray(x, dtype=np.float64)
+        if a.ndim > 1:
+            return None
+        columns.append(np.ascontiguousarray(a.reshape(-1)))
+    n = max(len(c) for c in columns)
+    if n == 0 or any(len(c) not in (1, n) for c in columns):
+        return None
+    return tuple(columns), n
+
+
+def _price_contracts_on_cuda(contracts: OptionContracts, market: MarketInputs,
+                             g: FdGrid) -> OptionValues | None:
+    """`FdPricingEngine.price` on CUDA with the rows built and checked by one compiled
+    pass, straight into the mapped workspace; None where that pass finds a row that
+    `check_params` refuses or the inputs are not vectors (the caller's numpy path then
+    raises its one-line error, or broadcasts)."""
+    built = _row_columns(contracts, market)
+    if built is None:
+        return None
+    columns, n = built
+    batch = _mapped_batch(g, n)
+    rows = batch.host_params[:n] if batch is not None else np.empty((n, core.N_PARAMS))
+    try:
+        bad, early = core.fill_rows(rows, columns, _ROW_LOWEST, _ROW_HIGHEST, MIN_VOL)
+        if bad:
+            return None
+        interleave = early and g.richardson
+        if batch is None:
+            return _price_on_cuda(rows, g, interleave)
+        return batch.price(n, interleave)
+    finally:
+        if batch is not None:
+            batch.lock.release()
 
 
 def price_options(
@@ -637,6 +711,10 @@ class FdPricingEngine:
 
     def price(self, contracts: OptionContracts, market: MarketInputs) -> OptionValues:
         """Price, delta and gamma of every contract (one batched repricing)."""
+        if self.device == "cuda":  # (the CPU twin's marches dwarf numpy's row building)
+            values = _price_contracts_on_cuda(contracts, market, self.grid)
+            if values is not None:
+                return values
         return price_params(contract_rows(contracts, market), self.grid, self.device)
 
     def group_pricer(self, contracts: OptionContracts, market: MarketInputs,

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpu.device import cuda_present
+from gpu.options import core, engines
 from gpu.options.engines import (
     AnalyticEuropeanEngine,
     FdPricingEngine,
     black_scholes,
+    contract_rows,
     make_grid,
     price_options,
+    price_params,
 )
 from gpu.options.implied_vol import IVStatus, solve_implied_vols
 from gpu.options.instruments import Exercise, MarketInputs, OptionContract, OptionContracts, Right
@@ -104,6 +109,96 @@ def test_cuda_engine_matches_cpu_engine() -> None:
     cpu = FdPricingEngine(TINY, "cpu").price(contracts, market)
     # float32 on the GPU against float64 on the CPU
     np.testing.assert_allclose(gpu.price, cpu.price, rtol=1e-4, atol=1e-4)
+
+
+#: values at and around every column's bounds, and ones no column takes
+EDGES = [0.0, -0.0, 1e-300, -1e-300, 1e-8, 9.9e-9, 1e-8 * (1 + 2**-52), 1.0, -1.0,
+         1.0000000000000002, 10.0, 10.000000000000002, 100.0, 100.00000000000001, 1e12,
+         1.0000000000000002e12, -1e6, -1.0000000000000002e6, 1e300, -1e300, np.nan, np.inf,
+         -np.inf, 0.5, 0.02, -0.02]
+VALUE = st.one_of(st.sampled_from(EDGES), st.floats(allow_nan=True, allow_infinity=True),
+                  st.floats(-2.0, 2.0), st.floats(1e-9, 1e13))
+
+
+@st.composite
+def row_columns(draw: st.DrawFn) -> tuple[list[np.ndarray], int]:
+    """Eight columns in row order, each one value or n, mostly ordinary contracts with
+    a drawn value from VALUE here and there."""
+    n = draw(st.integers(1, 6))
+    ordinary = (100.0, 95.0, 0.5, 0.3, 0.02, 1.0, 1.0, 0.01)
+    columns = []
+    for base in ordinary:
+        size = draw(st.sampled_from([1, n]))
+        values = [draw(VALUE) if draw(st.integers(0, 7)) == 0 else base for _ in range(size)]
+        columns.append(np.array(values, dtype=np.float64))
+    return columns, n
+
+
+@given(row_columns())
+@settings(max_examples=300, deadline=None)
+def test_compiled_row_builder_accepts_exactly_what_check_params_accepts(
+        drawn: tuple[list[np.ndarray], int]) -> None:
+    """`core.fill_rows` (the CUDA engine's one pass) against numpy's broadcast and
+    `check_params`: the same rows bit for bit, a bad row exactly where numpy raises, and
+    `two_marches`'s answer."""
+    columns, n = drawn
+    rows = np.full((n, core.N_PARAMS), -7.0)
+    bad, early = core.fill_rows(rows, tuple(columns), engines._ROW_LOWEST,
+                                engines._ROW_HIGHEST, engines.MIN_VOL)
+    full = np.stack([np.broadcast_to(c, (n,)) for c in columns], axis=1)
+    np.testing.assert_array_equal(rows, full)
+    try:
+        engines.check_params(full)
+    except ValueError:
+        assert bad > 0
+    else:
+        assert bad == 0
+        assert early == core.two_marches(full, True)
+
+
+@needs_cuda
+@pytest.mark.parametrize("spots", [104.0, [101.0, 99.0, 100.0, 105.0]])
+def test_cuda_engine_one_pass_equals_the_row_api_bitwise(spots: float | list[float]) -> None:
+    """`FdPricingEngine.price` on CUDA builds its rows in one compiled pass: the same
+    values as `price_params` of numpy's rows, for per-contract and scalar inputs, one
+    contract against many spots, and no contracts."""
+    contracts, market = mixed()
+    market = MarketInputs(spots, [0.3, 0.25, 0.4, 0.3], 0.02, 0.01)
+    engine = FdPricingEngine(TINY, "cuda")
+    got = engine.price(contracts, market)
+    want = price_params(contract_rows(contracts, market), TINY, "cuda")
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+    one = contracts.select(np.array([1]))
+    many = MarketInputs(np.array([90.0, 100.0, 110.0]), 0.3, 0.02)
+    got = engine.price(one, many)
+    want = price_params(contract_rows(one, many), TINY, "cuda")
+    assert got.price.shape == (3,)
+    np.testing.assert_array_equal(got.price, want.price)
+    none = engine.price(contracts.select(np.zeros(4, dtype=bool)), MarketInputs(100.0, 0.3))
+    assert none.price.shape == (0,)
+
+
+@needs_cuda
+@pytest.mark.parametrize(("column", "value"), [
+    ("spot", 0.0), ("spot", np.nan), ("spot", 1e300), ("strike", 1e-300), ("vol", 1e-12),
+    ("vol", -0.1), ("vol", np.inf), ("expiry", 101.0), ("rate", 1.5)])
+def test_cuda_engine_refuses_what_the_cpu_engine_refuses(column: str, value: float) -> None:
+    """A bad value in one contract of four: the CUDA engine's compiled check gives numpy's
+    one-line error, word for word."""
+    contracts, market = mixed()
+    fields = {"spot": np.array(market.spot, dtype=float), "vol": np.full(4, 0.3),
+              "rate": np.full(4, 0.02), "strike": contracts.strike.copy(),
+              "expiry": contracts.expiry.copy()}
+    fields[column][2] = value
+    contracts = type(contracts)(fields["strike"], fields["expiry"], contracts.is_call,
+                                contracts.is_american)
+    market = MarketInputs(fields["spot"], fields["vol"], fields["rate"])
+    with pytest.raises(ValueError) as cpu:
+        FdPricingEngine(TINY, "cpu").price(contracts, market)
+    with pytest.raises(ValueError) as cuda:
+        FdPricingEngine(TINY, "cuda").price(contracts, market)
+    assert str(cuda.value) == str(cpu.value) and "\n" not in str(cpu.value)
 
 
 def test_fd_engine_american_put_matches_quantlib() -> None:

@@ -343,3 +343,38 @@ def test_real_gpu_one_shot_workspace_equals_the_ordinary_launch(
         for values in (got[i], threaded[i], threaded[i + len(cases)]):
             for field in ("price", "delta", "gamma"):
                 np.testing.assert_array_equal(getattr(values, field), getattr(want, field))
+
+
+@pytest.mark.gpu
+def test_real_gpu_engine_one_pass_rows_equal_the_ordinary_launch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`FdPricingEngine.price` on CUDA (rows built and checked by one compiled pass into
+    the mapped workspace, whose launches for one-march and two-march rows share it): bit
+    for bit numba's ordinary launch of numpy's rows, alternating European-only and
+    American batches of growing sizes, then from threads at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gpu.options import engines
+    from gpu.options.engines import FdPricingEngine, contract_rows
+    from gpu.options.instruments import MarketInputs, OptionContracts
+
+    rng = np.random.default_rng(11)
+
+    def batch(n: int, american: bool) -> tuple[OptionContracts, MarketInputs]:
+        contracts = OptionContracts.of(rng.uniform(80, 120, n), rng.uniform(0.02, 2.0, n),
+                                       rng.random(n) < 0.5, american & (rng.random(n) < 0.7))
+        return contracts, MarketInputs(rng.uniform(60, 140, n), rng.uniform(0.1, 0.8, n),
+                                       rng.uniform(0, 0.06, n), rng.uniform(0, 0.04, n))
+
+    cases = [batch(n, american) for n, american in
+             ((3, True), (1500, False), (5000, True), (700, False), (10_000, True))]
+    engine = FdPricingEngine("default", "cuda")
+    got = [engine.price(c, m) for c, m in cases]
+    with ThreadPoolExecutor(4) as pool:
+        threaded = list(pool.map(lambda cm: engine.price(*cm), cases * 2))
+    monkeypatch.setattr(engines, "MAPPED_BATCH_MAX_ROWS", 0)
+    for i, (c, m) in enumerate(cases):
+        want = price_params(contract_rows(c, m), "default", "cuda")
+        for values in (got[i], threaded[i], threaded[i + len(cases)]):
+            for field in ("price", "delta", "gamma"):
+                np.testing.assert_array_equal(getattr(values, field), getattr(want, field))
