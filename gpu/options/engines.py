@@ -216,19 +216,27 @@ def _price_on_cuda(params: FloatArray, g: FdGrid, interleave: bool) -> OptionVal
 MAPPED_BATCH_MAX_ROWS = 1 << 18
 
 
+#: rows per launch when `FdPricingEngine.price` builds rows in the workspace: the host
+#: builds and checks the next chunk while the GPU prices the last, on two streams in
+#: turn so one chunk's blocks start while the one before drains
+PIPELINE_CHUNK_ROWS = 2048
+
+
 class _MappedBatch:
     """A reusable workspace for one-shot repricings on CUDA (`price_params`,
     `FdPricingEngine.price`): parameter rows and results in mapped host memory (no copies:
-    the kernel reads and writes them over the bus), a stream of its own, pre-bound
-    launches (one per kernel and block size) and an event. numba's ordinary path creates
-    a stream, allocates two device arrays, copies both ways through pageable memory and
-    types every argument on each call: at 10,000 contracts on the H200 (2026-11-28) that
-    host work took about twice the kernel's time. Capacity only grows (doubling)."""
+    the kernel reads and writes them over the bus), two streams of its own, pre-bound
+    launches (per kernel, block size and first row) and an event per stream. numba's
+    ordinary path creates a stream, allocates two device arrays, copies both ways through
+    pageable memory and types every argument on each call: at 10,000 contracts on the
+    H200 (2026-11-28) that host work took about twice the kernel's time. Capacity only
+    grows (doubling)."""
 
     def __init__(self, grid: FdGrid, rows: int) -> None:
         import threading
 
         from numba import cuda
+        from numba.cuda.cudadrv.devicearray import DeviceNDArray
 
         self.grid = grid
         self.lock = threading.Lock()
@@ -240,29 +248,86 @@ class _MappedBatch:
         self.host_params[:] = 0.0
         self.host_params[:, core.SPOT] = 1.0
         self.host_params[:, core.STRIKE] = 1.0
-        self.stream = cuda.stream()
-        self.args = (self.params, self.out, *core.launch_args(grid.kernel_args()))
-        self.launches: dict[tuple[Any, int], Any] = {}
-        self.event = untimed_event()
-        self.record = event_recorder(self.event, self.stream)
-        self.wait = event_waiter(self.event)  # without the GIL
+        # device-side views of the mapped memory: a chunk's launch takes a slice from its
+        # first row (the kernel's row is its block's index)
+        self.device_params, self.device_out = (
+            DeviceNDArray(a.shape, a.strides, a.dtype, gpu_data=a.gpu_data)
+            for a in (self.params, self.out))
+        self.grid_args = core.launch_args(grid.kernel_args())
+        self.streams = (cuda.stream(), cuda.stream())
+        self.launches: dict[tuple[Any, int, int, int], tuple[Any, tuple[Any, ...]]] = {}
+        self.kernels: dict[bool, Any] = {}  # the one-warp kernel, by interleave
+        self.shapes: dict[tuple[bool, bool], tuple[Any, int]] = {}  # by (split, interleave)
+        events = (untimed_event(), untimed_event())
+        self.records = tuple(event_recorder(e, s) for e, s in zip(events, self.streams,
+                                                                   strict=True))
+        self.waits = tuple(event_waiter(e) for e in events)  # without the GIL
+
+    def _shape(self, rows: int, interleave: bool) -> tuple[Any, int]:
+        """`_launch_shape` with the kernel looked up once (`fd_kernel`'s and
+        `split_passes`'s lookups took 28-72 µs a call on the H200's host, 2026-11-28)."""
+        one_warp = self.kernels.get(interleave)
+        if one_warp is None:
+            one_warp = self.kernels[interleave] = core.fd_kernel(
+                self.grid.price_steps, interleave=interleave)[0]
+        split = core.split_passes(self.grid.richardson, rows, one_warp)
+        shape = self.shapes.get((split, interleave))
+        if shape is None:
+            shape = self.shapes[(split, interleave)] = core.fd_kernel(
+                self.grid.price_steps, split_passes=split, interleave=interleave)
+        return shape
+
+    def _launch(self, first: int, rows: int, interleave: bool, stream: int) -> None:
+        """Price rows first..first+rows-1 on `self.streams[stream]`."""
+        kernel, threads = self._shape(rows, interleave)
+        key = (kernel, threads, first, stream)
+        entry = self.launches.get(key)
+        if entry is None:
+            args = (self.device_params[first:], self.device_out[first:], *self.grid_args)
+            go = bind(kernel, args, self.streams[stream], threads)
+            if go is None and not getattr(kernel, "overloads", None):
+                # (rows first.. are already built: this launch's value is overwritten)
+                kernel[1, threads, self.streams[stream]](*args)  # compiles, or loads
+                self.streams[stream].synchronize()
+                go = bind(kernel, args, self.streams[stream], threads)
+            entry = self.launches[key] = (go, args)
+        go, args = entry
+        if go is not None:
+            go(rows)
+        else:
+            kernel[rows, threads, self.streams[stream]](*args)
+
+    def _wait(self, streams: int) -> None:
+        """Until the work queued on the first `streams` streams is done."""
+        for k in range(streams):
+            self.records[k]()
+        for k in range(streams):
+            self.waits[k]()
 
     def price(self, n: int, interleave: bool) -> OptionValues:
         """Values of the checked rows host_params[:n] (the caller holds `lock`)."""
-        kernel, threads = _launch_shape(self.grid, n, interleave)
-        key = (kernel, threads)
-        if key not in self.launches:
-            kernel[1, threads, self.stream](*self.args)  # compiles, or loads
-            self.stream.synchronize()
-            self.launches[key] = bind(kernel, self.args, self.stream, threads)
-        go = self.launches[key]
-        if go is not None:
-            go(n)
-        else:
-            kernel[n, threads, self.stream](*self.args)
-        self.record()
-        self.wait()
+        self._launch(0, n, interleave, 0)
+        self._wait(1)
         return _values(self.host_out[:n])
+
+    def price_columns(self, columns: tuple[FloatArray, ...], n: int) -> OptionValues | None:
+        """Values of the rows built from `columns` (`_row_columns`), built and checked by
+        `core.fill_rows` a chunk at a time, each chunk launched as soon as it is built
+        (with the interleaving kernel only where it has a two-march row: the values are
+        the same bit for bit either way); None, after the launches in flight, where a row
+        fails the check. The caller holds `lock`."""
+        bad = 0
+        launches = 0
+        for first in range(0, n, PIPELINE_CHUNK_ROWS):
+            last = min(n, first + PIPELINE_CHUNK_ROWS)
+            bad, early = core.fill_rows(self.host_params, first, last, columns,
+                                        _ROW_LOWEST, _ROW_HIGHEST, MIN_VOL)
+            if bad:
+                break
+            self._launch(first, last - first, early and self.grid.richardson, launches % 2)
+            launches += 1
+        self._wait(min(launches, 2))
+        return None if bad else _values(self.host_out[:n])
 
 
 _mapped_batches: dict[tuple[Any, ...], _MappedBatch] = {}
@@ -273,7 +338,8 @@ def _mapped_batch(grid: FdGrid, rows: int) -> _MappedBatch | None:
     or another thread pricing on it now (that call takes the ordinary path)."""
     if rows > MAPPED_BATCH_MAX_ROWS or os.environ.get("NUMBA_ENABLE_CUDASIM", "0") == "1":
         return None
-    key = (grid.kernel_args(), fd_solver(None), fd_max_registers())
+    key = (grid.kernel_args(), fd_solver(None), fd_max_registers(),
+           os.environ.get("GPU_FD_INTERLEAVE", "1"))  # (the batch keeps its kernels)
     batch = _mapped_batches.get(key)
     if batch is None or batch.capacity < rows:
         capacity = max(rows, 2 * batch.capacity if batch is not None else 1024)
@@ -316,27 +382,23 @@ def _row_columns(contracts: OptionContracts,
 
 def _price_contracts_on_cuda(contracts: OptionContracts, market: MarketInputs,
                              g: FdGrid) -> OptionValues | None:
-    """`FdPricingEngine.price` on CUDA with the rows built and checked by one compiled
-    pass, straight into the mapped workspace; None where that pass finds a row that
-    `check_params` refuses or the inputs are not vectors (the caller's numpy path then
-    raises its one-line error, or broadcasts)."""
+    """`FdPricingEngine.price` on CUDA with the rows built and checked by compiled passes,
+    straight into the mapped workspace (`_MappedBatch.price_columns`); None where a row
+    fails `check_params`'s checks or the inputs are not vectors (the caller's numpy path
+    then raises its one-line error, or broadcasts)."""
     built = _row_columns(contracts, market)
     if built is None:
         return None
     columns, n = built
     batch = _mapped_batch(g, n)
-    rows = batch.host_params[:n] if batch is not None else np.empty((n, core.N_PARAMS))
+    if batch is None:
+        rows = np.empty((n, core.N_PARAMS))
+        bad, early = core.fill_rows(rows, 0, n, columns, _ROW_LOWEST, _ROW_HIGHEST, MIN_VOL)
+        return None if bad else _price_on_cuda(rows, g, early and g.richardson)
     try:
-        bad, early = core.fill_rows(rows, columns, _ROW_LOWEST, _ROW_HIGHEST, MIN_VOL)
-        if bad:
-            return None
-        interleave = early and g.richardson
-        if batch is None:
-            return _price_on_cuda(rows, g, interleave)
-        return batch.price(n, interleave)
+        return batch.price_columns(columns, n)
     finally:
-        if batch is not None:
-            batch.lock.release()
+        batch.lock.release()
 
 
 def price_options(

@@ -142,11 +142,21 @@ def test_compiled_row_builder_accepts_exactly_what_check_params_accepts(
     `check_params`: the same rows bit for bit, a bad row exactly where numpy raises, and
     `two_marches`'s answer."""
     columns, n = drawn
-    rows = np.full((n, core.N_PARAMS), -7.0)
-    bad, early = core.fill_rows(rows, tuple(columns), engines._ROW_LOWEST,
+    rows = np.full((n + 2, core.N_PARAMS), -7.0)
+    bad, early = core.fill_rows(rows, 0, n, tuple(columns), engines._ROW_LOWEST,
                                 engines._ROW_HIGHEST, engines.MIN_VOL)
     full = np.stack([np.broadcast_to(c, (n,)) for c in columns], axis=1)
-    np.testing.assert_array_equal(rows, full)
+    np.testing.assert_array_equal(rows[:n], full)
+    assert (rows[n:] == -7.0).all()  # nothing past `last`
+    # in two pieces (the chunks of a pipelined launch): the same rows and answers
+    split = n // 2
+    again = np.full_like(rows, -7.0)
+    b1, e1 = core.fill_rows(again, 0, split, tuple(columns), engines._ROW_LOWEST,
+                            engines._ROW_HIGHEST, engines.MIN_VOL)
+    b2, e2 = core.fill_rows(again, split, n, tuple(columns), engines._ROW_LOWEST,
+                            engines._ROW_HIGHEST, engines.MIN_VOL)
+    np.testing.assert_array_equal(again, rows)
+    assert (b1 + b2, e1 or e2) == (bad, early)
     try:
         engines.check_params(full)
     except ValueError:
