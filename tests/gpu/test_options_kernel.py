@@ -348,10 +348,11 @@ def test_real_gpu_one_shot_workspace_equals_the_ordinary_launch(
 @pytest.mark.gpu
 def test_real_gpu_engine_one_pass_rows_equal_the_ordinary_launch(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """`FdPricingEngine.price` on CUDA (rows built and checked by one compiled pass into
-    the mapped workspace, whose launches for one-march and two-march rows share it): bit
-    for bit numba's ordinary launch of numpy's rows, alternating European-only and
-    American batches of growing sizes, then from threads at once."""
+    """`FdPricingEngine.price` on CUDA (rows built, checked and launched a chunk at a
+    time into the mapped workspace, whose launches for one-march and two-march rows share
+    it): bit for bit numba's ordinary launch of numpy's rows, alternating European-only
+    and American batches of growing sizes, after a batch refused in its third chunk, then
+    from threads at once."""
     from concurrent.futures import ThreadPoolExecutor
 
     from gpu.options import engines
@@ -370,6 +371,13 @@ def test_real_gpu_engine_one_pass_rows_equal_the_ordinary_launch(
              ((3, True), (1500, False), (5000, True), (700, False), (10_000, True))]
     engine = FdPricingEngine("default", "cuda")
     got = [engine.price(c, m) for c, m in cases]
+    # a bad row in a later chunk (earlier chunks already launched): numpy's one line
+    c, m = cases[2]
+    vols = np.array(m.vol, dtype=float)
+    vols[4500] = 1e-12
+    one_line = r"^vol must be 0 or at least 1e-08, got 1e-12 \(1 rows\)$"
+    with pytest.raises(ValueError, match=one_line):
+        engine.price(c, MarketInputs(m.spot, vols, m.rate, m.dividend_yield))
     with ThreadPoolExecutor(4) as pool:
         threaded = list(pool.map(lambda cm: engine.price(*cm), cases * 2))
     monkeypatch.setattr(engines, "MAPPED_BATCH_MAX_ROWS", 0)
