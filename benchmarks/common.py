@@ -78,6 +78,15 @@ def write_json(path: Path, result: Any, **dumps: Any) -> None:
     log(f"wrote {path}")
 
 
+def write_tree_runs(path: Path, args: Any, runs: dict[str, Any], summary: Any) -> None:
+    """The result file of a GPU benchmark over code trees (`alternate_trees`): the card,
+    the command's arguments, every tree's runs, the summary and the time."""
+    from datetime import UTC, datetime
+
+    write_json(path, {"gpu": gpu_name(), "args": vars(args), "runs": runs, "summary": summary,
+                      "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}, default=str)
+
+
 def alternate_trees(script: str, roots: list[Path], rounds: int, worker_args: list[str],
                     env: dict[str, str] | None = None
                     ) -> Iterator[tuple[int, Path, dict[str, Any]]]:

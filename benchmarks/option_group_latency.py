@@ -20,7 +20,6 @@ import argparse
 import statistics
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(args.repeats, args.options)))
         return 0
     sys.path.insert(0, str(ROOT))  # this tree's helpers (a worker runs another tree)
-    from benchmarks.common import alternate_trees, gpu_name, write_json
+    from benchmarks.common import alternate_trees, write_tree_runs
 
     runs: dict[str, list[dict[str, Any]]] = {str(r): [] for r in args.roots}
     for k, root, res in alternate_trees(__file__, args.roots, args.rounds,
@@ -124,10 +123,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{med['floor_p50_us']:.1f} | {med['set_spot_median_us']:.1f} | "
               f"{med['launch_median_us']:.1f} | {med['results_median_us']:.1f} |")
     if args.json:
-        write_json(args.json, {"gpu": gpu_name(), "args": vars(args), "runs": runs,
-                               "summary": summary,
-                               "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")},
-                   default=str)
+        write_tree_runs(args.json, args, runs, summary)
     return 0
 
 

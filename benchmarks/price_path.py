@@ -20,7 +20,6 @@ import argparse
 import statistics
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(args.sizes, args.grid, args.repeats)))
         return 0
     sys.path.insert(0, str(ROOT))  # this tree's helpers (a worker runs another tree)
-    from benchmarks.common import alternate_trees, gpu_name, write_json
+    from benchmarks.common import alternate_trees, write_tree_runs
 
     runs: dict[str, list[dict[str, Any]]] = {str(r): [] for r in args.roots}
     worker_args = ["--repeats", str(args.repeats), "--grid", args.grid,
@@ -106,10 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{med['wall_us']:.0f} | {med['kernel_us']:.0f} | {med['host_us']:.0f} | "
                   f"{' '.join(digests)} |")
     if args.json:
-        write_json(args.json, {"gpu": gpu_name(), "args": vars(args), "runs": runs,
-                               "summary": summary,
-                               "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")},
-                   default=str)
+        write_tree_runs(args.json, args, runs, summary)
     return 0
 
 
