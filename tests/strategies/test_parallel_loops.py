@@ -59,6 +59,9 @@ def test_compile_check_translate_behaviours_and_fitness_are_the_same_on_every_pa
         checked = _check_programs(programs, lengths)
         code, code_lengths = gp_bitwise.to_mask_programs(*checked)
         fingerprints = gp_bitwise.behaviours(programs, lengths, masks, day1 - day0)
+        # a hall of fame's batch (a few dozen programs, a program a chunk): the same values
+        few = gp_bitwise.behaviours(programs[:37], lengths[:37], masks, day1 - day0)
+        np.testing.assert_array_equal(few, fingerprints[:37])
         return programs, lengths, code, code_lengths, fingerprints, fitness_from_cash(cash, bh)
 
     results = both_paths(run, monkeypatch)
