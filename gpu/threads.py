@@ -124,6 +124,18 @@ def chunk_lo(k: int, chunks: int, n: int) -> int:
     return int(kk * base + min(kk, extra))
 
 
+#: the least work worth a chunk of a loop over GP programs, in (day, stock) cells: a
+#: program over 128 stocks x 768 days (98,304 cells) is a chunk of its own, so an
+#: ensemble's ten rules run on ten threads; a small window's programs go many to a chunk
+MIN_CHUNK_CELLS = 1 << 16
+
+
+def programs_per_chunk(cells_per_program: int) -> int:
+    """`min_chunk` of a loop over programs that each cover `cells_per_program` (day,
+    stock) cells (MIN_CHUNK_CELLS)."""
+    return max(1, -(-MIN_CHUNK_CELLS // max(1, cells_per_program)))
+
+
 def run_chunks(fn: Callable[..., Any], n: int, *args: Any, min_chunk: int = 32) -> None:
     """fn(lo, hi, *args) over range(n) in chunks of at least `min_chunk` iterations, on up
     to numba.get_num_threads() threads (the caller's included); returns when all are done

@@ -55,7 +55,7 @@ from gpu.gp.core import CASH0, CODE_BUY, CODE_SELL, OP_AND, OP_GT, OP_NOT, STACK
 from gpu.gp.window import WindowEvaluator, _check_programs, fitness_from_cash, gp_ops
 from gpu.indicators.catalogue import N_FLOAT, N_TERMINALS
 from gpu.small import SMALL_CELLS, uncompiled
-from gpu.threads import chunk_lo, parallel_range, run_chunks
+from gpu.threads import chunk_lo, parallel_range, programs_per_chunk, run_chunks
 from gpu.twin import compile_twin, cuda_kernel_cache, flush_stale_caches
 
 F64 = npt.NDArray[np.float64]
@@ -731,7 +731,8 @@ class BitwiseEvaluator(WindowEvaluator):
         if self.device == "cpu":
             out = self._cash[:n]
             run_chunks(_final_cash_bits_cpu, n, code, code_lengths, self._masks, self._close,
-                       self.day0, self.day1, self.costs, out, min_chunk=16)
+                       self.day0, self.day1, self.costs, out,
+                       min_chunk=programs_per_chunk(self.n_days * self.n_stocks))
         else:
             # only the used columns travel; the cash comes back through a reused pinned
             # buffer (a pageable copy of 25,000 x 128 doubles costs several ms)

@@ -52,7 +52,7 @@ from gpu.gp.window import (  # noqa: F401 (the shared pieces stay importable fro
 )
 from gpu.indicators.catalogue import N_FLOAT, N_TERMINALS
 from gpu.small import SMALL_CELLS, interpreted, is_small, uncompiled
-from gpu.threads import run_chunks
+from gpu.threads import programs_per_chunk, run_chunks
 from gpu.twin import cuda_kernel_cache, flush_stale_caches
 
 F32 = npt.NDArray[np.float32]
@@ -211,7 +211,7 @@ def decision_codes(programs: np.ndarray, lengths: np.ndarray, panel: np.ndarray,
 
             return codes_numpy(programs, lengths, panel_c, day0, day1)
         run_chunks(_codes_range_cpu, n, programs, lengths, panel_c, day0, day1, out,
-                   min_chunk=16)
+                   min_chunk=programs_per_chunk((day1 - day0) * n_stocks))
         return out
     d_out = cuda.device_array(out.shape, np.int8)
     _codes_kernel[_blocks(n * n_stocks), THREADS_PER_BLOCK](
@@ -310,7 +310,8 @@ class PopulationEvaluator(WindowEvaluator):
             return out
         if self.device == "cpu":
             run_chunks(_final_cash_cpu, n, programs, lengths, self.panel, self.close,
-                       self.day0, self.day1, self.costs, out, min_chunk=16)
+                       self.day0, self.day1, self.costs, out,
+                       min_chunk=programs_per_chunk(self.n_days * self.n_stocks))
         else:
             d_out = cuda.device_array(out.shape, np.float64)
             _final_cash_kernel[_blocks(n * self.n_stocks), THREADS_PER_BLOCK](

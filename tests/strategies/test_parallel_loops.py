@@ -97,3 +97,32 @@ def test_numbas_openmp_threads_sleep_between_loops_unless_the_user_says(
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=env, cwd=Path(__file__).resolve().parents[2], check=True)
     assert out.stdout.strip() == (preset or "PASSIVE")
+
+
+def test_few_rules_a_chunk_each_give_the_serial_codes_and_cash(
+        window: GPWindow, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ensemble's decisions and a hall of fame's money (a few rules over a large
+    window: `threads.programs_per_chunk` gives each its own chunk) equal one serial call;
+    here every program's window counts as large."""
+    from gpu.gp.evaluate import PopulationEvaluator, decision_codes
+
+    assert threads.programs_per_chunk(768 * 128) == 1  # the headline's window
+    assert threads.programs_per_chunk(60 * 4) == -(-threads.MIN_CHUNK_CELLS // 240)
+    assert threads.programs_per_chunk(0) == threads.MIN_CHUNK_CELLS
+    programs, lengths = bred_population(7, seed=11, max_depth=6).compile()
+    day0, day1 = window.train.day0, window.train.day1
+
+    def run() -> tuple[np.ndarray, ...]:
+        codes = decision_codes(programs, lengths, window.panel, day0, day1, "cpu")
+        cash = [PopulationEvaluator(window.panel, window.close, day0, day1, "cpu",
+                                    method).final_cash(programs, lengths)
+                for method in ("stack", "bitwise")]
+        return codes, *cash
+
+    monkeypatch.setattr(threads, "MIN_CHUNK_CELLS", 1)
+    many = run()
+    monkeypatch.setattr(threads, "MIN_CHUNK_CELLS", 1 << 40)  # one chunk: serial
+    serial = run()
+    for got, want in zip(many, serial, strict=True):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(many[1], many[2])  # both evaluators, the same cash
