@@ -318,15 +318,20 @@ class _MappedBatch:
         fails the check. The caller holds `lock`."""
         bad = 0
         launches = 0
-        for first in range(0, n, PIPELINE_CHUNK_ROWS):
-            last = min(n, first + PIPELINE_CHUNK_ROWS)
-            bad, early = core.fill_rows(self.host_params, first, last, columns,
-                                        _ROW_LOWEST, _ROW_HIGHEST, MIN_VOL)
-            if bad:
-                break
-            self._launch(first, last - first, early and self.grid.richardson, launches % 2)
-            launches += 1
-        self._wait(min(launches, 2))
+        try:
+            for first in range(0, n, PIPELINE_CHUNK_ROWS):
+                last = min(n, first + PIPELINE_CHUNK_ROWS)
+                bad, early = core.fill_rows(self.host_params, first, last, columns,
+                                            _ROW_LOWEST, _ROW_HIGHEST, MIN_VOL)
+                if bad:
+                    break
+                self._launch(first, last - first, early and self.grid.richardson,
+                             launches % 2)
+                launches += 1
+        finally:
+            # whatever stopped the loop, no chunk in flight outlives the caller's lock: the
+            # next caller rewrites these rows
+            self._wait(min(launches, 2))
         return None if bad else _values(self.host_out[:n])
 
 
