@@ -329,8 +329,12 @@ def start_state(config: EvolutionConfig, rng: np.random.Generator | None = None
 
 
 #: an evolution hands its children to the evaluator in this many parts (each at least
-#: MIN_PART), so that breeding part k + 1 overlaps the GPU's evaluation of part k
-PARTS = 4
+#: MIN_PART), so that breeding part k + 1 overlaps the GPU's evaluation of part k. Each
+#: part is a round of hand-offs to the host's threads (breeding, postfix, the checks, the
+#: mask programs), which cost more than the overlap saves: the headline's 50 generations
+#: took 1.57-1.87 s in 4 parts, 1.36-1.53 s in 2 and 1.49-1.58 s in 1 on a 16-core H200 host
+#: (2026-11-28, benchmarks/results/h200-2026-11-28i/, the same fitness in every case)
+PARTS = 2
 MIN_PART = 2048
 
 Parts = Iterator[tuple[npt.NDArray[np.int16], npt.NDArray[np.int32]]]

@@ -165,6 +165,8 @@ def test_children_bred_in_parts_equal_one_breeding(window: GPWindow, device: str
         else {}
     whole = run(window, seed=9, device=device, population=70, generations=3, **data)
     monkeypatch.setattr(evolution, "MIN_PART", 16)
+    assert evolution._spans(68) == [(0, 34), (34, 68)]
+    monkeypatch.setattr(evolution, "PARTS", 4)
     assert evolution._spans(68) == [(0, 17), (17, 34), (34, 51), (51, 68)]
     assert fingerprint(run(window, seed=9, device=device, population=70, generations=3,
                            **data)) == fingerprint(whole)
