@@ -128,34 +128,12 @@ CONSOLE_COMMAND = "gte"
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     wanted = next((a for a in argv if a in COMMANDS), None)
-    plotting = _early_plot_worker(wanted, argv)  # before the command's imports, too
-    early = _early_compile_workers(wanted, argv)
+    early = _early_compile_workers(wanted, argv)  # before the command's imports
     try:
         return _main(argv, wanted, early)
     finally:
         if early is not None:
             early.release()  # (a no-op once prewarm has given them their shares)
-        if plotting:
-            from engine.reporting import plot_worker
-
-            plot_worker.release_early()  # (a no-op once the command adopted it)
-
-
-#: commands that draw a PNG in a background process (engine/reporting/plot_worker.py),
-#: and the options under which they draw none there (islands and walk-forward plots)
-EARLY_PLOT = {"evolve": ("--islands", "--scheduler", "--walk-forward")}
-
-
-def _early_plot_worker(command: str | None, argv: list[str]) -> bool:
-    """Start the background plotting process of a command that will draw in one, before
-    its imports and its work take the cores (plot_worker.start_early). True if started."""
-    if command not in EARLY_PLOT or "-h" in argv or "--help" in argv:
-        return False
-    if any(a.split("=", 1)[0] in EARLY_PLOT[command] for a in argv):
-        return False
-    from engine.reporting import plot_worker
-
-    return plot_worker.start_early()
 
 
 def _early_compile_workers(command: str | None, argv: list[str]) -> Any:

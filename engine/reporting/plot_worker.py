@@ -7,13 +7,6 @@ while the command evolves; `fitness(...)` then only sends the numbers and waits 
 PNG. The command still returns only once the file is written. Where no core is free for
 the worker (fewer than 4), or the process cannot start or dies, the plot is drawn in the
 caller's process exactly as before.
-
-`start_early()` starts that process before the command has imported anything heavy
-(run_engine calls it first thing for `evolve`), and the command's `PlotWorker()` adopts it.
-Started at the command's own start instead, on a 16-core H200 host the process became ready
-only about 4 s later, its import competing with the evolution's breeding threads for every
-core, so the warm headline waited 0.5-1.6 s for its PNG at the end (2026-11-28, calls 53-54
-of benchmarks/results/h200-2026-11-28i/).
 """
 
 from __future__ import annotations
@@ -50,55 +43,24 @@ def _plot_fitness(path: Path, rows: list[SimpleNamespace], title: str) -> None:
     plot_fitness(path, rows, title)  # type: ignore[arg-type]
 
 
-def _start_pool() -> Any:
-    """A one-process pool whose process is starting now (None if it cannot start)."""
-    try:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-
-        pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                   initializer=warm)
-        pool.submit(int)  # start the process now, not at the first plot
-        return pool
-    except (OSError, RuntimeError, ValueError):
-        return None
-
-
-#: the process `start_early` started, until a `PlotWorker` adopts it or `release_early`
-_early: Any = None
-
-
-def start_early() -> bool:
-    """Start the plotting process now, where `PlotWorker()` would start one
-    (`in_background`): the next `PlotWorker` that draws in the background adopts it.
-    True if one was started."""
-    global _early
-    if _early is None and in_background():
-        _early = _start_pool()
-    return _early is not None
-
-
-def release_early() -> None:
-    """Stop a process `start_early` started that no `PlotWorker` adopted (a command that
-    failed first, or one that draws in its own process)."""
-    global _early
-    pool, _early = _early, None
-    if pool is not None:
-        pool.shutdown(wait=False, cancel_futures=True)
-
-
 class PlotWorker:
     """One background plotting process (see module doc); `close()` when done."""
 
     def __init__(self, background: bool | None = None) -> None:
-        global _early
         if background is None:
             background = in_background()
         self._pool: Any = None
         if not background:
-            release_early()
             return
-        self._pool, _early = (_early, None) if _early is not None else (_start_pool(), None)
+        try:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=warm)
+            self._pool.submit(int)  # start the process now, not at the first plot
+        except (OSError, RuntimeError, ValueError):
+            self._pool = None
 
     @property
     def background(self) -> bool:
