@@ -287,5 +287,23 @@ def _quiet_stdout() -> None:
         pass
 
 
+def entry() -> int:
+    """The process's entry (`python run_engine.py`, the `gte` console command): `main`,
+    then the objects it leaves are frozen out of the cyclic garbage collector. The
+    interpreter's final collections would otherwise walk every object that numba's
+    compiler and type system made, which cost 0.3-0.7 s of every command's exit (the
+    headline `evolve` on a 16-core H200 host: 0.47-0.74 s from `main`'s return to the
+    process's end, 2026-11-28, benchmarks/results/h200-2026-11-28i/; a CPU `evolve` on the
+    2-core VM 0.45 s). Exit handlers, `weakref.finalize` callbacks and the flush of
+    stdout and stderr all still run; only objects in reference cycles are left to the
+    operating system. Callers of `main` inside a longer-lived process (tests, notebooks)
+    keep their collector as it was."""
+    import gc
+
+    code = main()
+    gc.freeze()
+    return code
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())
