@@ -277,10 +277,31 @@ def _record(rep: dict[str, Any] | None) -> PeriodRecord | None:
                         roi_buy_hold=rep["roi_buy_hold"])
 
 
+def _start_png(args: argparse.Namespace, window: GPWindow, result: EvolutionResult,
+               test: dict[str, Any] | None, islands: Any, plots: PlotWorker
+               ) -> tuple[Path, Callable[[], None]]:
+    """The fitness PNG (or the islands' plot), started: its path and the wait for it."""
+    config = result.config
+    out: Path = args.out
+    png: Path = args.png or out.with_name(out.stem + "_fitness.png")
+    test_txt = (f", test ROI {test['roi']:+.2%} vs buy-and-hold {test['roi_buy_hold']:+.2%}"
+                if test else "")
+    title = (f"{window.n_stocks} stocks, {window.train.days} training days, "
+             f"seed {config.seed}{test_txt}")
+    out.parent.mkdir(parents=True, exist_ok=True)  # (the PNG's default folder)
+    if islands is not None:
+        from engine.reporting.plots import plot_islands
+
+        plot_islands(png, islands, f"{islands.plan.islands} islands x {config.population}, "
+                                   f"{title}")
+        return png, lambda: None
+    return png, plots.start_fitness(png, result.history, title)
+
+
 def _write_outputs(args: argparse.Namespace, window: GPWindow, result: EvolutionResult,
                    train: dict[str, Any], test: dict[str, Any] | None, islands: Any,
-                   device: str, plots: PlotWorker) -> tuple[Path, Path]:
-    """The strategy file, the fitness PNG and (--returns-out) the daily returns."""
+                   device: str) -> Path:
+    """The strategy file and (--returns-out) the daily returns."""
     best, config = result.best, result.config
     sf = StrategyFile(
         data=window.source, train=_record(train), test=_record(test), seed=config.seed,
@@ -292,22 +313,10 @@ def _write_outputs(args: argparse.Namespace, window: GPWindow, result: Evolution
     out: Path = args.out
     out.parent.mkdir(parents=True, exist_ok=True)
     save_strategy(out, sf)
-    png = args.png or out.with_name(out.stem + "_fitness.png")
-    test_txt = (f", test ROI {test['roi']:+.2%} vs buy-and-hold {test['roi_buy_hold']:+.2%}"
-                if test else "")
-    title = (f"{window.n_stocks} stocks, {window.train.days} training days, "
-             f"seed {config.seed}{test_txt}")
-    if islands is not None:
-        from engine.reporting.plots import plot_islands
-
-        plot_islands(png, islands, f"{islands.plan.islands} islands x {config.population}, "
-                                   f"{title}")
-    else:
-        plots.fitness(png, result.history, title)
     if args.returns_out:
         write_hall_of_fame_returns(args.returns_out, window, result, device,
                                    _costs(args))
-    return out, png
+    return out
 
 
 def rules_tried(config: EvolutionConfig, islands: Any = None) -> int:
@@ -443,10 +452,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         result = islands.evolution_result() if islands is not None else evolve(
             train_eval, config, progress)
         trials = rules_tried(config, islands)
-        train = evaluate_period(window, window.train, result, device, costs, trials)
+        # the test period first: the PNG's title needs it, and the PNG is then drawn while
+        # the training period's report runs (each period's report depends on it alone)
         test = (evaluate_period(window, window.test, result, device, costs, trials)
                 if window.test.days else None)
-        out, png = _write_outputs(args, window, result, train, test, islands, device, plots)
+        png, plotted = _start_png(args, window, result, test, islands, plots)
+        train = evaluate_period(window, window.train, result, device, costs, trials)
+        out = _write_outputs(args, window, result, train, test, islands, device)
+        plotted()
     _print_summary(result, train, test, device, out, png, args)
     return {**_report(args, window, result, train, test, islands, device, out, png),
             "seconds": time.perf_counter() - t0}

@@ -12,7 +12,7 @@ caller's process exactly as before.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Protocol
@@ -69,17 +69,32 @@ class PlotWorker:
     def fitness(self, path: Path, history: Sequence[_Stats], title: str) -> None:
         """engine.reporting.plots.plot_fitness of best and mean fitness per generation; returns once
         the PNG is written."""
+        self.start_fitness(path, history, title)()
+
+    def start_fitness(self, path: Path, history: Sequence[_Stats], title: str
+                      ) -> Callable[[], None]:
+        """The same PNG, drawn while the caller goes on: returns the wait for it (call it
+        before the command ends; it raises what drawing raised). In the caller's process
+        the PNG is drawn before this returns."""
         rows = [SimpleNamespace(generation=s.generation, best=s.best, mean=s.mean)
                 for s in history]
         if self._pool is not None:
             from concurrent.futures.process import BrokenProcessPool
 
             try:
-                self._pool.submit(_plot_fitness, path, rows, title).result()
-                return
-            except (BrokenProcessPool, OSError):
+                job = self._pool.submit(_plot_fitness, path, rows, title)
+            except (BrokenProcessPool, OSError, RuntimeError):
                 self.close()
+            else:
+                def wait() -> None:
+                    try:
+                        job.result()
+                    except (BrokenProcessPool, OSError):  # the worker died: drawn here
+                        self.close()
+                        _plot_fitness(path, rows, title)
+                return wait
         _plot_fitness(path, rows, title)
+        return lambda: None
 
     def close(self) -> None:
         if self._pool is not None:
