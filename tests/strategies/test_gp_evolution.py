@@ -170,3 +170,38 @@ def test_children_bred_in_parts_equal_one_breeding(window: GPWindow, device: str
     assert evolution._spans(68) == [(0, 17), (17, 34), (34, 51), (51, 68)]
     assert fingerprint(run(window, seed=9, device=device, population=70, generations=3,
                            **data)) == fingerprint(whole)
+
+
+def test_selection_beside_the_hall_is_the_serial_run(window: GPWindow) -> None:
+    """`advance` draws generation g + 1's tournaments on a helper thread while it updates
+    the hall with generation g: the run, the hall and the random stream afterwards are
+    those of the serial loop (every step in turn on one thread), whether the generations
+    run in one call or in several (the island model's epochs), and no call draws past
+    its last generation."""
+    ev = gp_eval.PopulationEvaluator(window.panel, window.close, 0, window.panel.shape[0], "cpu")
+    cfg = EvolutionConfig(population=120, generations=6, seed=11, elite=2, hall_of_fame=5)
+
+    def summary(st: evolution.EvolutionState) -> tuple[object, ...]:
+        return (st.population.ops.tobytes(), st.population.lengths.tobytes(),
+                st.fitness.tobytes(), [(str(c.rule), c.fitness, c.generation)
+                                       for c in st.hall.members],
+                st.rng.bit_generator.state["state"])
+
+    serial = evolution.start_state(cfg)
+    for g in range(cfg.generations):
+        if g == 0:
+            pop, carried = serial.population, np.empty(0, np.float64)
+            parts, n = evolution._compiled_parts(pop), len(pop)
+        else:
+            pop, carried, parts, n = evolution._next_generation(serial)
+        fit = np.concatenate([carried, ev.parts_fitness(parts, n)])
+        serial.population, serial.fitness, serial.generation = pop, fit, g + 1
+        serial.hall.update(pop, fit, g, evolution.population_behaviours(ev))
+    whole = evolution.start_state(cfg)
+    evolution.advance(ev, whole, cfg.generations)
+    epochs = evolution.start_state(cfg)
+    for until in (1, 2, 4, 6):
+        evolution.advance(ev, epochs, until)
+        assert epochs.generation == until
+    assert summary(whole) == summary(serial)
+    assert summary(epochs) == summary(serial)
