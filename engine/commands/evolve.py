@@ -226,7 +226,11 @@ def _check_kinds(args: argparse.Namespace) -> None:
 
     check_own_kind(args.out, "strategy", "--out")
     suffix = "_walk_forward.png" if args.walk_forward is not None else "_fitness.png"
-    check_own_kind(args.png or args.out.with_name(args.out.stem + suffix), "png", "--png")
+    png = args.png or args.out.with_name(args.out.stem + suffix)
+    # refused before the evolution, not after it (a PNG path that is a folder, or under a
+    # file, ended a finished run with an internal error)
+    check_writable_file(png, "--png")
+    check_own_kind(png, "png", "--png")
     if args.returns_out:
         check_writable_file(args.returns_out, "--returns-out")
         check_own_kind(args.returns_out, "returns-csv", "--returns-out")

@@ -76,6 +76,35 @@ def test_evolve_bad_input_is_one_line(shared_data, tmp_path: Path,
     assert err[-1].startswith("error:") and words in err[-1]
 
 
+@pytest.mark.parametrize("where", ["folder", "under_a_file", "default_is_a_folder",
+                                   "walk_forward_default_is_a_folder"])
+def test_evolve_unwritable_png_is_one_line_before_the_work(
+        shared_data, tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str) -> None:
+    """Every way the PNG's path cannot take a file is refused like --out, before the
+    evolution runs: it used to end a finished run with an internal error."""
+    out = tmp_path / "x.json"
+    extra: list[str] = []
+    if where == "folder":
+        (tmp_path / "p.png").mkdir()
+        extra = ["--png", str(tmp_path / "p.png")]
+    elif where == "under_a_file":
+        (tmp_path / "f").write_text("")
+        extra = ["--png", str(tmp_path / "f" / "p.png")]
+    elif where == "default_is_a_folder":
+        (tmp_path / "x_fitness.png").mkdir()
+    else:
+        (tmp_path / "x_walk_forward.png").mkdir()
+        extra = ["--walk-forward", "30,10"]
+    argv = ["evolve", "--data", str(shared_data / "sp500_5yr_daily"), "--stocks", "2",
+            "--train-days", "50", "--test-days", "10", "--population", "10",
+            "--generations", "1", "--device", "cpu", "--out", str(out), *extra]
+    code = run_engine.main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert err[-1].startswith("error: --png") and len(err) == 1, err
+    assert not out.exists()  # nothing ran
+
+
 def test_first_run_work_reads_the_window_for_the_run(shared_data, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     from engine.commands import evolve
