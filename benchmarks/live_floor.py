@@ -76,7 +76,7 @@ class Floor:
         if journal is not None and append:  # one record a step, one write(2): no SQLite
             self.append_fd = os.open(journal, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         elif journal is not None:
-            self.db = sqlite3.connect(journal, isolation_level=None)
+            self.db = sqlite3.connect(journal, isolation_level=None, check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=NORMAL")
             self.db.executescript(SCHEMA)
@@ -153,12 +153,9 @@ class Floor:
         db = self.db
         if self.append_fd >= 0:
             self.step_no += 1
-            rec = self.encode((self.step_no, step, made))
-            if made:  # the held steps' records and this one: written before publishing
-                os.write(self.append_fd, b"".join(self.pending) + rec)
-                self.pending.clear()
-            else:
-                self.pending.append(rec)
+            body = self.encode((self.step_no, step, made))
+            rec = len(body).to_bytes(4, "little") + body  # a length first: records parse
+            self.pending.append(rec)  # written by `commit`: one write(2) for the held steps
         elif db is not None:
             if not self.in_txn:
                 db.execute("BEGIN")
@@ -213,7 +210,7 @@ class Floor:
                 i = j
         self.commit()
         self.sub.close(0)
-        self.pub.close(0)
+        self.pub.close(1000)  # the last orders still reach a subscriber
         self.ctx.term()
 
 
