@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pandas as pd
@@ -266,3 +267,69 @@ def test_missing_file_and_wrong_header_are_one_line_errors(tmp_path: Path) -> No
     with pytest.raises(ValueError, match="lacks column 'date'") as err:
         load_daily(bad)
     assert "\n" not in str(err.value)
+
+
+_TWO_SYMBOLS = (
+    "Name,date,open,high,low,close,volume\n"
+    "AAA,2021-05-03,4,6,3.5,5,10\n"
+    "BBB,2021-05-03,7,7,7,7,0\n"
+    "AAA,2021-05-04,5,6,4.5,5.5,12\n"
+    "BBB,2021-05-04,7,8,6,-1,3\n"
+)
+
+
+def _kept_rows(daily: ModuleType) -> tuple[np.ndarray, ...] | None:
+    kept = daily._last_fast_parse
+    return None if kept is None else kept[1]
+
+
+def _columns(t: DailyTable) -> list[np.ndarray]:
+    return [t.dates, t.sym, t.open, t.high, t.low, t.close, t.volume]
+
+
+def test_a_second_read_of_a_file_reuses_its_parse_and_equals_a_fresh_one(
+        tmp_path: Path) -> None:
+    """A replay with --start reads its file twice (the warm-up's look back, the replay):
+    the second read skips the parse, and gives what a fresh parse gives, counts included."""
+    import feeds.daily as daily
+
+    path = _write(tmp_path, _TWO_SYMBOLS, gz=True)
+    load_daily(path, ["AAA"])
+    assert daily._last_fast_parse is not None
+    kept = daily._last_fast_parse[1]
+    again = load_daily(path, ["AAA", "BBB"], start="2021-05-03")
+    assert daily._last_fast_parse[1] is kept  # not parsed again
+    daily._last_fast_parse = None
+    fresh = load_daily(path, ["AAA", "BBB"], start="2021-05-03")
+    assert _kept_rows(daily) is not kept  # parsed: nothing was kept
+    for a, b in zip(_columns(again), _columns(fresh), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert again.skipped.counts == fresh.skipped.counts == {"bad_close": 1}
+    assert again.symbols == fresh.symbols == ["AAA", "BBB"]
+    with pytest.raises(ValueError, match="read-only"):
+        kept[5][0] = 99.0  # the kept rows: no reader can change the next one's
+    again.close[0] = 99.0  # a table's own columns are copies
+    assert load_daily(path, ["AAA", "BBB"]).close[0] == 5.0
+
+
+def test_a_file_rewritten_with_the_same_size_and_times_is_read_anew(tmp_path: Path) -> None:
+    """Within the clock's granularity a rewrite keeps the size and the time stamps: only
+    the contents can tell the kept parse is stale."""
+    import os
+
+    path = _write(tmp_path, _TWO_SYMBOLS)
+    st = os.stat(path)
+    assert load_daily(path).close.tolist() == [5.0, 5.5, 7.0]
+    path.write_bytes(path.read_bytes().replace(b",5.5,", b",6.5,"))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert os.stat(path).st_size == st.st_size and os.stat(path).st_mtime_ns == st.st_mtime_ns
+    assert load_daily(path).close.tolist() == [5.0, 6.5, 7.0]
+
+
+def test_malformed_rows_are_counted_at_every_read(tmp_path: Path) -> None:
+    path = _write(tmp_path, CRAFTED)
+    first, second = load_daily(path), load_daily(path)
+    assert first.skipped.counts == second.skipped.counts
+    assert second.skipped.counts["malformed_row"] == 3
+    for a, b in zip(_columns(first), _columns(second), strict=True):
+        np.testing.assert_array_equal(a, b)
