@@ -5,7 +5,9 @@ An unwritable `--out` or `--json` is refused with one line, not after minutes of
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from pathlib import Path
 
 from engine.errors import UserError
@@ -21,6 +23,15 @@ def check_writable_dir(path: Path, option: str) -> None:
         raise UserError(f"{option} {path}: cannot create the folder: {exc.strerror}") from None
     if not os.access(path, os.W_OK | os.X_OK):
         raise UserError(f"{option} {path}: folder is not writable")
+    # access(2) answers from the permission bits, and root passes them all: a file made
+    # and removed is the only proof (/proc, /sys, a read-only bind mount said yes)
+    try:
+        fd, probe = tempfile.mkstemp(dir=path, prefix=".write-check-")
+    except OSError as exc:
+        raise UserError(f"{option} {path}: folder is not writable: {exc.strerror}") from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
 
 
 def check_writable_file(path: Path, option: str) -> None:
