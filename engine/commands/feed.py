@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import logging
 import math
-import os
 import signal
 import sys
 import time
@@ -190,10 +189,9 @@ def _binance_settings(args: argparse.Namespace) -> tuple[list[str], Any]:
         parent = Path(args.record).parent
         if not parent.is_dir():
             raise UserError(f"--record {args.record}: folder {parent} does not exist")
-        if not os.access(parent, os.W_OK):
-            raise UserError(f"--record {args.record}: folder {parent} is not writable")
-        from engine.reporting.outputs import check_own_kind
+        from engine.reporting.outputs import check_own_kind, check_writable_file
 
+        check_writable_file(Path(args.record), "--record")
         check_own_kind(Path(args.record), "gzip", "--record")  # appends: a recording only
     names = stream_names(symbols, streams)
     if len(names) > MAX_STREAMS:

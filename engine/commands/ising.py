@@ -163,6 +163,10 @@ def _kernel_for(dim: int, L: int, choice: str) -> str:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     temps, therm = _validate(args)
+    if args.out is not None:  # refused now, not after the simulation
+        from engine.reporting.outputs import check_writable_dir
+
+        check_writable_dir(args.out, "--out")
     try:
         device = resolve_device(args.device, "Ising Metropolis")
     except (ValueError, DeviceUnavailable) as exc:

@@ -98,6 +98,10 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
 
     if args.ticks is None:
         raise UserError("live needs --market-data ENDPOINT (the tick feed to connect to)")
+    if args.status_file is not None:  # else the operator's status would only be warnings
+        from engine.reporting.outputs import check_writable_file
+
+        check_writable_file(args.status_file, "--status-file")
     cfg = settings(args)  # default < --config file < flags given (engine/settings/resolve.py)
     check_device(cfg.device, "engine", args)  # cuda without a GPU: one line, naming whence
     device = resolve_device(cfg.device, "engine")

@@ -104,6 +104,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raise UserError(str(e)) from None
     if args.max_lag < 1:
         raise UserError(f"--max-lag must be at least 1, got {args.max_lag}")
+    if args.out:  # refused now, not after the kernels ran
+        from engine.reporting.outputs import check_writable_dir
+
+        check_writable_dir(Path(args.out), "--out")
     wanted = [s.strip() for s in args.symbols.split(",") if s.strip()] if args.symbols else None
     series, bad = price_series(args.data, wanted, *_bounds(args))
     if not series:

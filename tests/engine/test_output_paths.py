@@ -51,3 +51,86 @@ def test_commands_refuse_such_outputs_before_the_work(
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(f"error: {option} "), err
     assert not (tmp_path / "x.json").exists()  # nothing ran
+
+
+# --- every output path of every command -------------------------------------------------
+
+#: what each command needs besides the output tried ({csv}: daily bars, {returns}: a
+#: returns CSV, {tmp}: the test's folder), and its path options that write (or, for the
+#: journal command, read) a file or a folder
+OUTPUT_BASE = {
+    "replay": [], "evolve": ["--data", "{csv}", "--out", "{tmp}/b.json"],
+    "price": ["--generate", "4", "--device", "cpu"],
+    "select": ["--returns", "{returns}"], "timeseries": ["--data", "{csv}"], "ising": [],
+    "keys": ["--out", "{tmp}/keys"], "journal": ["--journal", "{tmp}/none.db"],
+    "live": ["--market-data", "tcp://127.0.0.1:1", "--orders", "tcp://127.0.0.1:2",
+             "--journal", "{tmp}/j.db"],
+    "feed": ["--source", "binance", "--symbols", "btcusdt", "--publish", "tcp://127.0.0.1:1"],
+}
+OUTPUT_DESTS = {"json", "out", "png", "returns_out", "plot", "record", "status_file",
+                "journal"}
+#: the word an error line names, where it is not the option itself
+SAYS = {("keys", "--out"): "keys", ("journal", "--journal"): "journal",
+        ("live", "--journal"): "journal"}
+
+
+def _output_options() -> list[tuple[str, str]]:
+    cases = []
+    for command in OUTPUT_BASE:
+        sub = run_engine.build_parser(command).command_parsers[command]  # type: ignore[attr-defined]
+        for action in sub._actions:
+            if action.dest in OUTPUT_DESTS and action.option_strings and action.nargs != 0:
+                cases.append((command, action.option_strings[0]))
+    return cases
+
+
+OUTPUT_OPTIONS = _output_options()
+
+
+def test_the_output_table_covers_every_command() -> None:
+    assert {c for c, _ in OUTPUT_OPTIONS} == set(OUTPUT_BASE)
+    assert len(OUTPUT_OPTIONS) >= 20
+
+
+def _inputs(tmp_path: Path) -> dict[str, str]:
+    from tests.helpers import daily_csv
+
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    csv = daily_csv(inputs / "d.csv", 30, seed=1)
+    returns = inputs / "r.csv"
+    returns.write_text("date,a,b\n" + "".join(
+        f"2020-01-{d:02d},{(-1) ** d * 0.01 * d},{0.002 * d}\n" for d in range(1, 21)))
+    return {"csv": str(csv), "returns": str(returns), "tmp": str(tmp_path)}
+
+
+@pytest.mark.parametrize("where", ["under_a_file", "proc"])
+@pytest.mark.parametrize(("command", "option"), OUTPUT_OPTIONS,
+                         ids=[f"{c}{o}" for c, o in OUTPUT_OPTIONS])
+def test_every_output_path_that_takes_no_file_is_one_line_before_the_work(
+        command: str, option: str, where: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A path under a regular file (no folder can be made there), and a procfs path that
+    the permission bits let root write: exit 2, one line naming the option, nothing
+    written, before any simulation, evolution, pricing or connection."""
+    if where == "proc" and not PSEUDO_FOLDERS:
+        pytest.skip("no /proc or /sys here")
+    monkeypatch.chdir(tmp_path)
+    fill = _inputs(tmp_path)
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    root = blocker if where == "under_a_file" else PSEUDO_FOLDERS[0]
+    argv = [command, *(a.format(**fill) for a in OUTPUT_BASE[command])]
+    if option in argv:  # the base's own value of it (evolve --out, live --journal)
+        i = argv.index(option)
+        del argv[i:i + 2]
+    argv += [option, str(root / "x" / "out.file")]
+    try:
+        rc = run_engine.main(argv)
+    except SystemExit as exc:
+        rc = int(exc.code or 0)
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert rc == 2, (argv, err)
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    assert SAYS.get((command, option), option) in err[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "inputs"]
