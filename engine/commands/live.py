@@ -89,6 +89,16 @@ class JsonLogFormatter(logging.Formatter):
                            "logger": record.name, "msg": record.getMessage()})
 
 
+def _check_command_line(args: argparse.Namespace) -> None:
+    """What the command line alone can refuse, before the journal or a socket opens."""
+    if args.ticks is None:
+        raise UserError("live needs --market-data ENDPOINT (the tick feed to connect to)")
+    if args.status_file is not None:  # else the operator's status would only be warnings
+        from engine.reporting.outputs import check_writable_file
+
+        check_writable_file(args.status_file, "--status-file")
+
+
 async def run_live(args: argparse.Namespace) -> dict[str, Any]:
     from engine.live.daemon import Daemon, install_signals, open_sockets
 
@@ -96,12 +106,7 @@ async def run_live(args: argparse.Namespace) -> dict[str, Any]:
         for handler in logging.getLogger().handlers:
             handler.setFormatter(JsonLogFormatter())
 
-    if args.ticks is None:
-        raise UserError("live needs --market-data ENDPOINT (the tick feed to connect to)")
-    if args.status_file is not None:  # else the operator's status would only be warnings
-        from engine.reporting.outputs import check_writable_file
-
-        check_writable_file(args.status_file, "--status-file")
+    _check_command_line(args)
     cfg = settings(args)  # default < --config file < flags given (engine/settings/resolve.py)
     check_device(cfg.device, "engine", args)  # cuda without a GPU: one line, naming whence
     device = resolve_device(cfg.device, "engine")
